@@ -13,10 +13,12 @@ from prefect import flow, get_run_logger
 from prefect.futures import PrefectFuture
 
 from ragfactory.schemas.config import BuildConfig
-from ragfactory.tasks.expand import expand_trees, plan_shards
+from ragfactory.tasks.expand import expand_trees, plan_shards, result_storage, shard_written
 from ragfactory.tasks.index import build_indexes
 from ragfactory.tasks.ingest import ingest_corpus, ingest_dataset
+from ragfactory.tasks.report import publish_build_report
 from ragfactory.tasks.search.shard import shard_name
+from ragfactory.tasks.training.registry import resolve_model
 from ragfactory.tasks.training_data import write_training_data
 from ragfactory.warehouse.catalog import refresh_catalog
 from ragfactory.warehouse.runs import default_run_id, now, record_run
@@ -36,27 +38,54 @@ def _settle(futures: dict[str, PrefectFuture]) -> tuple[list[dict], list[str]]:
 
 
 def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], sources: list[str]):
-    """Expand and export every configured strategy; returns (shard results, exports, failures)."""
+    """Expand and export every configured strategy; returns (shard results, exports, failures).
+
+    A shard whose inputs are unchanged since an earlier run is a cache hit (its rows are already
+    in the warehouse) and does no work; a shard whose rows are gone runs again.
+    """
     shards, exports, failed = [], [], []
+    wh = Warehouse(root)
+    storage = result_storage(wh)
     wanted = config.search.datasets or datasets
     id_shards = plan_shards(root, wanted, config.search.questions_per_dataset, config.search.shard_size)
     for strategy in config.search.strategies:
         for index, ids in enumerate(id_shards):
             name = shard_name(strategy, index)
-            state = expand_trees(root, run_id, config, strategy, name, ids, sources, return_state=True)
+            expand = expand_trees.with_options(result_storage=storage,
+                                               refresh_cache=not shard_written(wh, run_id, name))
+            state = expand(root, run_id, config, strategy, name, ids, sources, return_state=True)
             if state.is_completed():
-                shards.append(state.result())
+                shards.append({**state.result(), "cached": state.name == "Cached"})
             else:
                 failed.append(name)
         exports.append(write_training_data(root, run_id, strategy, config.export, config.seed))
     return shards, exports, failed
 
 
+def with_policy_model(config: BuildConfig, wh: Warehouse, policy_model: str | None) -> BuildConfig:
+    """The config with its policy model resolved: ``latest:<name>`` (the newest trained model of
+    that lineage) or a registered model id becomes the weights' folder, so the config hash, the
+    run id and the shard cache keys change when a new model lands."""
+    spec = policy_model or config.llm.policy.model
+    model, model_id = resolve_model(wh, spec)
+    if model == config.llm.policy.model:
+        return config
+    if model_id is not None:
+        get_run_logger().info("policy model %s is %s (%s)", spec, model_id, model)
+    policy = config.llm.policy.model_copy(update={"model": model})
+    return config.model_copy(update={"llm": config.llm.model_copy(update={"policy": policy})})
+
+
 @flow(name="build", log_prints=True)
-def build(config: BuildConfig, run_id: str | None = None) -> dict:
-    """Ingest, index, expand and export as the config says; returns a summary of the run."""
+def build(config: BuildConfig, run_id: str | None = None, policy_model: str | None = None) -> dict:
+    """Ingest, index, expand and export as the config says; returns a summary of the run.
+
+    ``policy_model`` overrides the config's policy model: 'embedded', a path, a registered model
+    id, or ``latest:<name>``.
+    """
     wh = Warehouse(config.warehouse.root)
     root = str(wh.root)
+    config = with_policy_model(config, wh, policy_model)
     run_id = run_id or default_run_id(config.name, config.config_hash())
     run = dict(run_id=run_id, flow="build", config=config.model_dump(mode="json"),
                config_hash=config.config_hash(), started_at=now())
@@ -74,6 +103,7 @@ def build(config: BuildConfig, run_id: str | None = None) -> dict:
     record_run(wh, status=status, failed_shards=failed,
                error=f"failed shards: {failed}" if failed else None, **run)
     refresh_catalog(wh)
+    report = publish_build_report(root, run_id, config.name, datasets, shards)
     return {"run_id": run_id, "root": root, "catalog": str(wh.catalog_path), "status": status,
             "ingested": ingested, "indexes": indexes, "shards": shards, "exports": exports,
-            "failed_shards": failed}
+            "failed_shards": failed, "report": report}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -94,13 +95,21 @@ class RetrievalConfig(Section):
 
 
 LLMBackendName = Literal["transformers", "vllm", "openai"]
+ENGINE_ENV = "RAGFACTORY_ENGINE"
+
+
+def default_engine() -> str:
+    """``$RAGFACTORY_ENGINE`` (a work pool's job variable), else transformers."""
+    return os.environ.get(ENGINE_ENV) or "transformers"
 
 
 class LLMRoleConfig(Section):
     """The engine behind one role (policy or judge)."""
 
     backend: LLMBackendName = Field(
-        "transformers", description="transformers (embedded, CPU or one GPU), vllm, or openai (HTTP)"
+        default_factory=default_engine, validate_default=True,
+        description="transformers (embedded, CPU or one GPU), vllm, or openai (HTTP); "
+        "default $RAGFACTORY_ENGINE, else transformers",
     )
     model: str = Field(
         "embedded",
@@ -247,10 +256,18 @@ class TrainConfig(Section):
 
     method: TrainMethod
     run_id: str | None = Field(None, description="Build run whose export is trained on")
+    name: str | None = Field(
+        None, description="Lineage name of the trained model (default: the method); a build's "
+        "policy model 'latest:<name>' picks the newest model of that lineage",
+    )
     table: str | None = Field(
         None, description="Export table; default sft_examples / preference_pairs / grpo_prompts"
     )
     parquet: str | None = Field(None, description="A parquet file or folder instead of a run's export")
+    task: str | None = Field(
+        None, description="GRPO: train only the grpo_prompts rows of this task ('qa' answers, "
+        "'plan' APEX planner prompts scored by SEPR); default every row",
+    )
     base_model: str = Field(
         "embedded", description="A local checkpoint folder, a model id, or 'embedded' (SmolLM2-135M)"
     )
@@ -274,11 +291,15 @@ class TrainConfig(Section):
             raise ValueError("train: give exactly one of run_id (a build's export) or parquet")
 
     @property
+    def lineage_name(self) -> str:
+        return self.name or self.method
+
+    @property
     def export_table(self) -> str:
         return self.table or {"sft": "sft_examples", "dpo": "preference_pairs",
                               "grpo": "grpo_prompts"}[self.method]
 
     def training_fields(self) -> dict:
         """The fields that shape the trained weights (not where inputs and outputs live)."""
-        fields = self.model_dump(mode="json", exclude={"run_id", "parquet", "output_dir", "warehouse"})
+        fields = self.model_dump(mode="json", exclude={"run_id", "parquet", "output_dir", "warehouse", "name"})
         return fields | {"table": self.export_table}

@@ -9,10 +9,16 @@ that shard's rows of each table. A shard is the unit of retries: a rerun replace
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import os
+from pathlib import Path
 
 from prefect import get_run_logger, task
+from prefect.context import TaskRunContext
 
 from ragfactory.schemas.config import BuildConfig
+from ragfactory.schemas.tables import SCHEMA_VERSION
 from ragfactory.tasks.index import open_retriever
 from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.engine import make_batcher
@@ -47,7 +53,45 @@ def read_questions(wh: Warehouse, question_ids: list[str]) -> list[dict]:
     return [by_id[q] for q in question_ids if q in by_id]
 
 
-@task(retries=2, retry_delay_seconds=[5, 30], task_run_name="expand-{shard}")
+RESULT_STORAGE_ENV = "RAGFACTORY_RESULT_STORAGE"
+
+
+def shard_cache_key(context: TaskRunContext | None, parameters: dict) -> str:
+    """The cross-run cache key of one expansion shard: (config hash, run, strategy, shard).
+
+    The questions, passage sources and the warehouse root are in it too, and the schema version,
+    so changed inputs or a changed table layout miss the cache. The config hash covers the
+    resolved policy model: a new model is a new key.
+    """
+    config: BuildConfig = parameters["config"]
+    payload = json.dumps({
+        "config": config.config_hash(), "run_id": parameters["run_id"],
+        "strategy": parameters["strategy"], "shard": parameters["shard"],
+        "questions": list(parameters["question_ids"]), "sources": sorted(parameters["sources"]),
+        "root": str(Path(parameters["root"]).resolve()), "schema": SCHEMA_VERSION,
+    }, sort_keys=True)
+    return "expand-" + hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def result_storage(wh: Warehouse) -> Path | str:
+    """Where shard results persist: ``$RAGFACTORY_RESULT_STORAGE`` (a folder, or a Prefect
+    storage block slug such as ``s3-bucket/ragfactory`` that several workers share), else a
+    folder beside the warehouse's data."""
+    configured = os.environ.get(RESULT_STORAGE_ENV, "").strip()
+    if not configured:
+        return wh.artifacts_dir("prefect-results")
+    if configured.startswith(("/", "~", ".")):
+        return Path(configured).expanduser()
+    return configured
+
+
+def shard_written(wh: Warehouse, run_id: str, shard: str) -> bool:
+    """Whether a shard's rows are in the warehouse (a cached result without them is useless)."""
+    return wh.shard_path("nodes", {"run_id": run_id}, shard).exists()
+
+
+@task(retries=2, retry_delay_seconds=[5, 30], task_run_name="expand-{shard}",
+      cache_key_fn=shard_cache_key, persist_result=True)
 def expand_trees(
     root: str, run_id: str, config: BuildConfig, strategy: str, shard: str,
     question_ids: list[str], sources: list[str],

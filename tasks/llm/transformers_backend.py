@@ -300,9 +300,9 @@ def _local_folder(model_ref: str) -> Path | None:
 
 
 def _default_device() -> str:
-    import torch
+    from ragfactory.tasks.llm.device import default_device
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return default_device()
 
 
 def _resolve_dtype(dtype: str, device: str) -> str:

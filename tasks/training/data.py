@@ -19,8 +19,10 @@ import pyarrow.parquet as pq
 METHOD_COLUMNS = {
     "sft": ("messages",),
     "dpo": ("prompt", "chosen", "rejected"),
-    "grpo": ("prompt", "golden_answers", "task"),
+    "grpo": ("prompt", "golden_answers", "task", "gold_plan"),
 }
+# Columns a method reads when an export has them (SEPR needs gold_plan; only planner rows do).
+OPTIONAL_COLUMNS = {"grpo": ("task", "gold_plan")}
 
 
 def export_files(root: str | Path, table: str, run_id: str | None, parquet: str | None) -> list[Path]:
@@ -48,17 +50,26 @@ def snapshot_hash(files: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def read_export(files: list[Path], method: str) -> list[dict]:
-    """The rows of an export with the columns a method trains on; a missing column is an error."""
+def read_export(files: list[Path], method: str, task: str | None = None) -> list[dict]:
+    """The rows of an export with the columns a method trains on; a missing column is an error.
+
+    ``task`` keeps only the rows of that ``task`` (GRPO exports mix answer and planner prompts).
+    """
     columns = METHOD_COLUMNS[method]
+    optional = OPTIONAL_COLUMNS.get(method, ())
     tables = [pq.read_table(f) for f in files]
     for path, table in zip(files, tables):
-        missing = [c for c in columns if c not in table.column_names]
-        if missing and not (method == "grpo" and missing == ["task"]):
+        missing = [c for c in columns if c not in table.column_names and c not in optional]
+        if missing:
             raise ValueError(f"{path}: a {method} export needs column(s) {missing}")
     wanted = [[c for c in columns if c in t.column_names] for t in tables]
     rows = pa.concat_tables([t.select(w) for t, w in zip(tables, wanted)], promote_options="default")
-    return rows.to_pylist()
+    rows = rows.to_pylist()
+    if task is not None:
+        rows = [row for row in rows if row.get("task") == task]
+        if not rows:
+            raise ValueError(f"the {method} export has no rows of task {task!r}")
+    return rows
 
 
 def sft_prompt_completions(rows: list[dict]) -> list[dict]:

@@ -50,3 +50,33 @@ def model_row(model_id: str, lineage: dict, base_model: str, method: str, export
 
 def register_model(wh: Warehouse, row: dict) -> Path:
     return wh.write("models", [row], row["model_id"])
+
+
+LATEST = "latest:"
+
+
+def latest_model(wh: Warehouse, name: str) -> dict | None:
+    """The newest registered model of lineage ``name`` whose weights are still on disk."""
+    rows = [row for row in wh.read("models").to_pylist()
+            if json.loads(row["lineage"] or "{}").get("name", row["method"]) == name]
+    for row in sorted(rows, key=lambda r: r["created_at"], reverse=True):
+        if row["path"] and Path(row["path"]).exists():
+            return row
+    return None
+
+
+def resolve_model(wh: Warehouse, spec: str) -> tuple[str, str | None]:
+    """(what to load, registered model id) of a model spec.
+
+    ``latest:<name>`` is the newest model of that lineage, a registered model id its weights'
+    folder; anything else ('embedded', a local path, a hub id) is returned as given.
+    """
+    if spec.startswith(LATEST):
+        name = spec[len(LATEST):]
+        row = latest_model(wh, name)
+        if row is None:
+            raise LookupError(f"{spec!r}: no trained model of lineage {name!r} in {wh.root} "
+                              "(models.lineage name, default the training method)")
+        return row["path"], row["model_id"]
+    row = find_model(wh, spec) if not Path(spec).expanduser().exists() else None
+    return (row["path"], row["model_id"]) if row else (spec, None)

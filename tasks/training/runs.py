@@ -57,10 +57,16 @@ def train_planned(wh: Warehouse, config: TrainConfig, plan: TrainingPlan,
                   logger: logging.Logger | logging.LoggerAdapter,
                   callbacks: Sequence = (), extra_rewards: Mapping[str, RewardFunc] | None = None) -> dict:
     """Train as planned and return the run's metrics (the weights land in ``plan.output_dir``)."""
-    dataset = training_dataset(read_export([Path(f) for f in plan.files], config.method), config.method)
+    rows = read_export([Path(f) for f in plan.files], config.method, config.task)
+    dataset = training_dataset(rows, config.method)
     model, tokenizer = load_model(resolve_base_model(plan.base_model, wh))
     args = trl_args(config.method, plan.output_dir, config.save_steps, config.seed, config.trl)
-    rewards = reward_functions(config.rewards, extra_rewards) if config.method == "grpo" else None
+    rewards = None
+    if config.method == "grpo":
+        extra = dict(extra_rewards or {})
+        if "sepr" in config.rewards and "sepr" not in extra:
+            extra["sepr"] = plan_reward(wh)
+        rewards = reward_functions(config.rewards, extra)
     progress = LossLogger(logger, prefix=f"{plan.model_id}: ")
     trainer = make_trainer(config.method, model, tokenizer, dataset, args,
                            [progress, *callbacks], rewards, lora_config(config.lora))
@@ -69,9 +75,19 @@ def train_planned(wh: Warehouse, config: TrainConfig, plan: TrainingPlan,
     return {**metrics, "n_rows": len(dataset)}
 
 
+def plan_reward(wh: Warehouse) -> RewardFunc:
+    """SEPR (APEX-Searcher) as a TRL reward function, its embeddings cached in the warehouse."""
+    from functools import partial, update_wrapper
+
+    from ragfactory.tasks.rewards.sepr import load_plan_scorer, sepr_reward
+
+    reward = partial(sepr_reward, scorer=load_plan_scorer(cache_dir=wh.artifacts_dir("embeddings")))
+    return update_wrapper(reward, sepr_reward)
+
+
 def registry_row(config: TrainConfig, plan: TrainingPlan, metrics: dict) -> dict:
     """The ``models`` row of a finished training."""
-    lineage = {"run_id": config.run_id, "table": config.export_table, "parquet": config.parquet,
-               "files": list(plan.files)}
+    lineage = {"name": config.lineage_name, "run_id": config.run_id, "table": config.export_table,
+               "parquet": config.parquet, "task": config.task, "files": list(plan.files)}
     return model_row(plan.model_id, lineage, plan.base_model, config.method, plan.export_snapshot,
                      config.training_fields(), metrics, plan.output_dir)

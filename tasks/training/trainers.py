@@ -30,12 +30,24 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def device_settings() -> dict[str, Any]:
-    """CUDA with bf16 when a GPU is present (and supports it), else the CPU."""
+    """CUDA with bf16 when a GPU is present (and supports it), else the CPU; ``$RAGFACTORY_DEVICE``
+    decides when set."""
     import torch
 
-    if torch.cuda.is_available():
+    from ragfactory.tasks.llm.device import default_device
+
+    if default_device().startswith("cuda"):
         return {"bf16": bool(torch.cuda.is_bf16_supported()), "use_cpu": False}
     return {"use_cpu": True, "bf16": False}
+
+
+def vllm_generation() -> dict[str, Any]:
+    """GRPO generation through vLLM (colocated with training) on CUDA workers that have it."""
+    import importlib.util
+
+    if device_settings()["use_cpu"] or importlib.util.find_spec("vllm") is None:
+        return {}
+    return {"use_vllm": True, "vllm_mode": "colocate"}
 
 
 def trl_args(method: str, output_dir: str | Path, save_steps: int, seed: int,
@@ -46,7 +58,8 @@ def trl_args(method: str, output_dir: str | Path, save_steps: int, seed: int,
     classes = {"sft": SFTConfig, "dpo": DPOConfig, "grpo": GRPOConfig}
     if method not in classes:
         raise ValueError(f"unknown training method {method!r}; expected one of {sorted(classes)}")
-    kwargs = {**WORKER_DEFAULTS, **METHOD_DEFAULTS[method], **device_settings(),
+    generation = vllm_generation() if method == "grpo" else {}
+    kwargs = {**WORKER_DEFAULTS, **METHOD_DEFAULTS[method], **device_settings(), **generation,
               "save_steps": save_steps, "seed": seed, **(overrides or {})}
     kwargs["output_dir"] = str(output_dir)
     try:

@@ -7,6 +7,8 @@ identical tables.
 
 from __future__ import annotations
 
+import json
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -15,6 +17,7 @@ from ragfactory.schemas.config import BuildConfig
 from ragfactory.tasks import expand as expand_module
 from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.runs import default_run_id
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend
 from tests.flows.conftest import use_engine
@@ -84,11 +87,25 @@ def test_build_expands_exports_and_rebuilds_from_cache(tmp_path, scripted):
     assert summary["exports"][0]["preference_pairs"] > 0
     before = {t: _table_bytes(wh, t) for t in ("nodes", "rollouts", "llm_calls", "sft_examples", "preference_pairs")}
 
+    report = {row["item"]: row["value"] for row in summary["report"]}
+    assert report["shards"] == 2 and report["cached shards"] == 0 and report["engine calls"] > 0
+    assert report["decex pairs"] == summary["exports"][0]["preference_pairs"]
+    assert report["rows nodes"] == query(wh, "select count(*) as n from nodes").to_pylist()[0]["n"]
+
     calls = scripted.calls
     again = build(_config(root))
     assert again["status"] == "completed"
     assert scripted.calls == calls, "the rebuild called the engine"
-    assert all(s["engine"]["engine_calls"] == 0 for s in again["shards"])
+    assert [s["cached"] for s in again["shards"]] == [True, True], "shard tasks were not cache hits"
+    report = {row["item"]: row["value"] for row in again["report"]}
+    assert report["cached shards"] == 2 and report["engine calls"] == 0
+
+    # A shard whose rows are gone runs again; the engine-call cache answers every request.
+    (wh.shard_path("nodes", {"run_id": again["run_id"]}, "decex-0001")).unlink()
+    third = build(_config(root))
+    assert [s["cached"] for s in third["shards"]] == [True, False]
+    assert scripted.calls == calls
+    assert third["shards"][1]["engine"]["engine_calls"] == 0 and third["shards"][1]["engine"]["hits"] > 0
     after = {t: _table_bytes(wh, t) for t in before}
     for table in before:
         assert before[table].keys() == after[table].keys(), table
@@ -109,3 +126,46 @@ def test_a_failing_expand_shard_is_recorded_and_the_others_go_on(tmp_path, monke
     assert query(wh, "select status, failed_shards from runs").to_pylist() == [
         {"status": "partial", "failed_shards": ["decex-0001"]}
     ]
+
+
+def test_latest_policy_model_builds_from_the_newest_model_of_its_lineage(tmp_path, scripted):
+    import datetime as dt
+    import json
+
+    from ragfactory.tasks.training.registry import model_row, register_model
+
+    root = tmp_path / "wh"
+    wh = Warehouse(root)
+    for day, name in ((1, "old"), (2, "new")):
+        folder = tmp_path / name
+        folder.mkdir()
+        row = model_row(f"sft-{name}", {"name": "nightly-sft"}, "embedded", "sft", "snap", {}, {}, str(folder))
+        register_model(wh, {**row, "created_at": dt.datetime(2026, 1, day, tzinfo=dt.timezone.utc)})
+    summary = build(_config(root), policy_model="latest:nightly-sft")
+    assert summary["status"] == "completed"
+    run = query(wh, "select config from runs where run_id = $r", {"r": summary["run_id"]}).to_pylist()[0]
+    assert json.loads(run["config"])["llm"]["policy"]["model"] == str(tmp_path / "new")
+    assert summary["run_id"] != default_run_id("decex-test", _config(root).config_hash())
+
+    with pytest.raises(LookupError, match="no trained model of lineage 'nothing'"):
+        build(_config(root), policy_model="latest:nothing")
+
+
+def test_build_publishes_its_table_and_sql_artifacts(tmp_path, scripted):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    summary = build(_config(tmp_path / "wh"))
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["build-decex-test", "build-decex-test-sql"])))
+    mine = [a for a in artifacts if summary["run_id"] in (a.description or "")]
+    assert {a.type for a in mine} == {"table", "markdown"}
+    table = next(a for a in mine if a.type == "table")
+    data = json.loads(table.data) if isinstance(table.data, str) else table.data
+    assert {"item": "shards", "value": 2} in data
+    markdown = next(a for a in mine if a.type == "markdown")
+    assert f"where run_id = '{summary['run_id']}'" in markdown.data
+    sql = markdown.data.split("```sql")[1].split("```")[0]
+    for statement in filter(str.strip, sql.split(";")):
+        assert query(Warehouse(tmp_path / "wh"), statement).num_rows > 0, statement

@@ -1,0 +1,39 @@
+"""A work pool's job variables pick the device and the engine: $RAGFACTORY_DEVICE / _ENGINE."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragfactory.schemas.config import LLMRoleConfig
+from ragfactory.tasks.llm.device import default_device
+from ragfactory.tasks.training.trainers import device_settings, vllm_generation
+
+
+def test_device_follows_the_environment(monkeypatch):
+    monkeypatch.setenv("RAGFACTORY_DEVICE", "cpu")
+    assert default_device() == "cpu"
+    assert device_settings() == {"use_cpu": True, "bf16": False}
+    assert vllm_generation() == {}
+
+
+def test_a_bad_or_missing_device_is_an_error_naming_the_variable(monkeypatch):
+    monkeypatch.setenv("RAGFACTORY_DEVICE", "tpu")
+    with pytest.raises(ValueError, match="RAGFACTORY_DEVICE='tpu'"):
+        default_device()
+    import torch
+
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("RAGFACTORY_DEVICE", "cuda")
+        with pytest.raises(RuntimeError, match="no usable CUDA"):
+            default_device()
+
+
+def test_engine_default_follows_the_environment_and_a_config_wins(monkeypatch):
+    monkeypatch.setenv("RAGFACTORY_ENGINE", "vllm")
+    assert LLMRoleConfig().backend == "vllm"
+    assert LLMRoleConfig(backend="transformers").backend == "transformers"
+    monkeypatch.setenv("RAGFACTORY_ENGINE", "bogus")
+    with pytest.raises(ValueError, match="backend"):
+        LLMRoleConfig()
+    monkeypatch.delenv("RAGFACTORY_ENGINE")
+    assert LLMRoleConfig().backend == "transformers"

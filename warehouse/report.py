@@ -1,0 +1,90 @@
+"""What one build produced, for its Prefect artifacts: a table of counts and the SQL to dig in.
+
+The counts come from the warehouse itself (the run's partition of every run-scoped table, the
+rejects of the datasets it read, the per-strategy view), so the artifact shows what landed, not
+what the tasks meant to write. Engine figures come from the shard results: a shard whose task was
+a cache hit did no engine work in this run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ragfactory.schemas.tables import TABLES
+from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.store import Warehouse
+
+STRATEGY_COLUMNS = {"nodes": "n_nodes", "format errors": "n_format_errors", "sft rows": "n_sft_examples",
+                    "pairs": "n_preference_pairs", "trajectories": "n_trajectories",
+                    "step labels": "n_step_labels"}
+
+
+def artifact_key(name: str, suffix: str = "") -> str:
+    """A Prefect artifact key (lowercase letters, digits, dashes) for a build config name."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "build"
+    return f"build-{slug}{'-' + suffix if suffix else ''}"
+
+
+def run_counts(wh: Warehouse, run_id: str) -> dict[str, int]:
+    """Rows per run-scoped table in the run's partition."""
+    counts = {}
+    for table, spec in sorted(TABLES.items()):
+        if spec.partition_by == ("run_id",) and table not in ("runs", "models", "evals"):
+            counts[table] = query(wh, f"select count(*) as n from {table} where run_id = $run",
+                                  {"run": run_id}).column("n")[0].as_py()
+    return counts
+
+
+def report_rows(wh: Warehouse, run_id: str, datasets: Iterable[str], shards: Iterable[Mapping[str, Any]]) -> list[dict]:
+    """The build's artifact table: one ``{"item", "value"}`` row per figure."""
+    shards = list(shards)
+    executed = [s for s in shards if not s.get("cached")]
+    rows = [{"item": f"rows {table}", "value": n} for table, n in run_counts(wh, run_id).items()]
+    rejects = query(wh, "select count(*) as n from rejects where list_contains($d, dataset)",
+                    {"d": sorted(datasets)}).column("n")[0].as_py()
+    rows.append({"item": "rejects", "value": rejects})
+    for row in query(wh, "select * from strategy_summary where run_id = $run", {"run": run_id}).to_pylist():
+        rows += [{"item": f"{row['strategy']} {label}", "value": row[column]}
+                 for label, column in STRATEGY_COLUMNS.items()]
+    engine = [s.get("engine") or {} for s in executed]
+    rows += [
+        {"item": "shards", "value": len(shards)},
+        {"item": "cached shards", "value": len(shards) - len(executed)},
+        {"item": "engine calls", "value": sum(e.get("engine_calls", 0) for e in engine)},
+        {"item": "engine requests", "value": sum(e.get("requests", 0) for e in engine)},
+        {"item": "engine cache hits", "value": sum(e.get("hits", 0) for e in engine)},
+    ]
+    return rows
+
+
+def report_markdown(run_id: str, catalog: str, rows: list[dict]) -> str:
+    """A markdown note with the run's headline figures and SQL to inspect it."""
+    figures = {row["item"]: row["value"] for row in rows}
+    return f"""# Build `{run_id}`
+
+{figures.get("shards", 0)} shards ({figures.get("cached shards", 0)} cached),
+{figures.get("engine calls", 0)} engine calls, {figures.get("engine cache hits", 0)} cached samples,
+{figures.get("rejects", 0)} rejected dataset rows.
+
+Inspect it with `ragfactory sql` (or `duckdb {catalog}`):
+
+```sql
+-- nodes, kept / pruned, format errors and exports per strategy
+select * from strategy_summary where run_id = '{run_id}';
+
+-- the process rewards of one question's tree
+select question_id, depth, kind, is_selected, value, reward
+from nodes where run_id = '{run_id}'
+order by question_id, depth limit 50;
+
+-- preference pairs and their reward margins
+select strategy, decision, count(*) as pairs, avg(gap) as mean_gap
+from preference_pairs where run_id = '{run_id}' group by all;
+
+-- every engine call, cached or not
+select role, count(*) as calls, sum(completion_tokens) as tokens
+from llm_calls where run_id = '{run_id}' group by role;
+```
+"""
