@@ -151,6 +151,72 @@ def build(
         raise typer.Exit(code=1)
 
 
+def _trl_overrides(pairs: list[str]) -> dict:
+    """``key=value`` pairs, each value read as YAML (numbers, booleans, lists)."""
+    import yaml
+
+    overrides = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            _fail(f"--trl {pair!r}: expected key=value, e.g. --trl max_steps=100")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+@app.command()
+def train(
+    method: Annotated[str, typer.Option("--method", help="sft, dpo or grpo")],
+    run_id: Annotated[str | None, typer.Option("--run-id", help="Build run whose export is trained on")] = None,
+    parquet: Annotated[str | None, typer.Option(help="A parquet file or folder instead of a run's export")] = None,
+    base_model: Annotated[str, typer.Option(
+        help="'embedded' (SmolLM2-135M), a checkpoint folder, a model id or latest:NAME")] = "embedded",
+    task: Annotated[str | None, typer.Option(help="GRPO only: qa (answers) or plan (APEX planner, SEPR)")] = None,
+    rewards: Annotated[list[str] | None, typer.Option(
+        "--reward", help="GRPO reward function (repeatable): answer_em, answer_f1, format, sepr")] = None,
+    trl: Annotated[list[str] | None, typer.Option(
+        "--trl", help="TRL config override key=value (repeatable), e.g. max_steps=100")] = None,
+    lora: Annotated[bool, typer.Option("--lora/--no-lora", help="Train LoRA adapters (peft)")] = False,
+    name: Annotated[str | None, typer.Option(help="Lineage name (default: the method)")] = None,
+    output_dir: Annotated[str | None, typer.Option(help="Where the model goes")] = None,
+    root: RootOption = None,
+) -> None:
+    """Run the `train` flow (TRL SFT / DPO / GRPO) on a build's export and register the model.
+
+    An identical request (same export snapshot, method, config and base model) is a cache hit
+    and trains nothing. The model lands in the `models` table; evaluate it with
+    `ragfactory evaluate --model <model id>`, or build on it with policy model `latest:<name>`.
+
+    Example: `ragfactory train --method dpo --run-id demo-0123abcd --trl max_steps=50 --lora`
+    """
+    from pydantic import ValidationError
+
+    from ragfactory.schemas.config import TrainConfig
+
+    fields = {"method": method, "run_id": run_id, "parquet": parquet, "base_model": base_model,
+              "task": task, "rewards": rewards, "trl": _trl_overrides(trl or []), "name": name,
+              "lora": {"enabled": lora}, "output_dir": output_dir,
+              "warehouse": {"root": str(root)} if root is not None else None}
+    try:
+        cfg = TrainConfig.model_validate({k: v for k, v in fields.items() if v is not None})
+    except ValidationError as exc:
+        _fail("; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()))
+    _prefect_local_defaults()
+    from ragfactory.flows.train import train as train_flow
+
+    try:
+        result = train_flow(cfg)
+    except (ValueError, LookupError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    import pyarrow as pa
+
+    metrics = result.get("metrics") or json.loads(result["row"]["metrics"])
+    rows = [{"metric": k, "value": v} for k, v in sorted(metrics.items()) if v is not None]
+    print_arrow(pa.Table.from_pylist([{"metric": r["metric"], "value": str(r["value"])} for r in rows]),
+                title=f"{result['model_id']} ({result['status']})")
+    console.print(f"weights: {result['path']}")
+
+
 def _corpus_retriever(root: Path | None, kind: str, sources: list[str] | None):
     from ragfactory.schemas.config import RetrievalConfig
     from ragfactory.tasks.index import open_retriever

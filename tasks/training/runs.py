@@ -17,7 +17,7 @@ from ragfactory.schemas.config import TrainConfig
 from ragfactory.tasks.llm.embedded import embedded_model_path, is_embedded
 from ragfactory.tasks.training.data import export_files, read_export, snapshot_hash, training_dataset
 from ragfactory.tasks.training.progress import LossLogger
-from ragfactory.tasks.training.registry import cache_key, model_id_for, model_row
+from ragfactory.tasks.training.registry import cache_key, model_id_for, model_row, resolve_model
 from ragfactory.tasks.training.rewards import RewardFunc, reward_functions
 from ragfactory.tasks.training.trainers import (
     load_model, lora_config, make_trainer, run_training, trl_args,
@@ -35,9 +35,11 @@ class TrainingPlan:
 
 
 def resolve_base_model(base_model: str, wh: Warehouse) -> str:
-    """A loadable path or id: the embedded SmolLM2 checkpoint, a local folder, or a model id."""
+    """A loadable path or id: the embedded SmolLM2 checkpoint, a local folder, a registered model
+    (its id, or ``latest:<lineage>``), or a hub model id."""
     if is_embedded(base_model):
         return str(embedded_model_path(wh.artifacts_dir("models")))
+    base_model = resolve_model(wh, base_model)[0]
     path = Path(base_model).expanduser()
     return str(path.resolve()) if path.exists() else base_model
 

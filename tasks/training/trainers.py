@@ -127,7 +127,10 @@ def run_training(trainer, output_dir: str | Path, keep_checkpoints: bool = False
         for folder in Path(output_dir).glob("checkpoint-*"):
             shutil.rmtree(folder, ignore_errors=True)
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
-    return {**{k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))},
+    # GRPO logs each reward function's mean per step; the registry keeps the last step's.
+    rewards = next((e for e in reversed(trainer.state.log_history) if "reward" in e), {})
+    rewards = {k: float(v) for k, v in rewards.items() if k.startswith("reward") and isinstance(v, (int, float))}
+    return {**{k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}, **rewards,
             "train_loss": float(result.training_loss), "global_step": int(trainer.state.global_step),
             "final_loss": float(losses[-1]) if losses else float(result.training_loss),
             "resumed_from": resume}

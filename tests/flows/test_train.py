@@ -70,3 +70,23 @@ def test_a_retried_train_task_resumes_from_its_checkpoint(tmp_path, tiny_model, 
     metrics = train_tasks.train_model(str(wh.root), config, plan, callbacks=[FailOnce()])
     assert metrics["resumed_from"].endswith("checkpoint-1") and metrics["global_step"] == 3
     assert runs.TrainingPlan(**plan).output_dir == plan["output_dir"]
+
+
+def test_train_command_trains_then_hits_the_cache(built, tiny_model):  # noqa: F811
+    from typer.testing import CliRunner
+
+    from ragfactory.cli import app
+
+    root, run_id = built
+    args = ["train", "--method", "sft", "--run-id", run_id, "--base-model", str(tiny_model),
+            "--trl", "max_steps=1", "--trl", "per_device_train_batch_size=2", "--name", "nightly-sft",
+            "--root", str(root)]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert "(trained)" in first.output and "train_loss" in first.output
+    second = CliRunner().invoke(app, args)
+    assert second.exit_code == 0 and "(cached)" in second.output, second.output
+    row = Warehouse(root).read("models").to_pylist()[0]
+    assert json.loads(row["lineage"])["name"] == "nightly-sft"
+    bad = CliRunner().invoke(app, [*args[:-2], "--trl", "max_steps", "--root", str(root)])
+    assert bad.exit_code == 1 and "expected key=value" in bad.output
