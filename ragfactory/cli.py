@@ -217,6 +217,58 @@ def train(
     console.print(f"weights: {result['path']}")
 
 
+@app.command()
+def evaluate(
+    model: Annotated[str, typer.Option(
+        "--model", "-m", help="'embedded', a model id or latest:NAME (newest of a lineage) from the "
+        "models table, or a checkpoint folder")] = "embedded",
+    datasets: Annotated[list[str] | None, typer.Option(
+        "--dataset", "-d", help="Dataset to answer (repeatable; default hotpotqa)")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="First N questions of each dataset")] = None,
+    modes: Annotated[list[str] | None, typer.Option(
+        "--mode", help="agentic, direct or rag (repeatable; default all three)")] = None,
+    max_rounds: Annotated[int | None, typer.Option(
+        min=1, help="Model calls per agentic question at most (default 11)")] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per model call (default 256)")] = None,
+    root: RootOption = None,
+) -> None:
+    """Evaluate a model on dataset questions and print mean EM / F1 / cover-EM per dataset and mode.
+
+    Modes: `agentic` (ReasonRAG's Reasoning / Grounding / Terminal loop), `direct` (the question
+    alone) and `rag` (top-k documents, then answer). Rows go to the `evals` table; bundled
+    datasets the warehouse lacks are ingested first. Compare every model evaluated with
+    `ragfactory sql "select * from eval_summary"`.
+
+    Example: `ragfactory evaluate --model sft-0123abcd --dataset hotpotqa --limit 50 --mode agentic`
+    """
+    import pyarrow as pa
+    from pydantic import ValidationError
+
+    from ragfactory.schemas.config import EvalConfig
+
+    fields = {"model": model, "datasets": datasets, "limit": limit, "modes": modes,
+              "max_rounds": max_rounds, "max_tokens": max_tokens,
+              "warehouse": {"root": str(root)} if root is not None else None}
+    try:
+        cfg = EvalConfig.model_validate({k: v for k, v in fields.items() if v is not None})
+    except ValidationError as exc:
+        _fail("; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()))
+    _prefect_local_defaults()
+    from ragfactory.flows.evaluate import evaluate as evaluate_flow
+
+    try:
+        summary = evaluate_flow(cfg)
+    except (ValueError, LookupError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    print_arrow(pa.Table.from_pylist(summary["aggregates"]) if summary["aggregates"] else pa.table({"mode": []}),
+                title=f"{summary['model_id']} (run {summary['run_id']})")
+    if summary["failed_shards"]:
+        console.print(f"[red]failed datasets:[/red] {', '.join(summary['failed_shards'])}")
+    console.print('compare models: ragfactory sql "select * from eval_summary"')
+    if summary["status"] != "completed":
+        raise typer.Exit(code=1)
+
+
 def _corpus_retriever(root: Path | None, kind: str, sources: list[str] | None):
     from ragfactory.schemas.config import RetrievalConfig
     from ragfactory.tasks.index import open_retriever

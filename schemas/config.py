@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ragfactory.tasks.eval.inference import InferenceConfig
 from ragfactory.tasks.export.apex import ApexExportConfig
 from ragfactory.tasks.export.dpo import DpoConfig
 from ragfactory.tasks.export.sft import SftConfig
@@ -303,3 +304,58 @@ class TrainConfig(Section):
         """The fields that shape the trained weights (not where inputs and outputs live)."""
         fields = self.model_dump(mode="json", exclude={"run_id", "parquet", "output_dir", "warehouse", "name"})
         return fields | {"table": self.export_table}
+
+
+EvalMode = Literal["agentic", "direct", "rag"]
+EVAL_MODES: tuple[str, ...] = ("agentic", "direct", "rag")
+_INFERENCE = InferenceConfig()
+
+
+class EvalConfig(Section):
+    """Parameters of the ``evaluate`` flow: which model answers which questions, and how."""
+
+    model: str = Field(
+        "embedded", description="'embedded', a model id or latest:<lineage> from the models table "
+        "(its path is loaded), a local checkpoint folder, or a model name the backend knows",
+    )
+    datasets: list[str] = Field(
+        default_factory=lambda: ["hotpotqa"], min_length=1,
+        description="Datasets whose questions are answered; a bundled one the warehouse lacks is ingested",
+    )
+    limit: int | None = Field(None, ge=1, description="The first N questions of each dataset (file order)")
+    modes: list[EvalMode] = Field(
+        default_factory=lambda: list(EVAL_MODES), min_length=1,
+        description="agentic (ReasonRAG Algorithm 1), direct (naive generation), rag (standard RAG)",
+    )
+    max_rounds: int = Field(
+        _INFERENCE.max_rounds, ge=1, description="Algorithm 1's N: model calls per agentic question"
+    )
+    top_k: int | None = Field(None, ge=1, description="Documents per retrieval; default retrieval.top_k")
+    max_tokens: int = Field(_INFERENCE.max_tokens, ge=1, description="Tokens per model call at most")
+    temperature: float = Field(_INFERENCE.temperature, ge=0.0, description="0: greedy, repeatable")
+    sources: list[str] | None = Field(
+        None, description="Passage sources searched; default each dataset's own passages"
+    )
+    retrieval: RetrievalConfig = RetrievalConfig()
+    llm: LLMConfig = Field(
+        default_factory=LLMConfig, description="Engine settings; the policy's model is set by `model`"
+    )
+    seed: int = 0
+    warehouse: WarehouseConfig = WarehouseConfig()
+
+    def model_post_init(self, context: Any, /) -> None:
+        for name in ("datasets", "modes"):
+            values = getattr(self, name)
+            if len(set(values)) != len(values):
+                raise ValueError(f"evaluate: {name} lists a value twice: {values}")
+
+    def inference(self) -> InferenceConfig:
+        return InferenceConfig(
+            max_rounds=self.max_rounds, top_k=self.top_k or self.retrieval.top_k,
+            max_tokens=self.max_tokens, temperature=self.temperature, seed=self.seed,
+        )
+
+    def answer_fields(self) -> dict:
+        """The settings that shape an answer (not which questions or modes, nor where rows go)."""
+        fields = self.model_dump(mode="json", include={"sources", "retrieval"})
+        return fields | {"inference": vars(self.inference()), "backend": self.llm.policy.backend}

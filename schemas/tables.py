@@ -314,6 +314,9 @@ TABLES: dict[str, TableSpec] = {
             ("cover_em", pa.float64()),
             ("n_retrievals", pa.int32()),
             ("n_steps", pa.int32()),
+            ("format_error", pa.string()),
+            ("llm_call_ids", STRINGS),
+            ("created_at", TS),
         ),
     ]
 }

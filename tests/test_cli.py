@@ -30,7 +30,8 @@ def test_top_level_help_shows_an_example():
 
 
 def test_expected_commands_exist():
-    assert {("build",), ("sql",), ("tables",), ("retrieval", "serve"), ("retrieval", "search")} <= set(COMMANDS)
+    assert {("build",), ("sql",), ("tables",), ("train",), ("evaluate",), ("retrieval", "serve"),
+            ("retrieval", "search")} <= set(COMMANDS)
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)

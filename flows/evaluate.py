@@ -1,0 +1,55 @@
+"""The `evaluate` flow: a model answers dataset questions in each mode; ``evals`` and a summary.
+
+Composition only: plan (resolve the model, name the eval run), ingest the bundled datasets the
+warehouse lacks, then evaluate one dataset after another (each already fills the engine with
+the batched requests of all its modes and questions in flight). A dataset that still fails after
+its retries is recorded in the run's ``failed_shards`` and the others go on. The aggregates go
+to a table artifact and the flow's result; ``ragfactory sql "select * from eval_summary"``
+compares every model evaluated in the warehouse.
+"""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+
+from ragfactory.schemas.config import DatasetConfig, EvalConfig
+from ragfactory.tasks.evaluate import (
+    evaluate_dataset,
+    plan_evaluation,
+    report_evaluation,
+)
+from ragfactory.tasks.ingest import ingest_dataset
+from ragfactory.warehouse.catalog import refresh_catalog
+from ragfactory.warehouse.runs import now, record_run
+from ragfactory.warehouse.store import Warehouse
+
+
+@flow(name="evaluate", log_prints=True)
+def evaluate(config: EvalConfig) -> dict:
+    """Evaluate the config's model on its datasets and modes; returns the per-dataset aggregates."""
+    wh = Warehouse(config.warehouse.root)
+    root = str(wh.root)
+    plan = plan_evaluation(root, config)
+    for name in plan["ingest"]:
+        ingest_dataset(root, DatasetConfig(name=name))
+    run_config = config.model_dump(mode="json") | {"model_id": plan["model_id"], "model_ref": plan["model_ref"]}
+    run = {"run_id": plan["run_id"], "flow": "evaluate", "config": run_config,
+           "config_hash": plan["config_hash"], "started_at": now()}
+    record_run(wh, status="running", **run)
+    get_run_logger().info("evaluating %s as run %s in %s", plan["model_id"], plan["run_id"], root)
+    done, failed = [], []
+    for dataset in config.datasets:
+        state = evaluate_dataset(root, config, plan, dataset, return_state=True)
+        if state.is_completed():
+            done.append(state.result())
+        else:
+            failed.append(dataset)
+    aggregates = [row for result in done for row in result["aggregates"]]
+    report_evaluation(plan["run_id"], plan["model_id"], aggregates)
+    status = "completed" if not failed else ("partial" if done else "failed")
+    record_run(wh, status=status, failed_shards=failed,
+               error=f"failed datasets: {failed}" if failed else None, **run)
+    refresh_catalog(wh)
+    return {"run_id": plan["run_id"], "model_id": plan["model_id"], "root": root,
+            "catalog": str(wh.catalog_path), "status": status, "aggregates": aggregates,
+            "datasets": done, "failed_shards": failed}

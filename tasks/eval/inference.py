@@ -1,0 +1,114 @@
+"""What every evaluation mode shares: its parameters, one model call, one retrieval, the outcome.
+
+A mode answers one question with a ``Generator`` (the batcher, so the questions in flight share
+engine calls) and a ``Retriever``, and returns an ``Outcome``: the prediction, how many model
+calls (steps) and retrievals it took, the llm call ids it used, and every format error met on
+the way. A malformed output is data, never an exception: the outcome records it and the mode
+goes on or ends with an empty prediction. Requests are seeded from (seed, question, mode and
+round), so a question gets the same completions whatever shares its batch, and a rerun is
+answered from the call cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ragfactory.tasks.llm.seeds import derive_seed
+from ragfactory.tasks.llm.types import Completion, Generator, Message, Request, Sampling
+from ragfactory.tasks.retrieval.types import Hit, Retriever
+from ragfactory.tasks.search.decex_rollout import search_batch
+
+
+@dataclass(frozen=True)
+class InferenceConfig:
+    """How a model answers during evaluation; defaults follow ReasonRAG (001) where it says."""
+
+    # Algorithm 1's N. Table 1 counts up to 5 iterations and Figure 6 up to 5 retrievals; each
+    # retrieval costs a Reasoning and a Grounding round, plus one round to answer: 2 * 5 + 1.
+    max_rounds: int = 11
+    top_k: int = 3  # E.1: "consistently retrieving the top 3 documents"
+    max_tokens: int = 256  # a reasoning round is a few sentences ending in one tag
+    temperature: float = 0.0  # greedy: an evaluation is repeatable and replays from the cache
+    # Figure 12's {answer_format}; the authors' released pipeline fills in the word "answer".
+    answer_format: str = "answer"
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("max_rounds", "top_k", "max_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"InferenceConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.temperature < 0:
+            raise ValueError(f"InferenceConfig.temperature must be >= 0, got {self.temperature}")
+
+
+@dataclass(frozen=True)
+class EvalQuestion:
+    """One question to answer and the golden answers it is scored against."""
+
+    question_id: str
+    question: str
+    golden_answers: tuple[str, ...]
+
+    @classmethod
+    def from_row(cls, row: Mapping) -> EvalQuestion:
+        """From a ``questions`` row; an error names the row and the missing field."""
+        for name in ("question_id", "question", "golden_answers"):
+            if row.get(name) is None:
+                raise ValueError(f"question row {row.get('question_id')!r} has no {name!r}")
+        golden = row["golden_answers"]
+        golden = (golden,) if isinstance(golden, str) else tuple(str(g) for g in golden)
+        return cls(str(row["question_id"]), str(row["question"]), golden)
+
+
+@dataclass
+class Outcome:
+    """How one mode answered one question."""
+
+    prediction: str = ""
+    n_steps: int = 0  # model calls made
+    n_retrievals: int = 0  # retriever calls made
+    call_ids: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def format_error(self) -> str | None:
+        return "; ".join(self.errors) or None
+
+    def record(self, completion: Completion) -> str:
+        """Count one model call and return its text."""
+        self.n_steps += 1
+        self.call_ids.append(completion.call_id)
+        return completion.text
+
+
+async def ask(
+    generator: Generator, config: InferenceConfig, question_id: str, path: str,
+    system: str, user: str, stop: tuple[str, ...] = (),
+) -> Completion:
+    """One completion of a system + user prompt, seeded by the question and ``path``."""
+    sampling = Sampling(
+        temperature=config.temperature, max_tokens=config.max_tokens, stop=stop,
+        seed=derive_seed(config.seed, question_id, path),
+    )
+    messages = (Message("system", system), Message("user", user))
+    tags = (("question_id", question_id), ("path", path))
+    completions = await generator.generate(Request(messages, sampling, "policy", tags))
+    if len(completions) != 1:
+        raise ValueError(f"generator returned {len(completions)} completions for n=1 at {path}")
+    return completions[0]
+
+
+async def retrieve(retriever: Retriever, query: str, k: int) -> list[Hit]:
+    """The top ``k`` passages for one query, off the event loop."""
+    return (await search_batch(retriever, [query], k))[0]
+
+
+def render_wikipedia(hits: Sequence[Hit]) -> str:
+    """Documents as the Grounding prompt's "Wikipedia documents" (ReasonRAG's reference layout)."""
+    return "".join(f"Wikipedia Title: {hit.title}\n{hit.text}\n\n" for hit in hits).strip()
+
+
+def render_flashrag(hits: Sequence[Hit]) -> str:
+    """Documents as FlashRAG's standard-RAG prompt numbers them."""
+    return "\n".join(f"Doc {i}(Title: {hit.title}) {hit.text}" for i, hit in enumerate(hits, 1))

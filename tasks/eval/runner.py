@@ -1,0 +1,114 @@
+"""One dataset's questions through every evaluation mode, scored into ``evals`` rows.
+
+Every (mode, question) pair is one job for ``Batcher.run_all``, so ``max_in_flight`` questions
+of all modes run at once and their pending requests go to the engine as one batch (DESIGN.md
+"Core contracts"). Each outcome becomes an ``evals`` row with EM, F1 and cover-EM against the
+golden answers (``rewards/answer.py``), its retrieval and step counts, its format errors and the
+llm calls it used. Row ids hash (run, dataset, mode, question), and the run id hashes the model
+and every setting that shapes an answer, so re-running an evaluation replaces its rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from functools import partial
+
+from ragfactory.tasks.eval.agentic import answer_agentic
+from ragfactory.tasks.eval.baselines import answer_direct, answer_rag
+from ragfactory.tasks.eval.inference import EvalQuestion, InferenceConfig, Outcome
+from ragfactory.tasks.llm.batcher import Batcher
+from ragfactory.tasks.llm.types import Generator
+from ragfactory.tasks.retrieval.types import Retriever
+from ragfactory.tasks.rewards.answer import METRICS
+
+Mode = Callable[[EvalQuestion, Generator, Retriever | None, InferenceConfig], Awaitable[Outcome]]
+MODES: dict[str, Mode] = {"agentic": answer_agentic, "direct": answer_direct, "rag": answer_rag}
+RETRIEVING_MODES = frozenset({"agentic", "rag"})
+AGGREGATE_COLUMNS = ("em", "f1", "cover_em", "n_retrievals", "n_steps")
+
+
+def check_modes(modes: Iterable[str]) -> list[str]:
+    """The modes, or an error naming the unknown ones and the known ones."""
+    modes = list(modes)
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        raise ValueError(f"unknown evaluation modes {unknown}; known: {sorted(MODES)}")
+    return modes
+
+
+def needs_retriever(modes: Iterable[str]) -> bool:
+    return any(mode in RETRIEVING_MODES for mode in modes)
+
+
+def eval_hash(model_id: str, settings: Mapping) -> str:
+    """A stable hash of the model and the settings that shape its answers.
+
+    The eval run is ``eval-<hash>``, so the same evaluation always lands in the same partition.
+    """
+    payload = json.dumps({"model_id": model_id, "settings": settings}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def eval_id(run_id: str, dataset: str, mode: str, question_id: str) -> str:
+    payload = json.dumps([run_id, dataset, mode, question_id], ensure_ascii=False)
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def shard_of(dataset: str, mode: str) -> str:
+    """The shard name of one dataset's rows for one mode (in ``evals`` and ``llm_calls``)."""
+    return f"{dataset}-{mode}"
+
+
+async def answer_questions(
+    questions: Sequence[EvalQuestion], modes: Sequence[str], batcher: Batcher,
+    retriever: Retriever | None, config: InferenceConfig, max_in_flight: int,
+) -> dict[str, list[Outcome]]:
+    """mode -> the outcome of each question, in question order."""
+    jobs = [partial(MODES[mode], q, batcher, retriever, config) for mode in check_modes(modes)
+            for q in questions]
+    outcomes = await batcher.run_all(jobs, max_in_flight)
+    n = len(questions)
+    return {mode: outcomes[i * n : (i + 1) * n] for i, mode in enumerate(modes)}
+
+
+def eval_rows(
+    run_id: str, model_id: str, dataset: str, mode: str, questions: Sequence[EvalQuestion],
+    outcomes: Sequence[Outcome], created_at: datetime,
+) -> list[dict]:
+    """One ``evals`` row per question: the prediction, its scores and what it cost."""
+    rows = []
+    for question, outcome in zip(questions, outcomes, strict=True):
+        scores = {name: metric(outcome.prediction, question.golden_answers) for name, metric in METRICS.items()}
+        rows.append({
+            "eval_id": eval_id(run_id, dataset, mode, question.question_id), "run_id": run_id,
+            "model_id": model_id, "dataset": dataset, "mode": mode,
+            "question_id": question.question_id, "prediction": outcome.prediction, **scores,
+            "n_retrievals": outcome.n_retrievals, "n_steps": outcome.n_steps,
+            "format_error": outcome.format_error, "llm_call_ids": list(outcome.call_ids),
+            "created_at": created_at,
+        })
+    return rows
+
+
+def aggregate(rows: Iterable[Mapping]) -> list[dict]:
+    """Per (model, dataset, mode): question count, mean metrics and costs, format errors."""
+    groups: dict[tuple[str, str, str], list[Mapping]] = {}
+    for row in rows:
+        groups.setdefault((row["model_id"], row["dataset"], row["mode"]), []).append(row)
+    summary = []
+    for (model_id, dataset, mode), members in sorted(groups.items()):
+        means = {col: sum(float(r[col]) for r in members) / len(members) for col in AGGREGATE_COLUMNS}
+        summary.append({
+            "model_id": model_id, "dataset": dataset, "mode": mode, "n_questions": len(members),
+            **means, "n_format_errors": sum(1 for r in members if r.get("format_error")),
+        })
+    return summary
+
+
+def calls_of(rows: Sequence[Mapping], call_rows: Iterable[Mapping]) -> list[dict]:
+    """The ``llm_calls`` rows the given ``evals`` rows used, ordered by call id."""
+    wanted = {cid for row in rows for cid in row["llm_call_ids"]}
+    return sorted((dict(r) for r in call_rows if r["call_id"] in wanted), key=lambda r: r["call_id"])

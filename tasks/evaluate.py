@@ -1,0 +1,129 @@
+"""Prefect tasks for the evaluate stage: questions -> a model's answers -> ``evals``, ``llm_calls``.
+
+``plan_evaluation`` resolves the model (registry id, path or ``embedded``), names the eval run
+and lists the bundled datasets the warehouse still lacks (the flow ingests them first).
+``evaluate_dataset`` answers one dataset's first ``limit`` questions in every mode through one
+batcher over the model, searching the dataset's own passages by default, and writes one shard
+per mode of ``evals`` and of ``llm_calls`` (the calls that mode used), so a rerun of a mode
+replaces exactly its rows and finds its completions in the call cache. ``report_evaluation``
+publishes the per-dataset aggregates as a table artifact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NONE
+
+from ragfactory.schemas.config import EvalConfig, LLMConfig
+from ragfactory.tasks.data.loaders import bundled_names
+from ragfactory.tasks.eval.inference import EvalQuestion, Outcome
+from ragfactory.tasks.eval.models import resolve_eval_model
+from ragfactory.tasks.eval.runner import (
+    aggregate,
+    answer_questions,
+    calls_of,
+    eval_hash,
+    eval_rows,
+    needs_retriever,
+    shard_of,
+)
+from ragfactory.tasks.index import corpus_passages, open_retriever
+from ragfactory.tasks.llm.cache import CallCache, utc_now
+from ragfactory.tasks.llm.engine import make_batcher
+from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.store import Warehouse
+
+QUESTIONS_SQL = """
+with ranked as (
+    select *, row_number() over (order by source_line, question_id) as rank
+    from questions
+    where dataset = $dataset
+)
+select * exclude (rank) from ranked
+where $limit is null or rank <= $limit
+order by rank
+"""
+
+
+def read_eval_questions(wh: Warehouse, dataset: str, limit: int | None) -> list[EvalQuestion]:
+    """The dataset's first ``limit`` questions in file order."""
+    rows = query(wh, QUESTIONS_SQL, {"dataset": dataset, "limit": limit}).to_pylist()
+    return [EvalQuestion.from_row(row) for row in rows]
+
+
+def engine_config(config: EvalConfig, model_ref: str) -> LLMConfig:
+    """The config's engine settings with the evaluated model as the policy (and judge)."""
+    policy = config.llm.policy.model_copy(update={"model": model_ref})
+    return config.llm.model_copy(update={"policy": policy, "judge": None})
+
+
+def open_eval_retriever(wh: Warehouse, config: EvalConfig, dataset: str):
+    """The configured retriever over the config's sources, by default the dataset's passages."""
+    sources = config.sources or [dataset]
+    if config.retrieval.server_url:
+        return open_retriever(wh, sources, config.retrieval)
+    passages = corpus_passages(wh, sources)
+    if not passages.num_rows:
+        raise ValueError(f"no passages from sources {sources} in {wh.root}: set `sources` to the "
+                         "corpus the questions should search")
+    return open_retriever(wh, sources, config.retrieval, passages=passages)
+
+
+def write_eval_shards(
+    wh: Warehouse, plan: dict, dataset: str, questions: list[EvalQuestion],
+    outcomes: dict[str, list[Outcome]], cache: CallCache,
+) -> list[dict]:
+    """Write each mode's ``evals`` and ``llm_calls`` shards; returns every ``evals`` row."""
+    run_id, created_at, written = plan["run_id"], utc_now(), []
+    for mode, mode_outcomes in outcomes.items():
+        rows = eval_rows(run_id, plan["model_id"], dataset, mode, questions, mode_outcomes, created_at)
+        shard = shard_of(dataset, mode)
+        wh.write("evals", rows, shard, partition={"run_id": run_id})
+        wh.write("llm_calls", calls_of(rows, cache.rows()), shard, partition={"run_id": run_id})
+        written.extend(rows)
+    return written
+
+
+@task(task_run_name="plan-evaluation", cache_policy=NONE)
+def plan_evaluation(root: str, config: EvalConfig) -> dict:
+    """The model (id and what to load), the eval run id, and the datasets to ingest first."""
+    wh = Warehouse(root)
+    model = resolve_eval_model(wh, config.model)
+    present = set(query(wh, "select distinct dataset from questions").column("dataset").to_pylist())
+    missing = [name for name in config.datasets if name not in present]
+    unknown = sorted(set(missing) - set(bundled_names()))
+    if unknown:
+        raise ValueError(f"no questions of {unknown} in {wh.root}: build them first (ragfactory build); "
+                         f"bundled datasets are ingested on demand: {sorted(bundled_names())}")
+    config_hash = eval_hash(model.model_id, config.answer_fields())
+    return {"model_id": model.model_id, "model_ref": model.ref, "model_source": model.source,
+            "config_hash": config_hash, "run_id": f"eval-{config_hash}", "ingest": missing}
+
+
+@task(retries=2, retry_delay_seconds=[5, 30], task_run_name="evaluate-{dataset}", cache_policy=NONE)
+def evaluate_dataset(root: str, config: EvalConfig, plan: dict, dataset: str) -> dict:
+    """Answer one dataset's questions in every mode; write its evals and llm_calls shards."""
+    wh = Warehouse(root)
+    questions = read_eval_questions(wh, dataset, config.limit)
+    retriever = open_eval_retriever(wh, config, dataset) if needs_retriever(config.modes) else None
+    cache = CallCache.from_warehouse(wh, plan["run_id"])
+    batcher = make_batcher(engine_config(config, plan["model_ref"]), cache, wh.artifacts_dir("models"))
+    outcomes = asyncio.run(answer_questions(
+        questions, config.modes, batcher, retriever, config.inference(), config.llm.max_in_flight,
+    ))
+    rows = write_eval_shards(wh, plan, dataset, questions, outcomes, cache)
+    stats = batcher.stats.as_dict()
+    get_run_logger().info("%s: %d questions x %d modes, engine %s", dataset, len(questions),
+                          len(config.modes), stats)
+    return {"dataset": dataset, "questions": len(questions), "engine": stats,
+            "aggregates": aggregate(rows)}
+
+
+@task(task_run_name="report-{run_id}", cache_policy=NONE)
+def report_evaluation(run_id: str, model_id: str, aggregates: list[dict]) -> None:
+    """A table artifact of the run's aggregates: one row per dataset and mode."""
+    create_table_artifact(aggregates, key=run_id,
+                          description=f"evaluation of {model_id}: mean EM / F1 / cover-EM per dataset and mode")

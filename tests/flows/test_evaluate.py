@@ -1,0 +1,178 @@
+"""The evaluate flow on 20 bundled HotpotQA questions: a base and a trained model, compared in SQL.
+
+The engine is the only double (a scripted backend per model, picked by the model the flow
+loads): the real flow, tasks, ingest, BM25 index, batcher, call cache and warehouse run. The
+"trained" model follows ReasonRAG's format and answers correctly; the base model writes no tags.
+The slow test runs the real embedded model on three questions.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ragfactory.cli import app
+from ragfactory.flows.evaluate import evaluate
+from ragfactory.schemas.config import EvalConfig
+from ragfactory.tasks import evaluate as evaluate_module
+from ragfactory.tasks.data.loaders import load_bundled
+from ragfactory.tasks.llm import engine
+from ragfactory.tasks.training.registry import model_row, register_model
+from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.store import Warehouse
+from tests.fakes import ScriptedBackend
+
+GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=20).questions}
+TRAINED = "sft-test"
+
+
+def _gold(text: str) -> str:
+    return next(answer for question, answer in GOLD.items() if question in text)
+
+
+def trained_policy(request, sample: int) -> str:
+    """ReasonRAG's format, right answers: query, evidence, answer; direct and rag answer too."""
+    system, user = request.messages[0].content, request.messages[-1].content
+    if "extract relevant evidence" in system:
+        return "Based on the query, the relevant evidence is <evidence>the documents say so"
+    if "question-answering assistant" in system:
+        if "<evidence>" in user:
+            return f"So the answer is <answer>{_gold(user)}"
+        return f"So the next query is <query>{user.splitlines()[0][len('Question: '):]}"
+    return _gold(user)
+
+
+def base_policy(request, sample: int) -> str:
+    return "I am a small model and I do not know."
+
+
+def use_models(monkeypatch, backends: dict[str, ScriptedBackend]) -> None:
+    """The evaluate task's batcher runs the scripted backend of the model it was asked to load."""
+
+    def make_batcher(llm, cache, cache_dir=None, backends_=None):
+        backend = backends[llm.policy.model]
+        return engine.make_batcher(llm, cache, cache_dir, backends={"policy": backend, "judge": backend})
+
+    monkeypatch.setattr(evaluate_module, "make_batcher", make_batcher)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wh")
+    weights = tmp_path_factory.mktemp("weights")
+    row = model_row(TRAINED, {"run_id": "build-1"}, "embedded", "sft", "snap", {}, {}, str(weights))
+    register_model(Warehouse(root), row)
+    return root, str(weights)
+
+
+@pytest.fixture
+def engines(root, monkeypatch):
+    backends = {"embedded": ScriptedBackend(base_policy, fingerprint="base"),
+                root[1]: ScriptedBackend(trained_policy, fingerprint="trained")}
+    use_models(monkeypatch, backends)
+    return backends
+
+
+def _config(root, model: str, **extra) -> EvalConfig:
+    return EvalConfig.model_validate({"model": model, "datasets": ["hotpotqa"], "limit": 20,
+                                      "max_rounds": 4, "warehouse": {"root": str(root)}, **extra})
+
+
+def test_base_and_trained_models_write_evals_that_one_query_compares(root, engines):
+    wh = Warehouse(root[0])
+    base = evaluate(_config(root[0], "embedded"))
+    trained = evaluate(_config(root[0], TRAINED))
+    assert base["status"] == trained["status"] == "completed"
+    assert (base["model_id"], trained["model_id"]) == ("embedded", TRAINED)
+    assert base["run_id"] != trained["run_id"] and base["run_id"].startswith("eval-")
+    counts = query(wh, "select model_id, mode, count(*) as n from evals group by 1, 2 order by 1, 2")
+    assert counts.to_pylist() == [{"model_id": m, "mode": mode, "n": 20}
+                                  for m in ("embedded", TRAINED) for mode in ("agentic", "direct", "rag")]
+
+    compare = ("select model_id, mode, n_questions, em, avg_retrievals, avg_steps, n_format_errors "
+               "from eval_summary where dataset = 'hotpotqa' and mode = 'agentic' order by model_id")
+    result = CliRunner().invoke(app, ["sql", compare, "--format", "json", "--root", str(root[0])])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines()]
+    assert rows == [
+        {"model_id": "embedded", "mode": "agentic", "n_questions": 20, "em": 0.0,
+         "avg_retrievals": 0.0, "avg_steps": 4.0, "n_format_errors": 20},
+        {"model_id": TRAINED, "mode": "agentic", "n_questions": 20, "em": 1.0,
+         "avg_retrievals": 1.0, "avg_steps": 3.0, "n_format_errors": 0},
+    ]
+    by_mode = {(a["model_id"], a["mode"]): a for a in trained["aggregates"] + base["aggregates"]}
+    assert by_mode[(TRAINED, "direct")]["em"] == 1.0 and by_mode[("embedded", "direct")]["em"] == 0.0
+    runs = query(wh, "select run_id, flow, status from runs where flow = 'evaluate' order by run_id")
+    assert {r["run_id"] for r in runs.to_pylist()} == {base["run_id"], trained["run_id"]}
+    assert {r["status"] for r in runs.to_pylist()} == {"completed"}
+
+
+def test_a_rerun_replaces_its_rows_from_the_call_cache(root, engines):
+    wh = Warehouse(root[0])
+    first = evaluate(_config(root[0], TRAINED, modes=["direct", "rag"]))
+    calls = engines[root[1]].calls
+    before = query(wh, "select eval_id, prediction from evals where run_id = $r order by 1",
+                   {"r": first["run_id"]}).to_pylist()
+    again = evaluate(_config(root[0], TRAINED, modes=["direct", "rag"]))
+    assert again["run_id"] == first["run_id"]
+    assert engines[root[1]].calls == calls  # every completion came from llm_calls
+    after = query(wh, "select eval_id, prediction from evals where run_id = $r order by 1",
+                  {"r": first["run_id"]}).to_pylist()
+    assert after == before and len(after) >= 40  # rows replaced, not added; other modes kept
+    used = query(wh, """
+        select (select count(distinct call_id) from llm_calls where run_id = $r) as calls,
+               (select count(distinct c) from (select unnest(llm_call_ids) as c from evals
+                                               where run_id = $r)) as referenced
+    """, {"r": first["run_id"]}).to_pylist()
+    assert used[0]["calls"] == used[0]["referenced"] >= 40  # each mode's shard holds its calls
+
+
+def test_other_settings_are_another_run(root, engines):
+    other = evaluate(_config(root[0], TRAINED, modes=["direct"], max_tokens=32, limit=3))
+    rows = query(Warehouse(root[0]), "select count(*) as n from evals where run_id = $r",
+                 {"r": other["run_id"]}).to_pylist()
+    assert rows == [{"n": 3}] and other["aggregates"][0]["n_questions"] == 3
+
+
+def test_cli_evaluates_and_prints_the_aggregates(root, engines):
+    result = CliRunner().invoke(app, ["evaluate", "--model", TRAINED, "--dataset", "hotpotqa",
+                                      "--limit", "5", "--mode", "direct", "--root", str(root[0])])
+    assert result.exit_code == 0, result.output
+    assert TRAINED in result.output and "direct" in result.output and "eval_summary" in result.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--dataset", "no-such-dataset"], "ragfactory build"),
+    (["--mode", "search"], "modes"),
+    (["--model", "sft-missing-weights"], "not on disk"),
+])
+def test_cli_reports_bad_requests(root, engines, args, message, tmp_path):
+    register_model(Warehouse(root[0]), model_row("sft-missing-weights", {}, "embedded", "sft", "s", {}, {},
+                                                 str(tmp_path / "gone")))
+    result = CliRunner().invoke(app, ["evaluate", "--limit", "2", *args, "--root", str(root[0])])
+    assert result.exit_code == 1 and message in " ".join(result.output.split()), result.output
+
+
+@pytest.mark.slow
+def test_the_embedded_model_is_evaluated_on_three_questions(tmp_path, embedded_model):
+    config = EvalConfig.model_validate({
+        "model": str(embedded_model), "datasets": ["hotpotqa"], "limit": 3, "max_rounds": 2,
+        "max_tokens": 16, "top_k": 2, "warehouse": {"root": str(tmp_path / "wh")},
+    })
+    summary = evaluate(config)
+    assert summary["status"] == "completed"
+    rows = query(Warehouse(tmp_path / "wh"), "select * from evals order by mode, question_id").to_pylist()
+    assert [r["mode"] for r in rows] == ["agentic"] * 3 + ["direct"] * 3 + ["rag"] * 3
+    assert {r["model_id"] for r in rows} == {str(embedded_model.resolve())}
+    for row in rows:
+        assert all(0.0 <= row[m] <= 1.0 for m in ("em", "f1", "cover_em"))
+        assert row["em"] <= row["cover_em"] and row["prediction"] is not None
+        assert len(row["llm_call_ids"]) == row["n_steps"]
+        steps = (1, 2) if row["mode"] == "agentic" else (1, 1)
+        assert steps[0] <= row["n_steps"] <= steps[1]
+        assert row["n_retrievals"] <= {"agentic": 2, "direct": 0, "rag": 1}[row["mode"]]
+        assert row["mode"] != "rag" or row["n_retrievals"] == 1
+    assert {(a["mode"], a["n_questions"]) for a in summary["aggregates"]} == {
+        ("agentic", 3), ("direct", 3), ("rag", 3)}
