@@ -130,6 +130,10 @@ def run_training(trainer, output_dir: str | Path, keep_checkpoints: bool = False
     # GRPO logs each reward function's mean per step; the registry keeps the last step's.
     rewards = next((e for e in reversed(trainer.state.log_history) if "reward" in e), {})
     rewards = {k: float(v) for k, v in rewards.items() if k.startswith("reward") and isinstance(v, (int, float))}
+    tokens = next((e["num_input_tokens_seen"] for e in reversed(trainer.state.log_history)
+                   if "num_input_tokens_seen" in e), None)
+    if tokens is not None:
+        rewards["num_input_tokens_seen"] = float(tokens)
     return {**{k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}, **rewards,
             "train_loss": float(result.training_loss), "global_step": int(trainer.state.global_step),
             "final_loss": float(losses[-1]) if losses else float(result.training_loss),
