@@ -3,7 +3,7 @@
 The engine is the only double (a scripted backend per model, picked by the model the flow
 loads): the real flow, tasks, ingest, BM25 index, batcher, call cache and warehouse run. The
 "trained" model follows ReasonRAG's format and answers correctly; the base model writes no tags.
-The slow test runs the real embedded model on three questions.
+The slow test repeats it with real weights: SmolLM2 and one SFT step of it, 20 questions each.
 """
 
 from __future__ import annotations
@@ -156,16 +156,27 @@ def test_cli_reports_bad_requests(root, engines, args, message, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_embedded_model_is_evaluated_on_three_questions(tmp_path, embedded_model):
-    config = EvalConfig.model_validate({
-        "model": str(embedded_model), "datasets": ["hotpotqa"], "limit": 3, "max_rounds": 2,
-        "max_tokens": 16, "top_k": 2, "warehouse": {"root": str(tmp_path / "wh")},
-    })
-    summary = evaluate(config)
-    assert summary["status"] == "completed"
-    rows = query(Warehouse(tmp_path / "wh"), "select * from evals order by mode, question_id").to_pylist()
-    assert [r["mode"] for r in rows] == ["agentic"] * 3 + ["direct"] * 3 + ["rag"] * 3
-    assert {r["model_id"] for r in rows} == {str(embedded_model.resolve())}
+def test_the_embedded_model_and_a_trained_one_are_evaluated_and_compared(tmp_path, embedded_model):
+    """The acceptance run with real weights: SmolLM2 and one SFT step of it, 20 questions each."""
+    from ragfactory.flows.train import train
+    from ragfactory.schemas.config import TrainConfig
+    from tests.training.exports import write_exports
+
+    root = tmp_path / "wh"
+    wh = Warehouse(root)
+    write_exports(wh, run_id="build-1")
+    trained = train(TrainConfig(method="sft", run_id="build-1", base_model=str(embedded_model),
+                                warehouse={"root": str(root)},
+                                trl={"max_steps": 1, "per_device_train_batch_size": 2, "learning_rate": 1e-4}))
+    assert trained["status"] == "trained"
+    summaries = [evaluate(EvalConfig.model_validate({
+        "model": model, "datasets": ["hotpotqa"], "limit": 20, "max_rounds": 2, "max_tokens": 16,
+        "top_k": 2, "warehouse": {"root": str(root)},
+    })) for model in (str(embedded_model), trained["model_id"])]
+    assert [s["status"] for s in summaries] == ["completed", "completed"]
+    rows = query(wh, "select * from evals").to_pylist()
+    assert len(rows) == 2 * 3 * 20
+    assert {r["model_id"] for r in rows} == {str(embedded_model.resolve()), trained["model_id"]}
     for row in rows:
         assert all(0.0 <= row[m] <= 1.0 for m in ("em", "f1", "cover_em"))
         assert row["em"] <= row["cover_em"] and row["prediction"] is not None
@@ -174,5 +185,12 @@ def test_the_embedded_model_is_evaluated_on_three_questions(tmp_path, embedded_m
         assert steps[0] <= row["n_steps"] <= steps[1]
         assert row["n_retrievals"] <= {"agentic": 2, "direct": 0, "rag": 1}[row["mode"]]
         assert row["mode"] != "rag" or row["n_retrievals"] == 1
-    assert {(a["mode"], a["n_questions"]) for a in summary["aggregates"]} == {
-        ("agentic", 3), ("direct", 3), ("rag", 3)}
+
+    compare = ("select mode, model_id, n_questions, em, f1 from eval_summary "
+               "where dataset = 'hotpotqa' order by mode, model_id")
+    result = CliRunner().invoke(app, ["sql", compare, "--format", "json", "--root", str(root)])
+    assert result.exit_code == 0, result.output
+    table = [json.loads(line) for line in result.output.splitlines()]
+    assert [(r["mode"], r["n_questions"]) for r in table] == [(m, 20) for m in ("agentic", "direct", "rag")
+                                                              for _ in range(2)]
+    assert {r["model_id"] for r in table} == {str(embedded_model.resolve()), trained["model_id"]}
