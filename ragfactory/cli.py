@@ -354,6 +354,10 @@ def print_build_summary(summary: dict) -> None:
                        {"run_id": summary["run_id"]})
     if strategies.num_rows:
         print_arrow(strategies, title="search trees and training data per strategy")
+    figures = {row["item"]: row["value"] for row in summary.get("report", [])}
+    if figures:
+        console.print(f"shards: {figures['shards']} ({figures['cached shards']} cached from an earlier run), "
+                      f"engine calls: {figures['engine calls']}, cached samples: {figures['engine cache hits']}")
     for name, info in summary.get("indexes", {}).items():
         console.print(f"index {name}: {info}")
     if summary["failed_shards"]:

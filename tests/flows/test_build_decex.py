@@ -12,6 +12,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from ragfactory.cli import print_build_summary
 from ragfactory.flows.build import build
 from ragfactory.schemas.config import BuildConfig
 from ragfactory.tasks import expand as expand_module
@@ -65,7 +66,7 @@ def _table_bytes(wh: Warehouse, table: str) -> dict[str, object]:
     return {str(p.relative_to(wh.root)): pq.read_table(p) for p in wh.files(table)}
 
 
-def test_build_expands_exports_and_rebuilds_from_cache(tmp_path, scripted):
+def test_build_expands_exports_and_rebuilds_from_cache(tmp_path, scripted, capsys):
     root = tmp_path / "wh"
     summary = build(_config(root))
     assert summary["status"] == "completed", summary
@@ -99,6 +100,8 @@ def test_build_expands_exports_and_rebuilds_from_cache(tmp_path, scripted):
     assert [s["cached"] for s in again["shards"]] == [True, True], "shard tasks were not cache hits"
     report = {row["item"]: row["value"] for row in again["report"]}
     assert report["cached shards"] == 2 and report["engine calls"] == 0
+    print_build_summary(again)
+    assert "shards: 2 (2 cached from an earlier run), engine calls: 0" in capsys.readouterr().out
 
     # A shard whose rows are gone runs again; the engine-call cache answers every request.
     (wh.shard_path("nodes", {"run_id": again["run_id"]}, "decex-0001")).unlink()
