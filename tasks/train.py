@@ -28,7 +28,19 @@ def plan_model(root: str, config: TrainConfig) -> dict:
     return {"plan": asdict(plan), "cached": find_model(wh, plan.model_id)}
 
 
-@task(retries=2, retry_delay_seconds=[10, 60], task_run_name="train-{config.method}", cache_policy=NONE)
+# Errors in the request itself (an empty or missing export, a TRL option that does not exist,
+# every row truncated away) fail the same way on every attempt: no retry for those.
+PERMANENT = (ValueError, FileNotFoundError, LookupError, TypeError)
+
+
+def retry_unless_bad_request(task, task_run, state) -> bool:
+    """Prefect's retry condition: retry a lost worker or an engine error, not a bad request."""
+    error = state.result(raise_on_failure=False)
+    return not isinstance(error, PERMANENT)
+
+
+@task(retries=2, retry_delay_seconds=[10, 60], task_run_name="train-{config.method}", cache_policy=NONE,
+      retry_condition_fn=retry_unless_bad_request)
 def train_model(root: str, config: TrainConfig, plan: dict, callbacks: list | None = None) -> dict:
     """Train (resuming from the last checkpoint a failed attempt left); returns the metrics."""
     return train_planned(Warehouse(root), config, TrainingPlan(**plan), get_run_logger(),

@@ -21,26 +21,14 @@ from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.runs import default_run_id
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend
+from tests.flows.scripted_policies import decex_policy
 from tests.flows.conftest import use_engine
 
 GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=3).questions}
 
 
-def policy(request, sample: int) -> str:
-    """Well-formed DecEx outputs; branches that went through "fact 1" end in a wrong answer."""
-    prompt = request.messages[0].content
-    gold = next((a for q, a in GOLD.items() if q in prompt), "unknown")
-    answer = f"wrong {sample}" if "fact 1" in prompt else gold
-    if len(request.messages) > 1 or "Please generate a query" not in prompt and "<search>" in prompt:
-        return f"<answer>{answer}</answer>"
-    if "Please judge based on the available information" in prompt:
-        done = "Sub-question:" in prompt
-        return f"<answer>{answer}</answer>" if done else f"<question>What is fact {sample}?</question>"
-    if "break down the original question" in prompt:
-        return f"<reasoning>step</reasoning> <question>What is fact {sample}?</question>"
-    if "Please generate a query for search engines" in prompt:
-        return f"fact {sample} lookup"
-    return f"<answer>{answer}</answer>"
+# Well-formed DecEx outputs; branches that went through "fact 1" end in a wrong answer.
+policy = decex_policy(GOLD)
 
 
 @pytest.fixture

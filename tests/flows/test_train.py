@@ -72,6 +72,28 @@ def test_a_retried_train_task_resumes_from_its_checkpoint(tmp_path, tiny_model, 
     assert runs.TrainingPlan(**plan).output_dir == plan["output_dir"]
 
 
+def test_a_bad_request_fails_at_once_without_retries(tmp_path, tiny_model, monkeypatch):  # noqa: F811
+    from tests.training.exports import write_exports
+
+    wh = Warehouse(tmp_path / "wh")
+    write_exports(wh)
+    config = _train_config(wh.root, "run-1", tiny_model)
+    config = TrainConfig.model_validate(config.model_dump() | {"trl": {"no_such_option": 1}})
+    plan = train_tasks.plan_model(str(wh.root), config)["plan"]
+    attempts = []
+    original = runs.train_planned
+
+    def counting(*args, **kwargs):
+        attempts.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(train_tasks, "train_planned", counting)
+    monkeypatch.setattr(train_tasks.train_model, "retry_delay_seconds", [0, 0])
+    with pytest.raises(ValueError, match="no_such_option"):
+        train_tasks.train_model(str(wh.root), config, plan)
+    assert len(attempts) == 1
+
+
 def test_train_command_trains_then_hits_the_cache(built, tiny_model):  # noqa: F811
     from typer.testing import CliRunner
 

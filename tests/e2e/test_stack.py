@@ -1,0 +1,316 @@
+"""End to end on the real stack: Prefect server, work pools, `prefect deploy --all`, workers.
+
+The module starts everything the way `ragfactory serve` does (``ragfactory/serve.py``), with a
+temporary PREFECT_HOME (the developer's profile and database are never touched), a temporary
+warehouse and a free port, then triggers deployments through ``run_deployment``: the API call
+the UI's Run button makes. The nightly build runs with tiny parameters; it generates through
+the ``openai`` backend against a scripted DecEx policy (tests/e2e/scripted_engine.py says why),
+and train-sft trains the embedded SmolLM2 on its export on CPU.
+
+This machine has no GPU, yet the training deployments live on the ``gpu`` pool, whose job
+variables ask for CUDA and vLLM. The test runs a worker for that pool and overrides the job
+variables of its run (``RAGFACTORY_DEVICE=cpu``, ``RAGFACTORY_ENGINE=transformers``), as a
+person does in the UI's "Job variables" field on a CPU-only machine.
+
+The nightly schedule is deployed in a timezone where 02:00 is about twelve hours away, so the
+scheduler really schedules the next nightly runs (checked below) but none comes due and starts
+a full demo build in the middle of the test.
+
+``RAGFACTORY_UPDATE_SCREENSHOTS=1`` (or ``make screenshots``) also copies the UI screenshot to
+docs/images/ for the README.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ragfactory.serve import Stack, create_pools, deploy, set_timezone, start_stack
+from ragfactory.tasks.llm.embedded import EMBEDDED_DIRNAME
+from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.store import Warehouse
+from tests.e2e.scripted_engine import MODEL_NAME, scripted_engine
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOT = REPO / "docs" / "images" / "train-dpo-custom-run.png"
+
+
+def _far_timezone(now: dt.datetime | None = None) -> str:
+    """A fixed-offset IANA zone whose local time is about 14:00 now (02:00 is ~12 h away)."""
+    now = now or dt.datetime.now(dt.UTC)
+    offset = 14 - now.hour
+    offset += 24 if offset < -12 else (-24 if offset > 14 else 0)
+    return f"Etc/GMT{-offset:+d}"  # POSIX sign: Etc/GMT-3 is three hours ahead of UTC
+
+
+TIMEZONE = _far_timezone()
+RUN_TIMEOUT_S = 900
+CPU_JOB = {"env": {"RAGFACTORY_DEVICE": "cpu", "RAGFACTORY_ENGINE": "transformers"}}
+
+
+def nightly_parameters(base_url: str) -> dict:
+    """The nightly build's parameters, shrunk: two HotpotQA questions, BM25, DecEx, one shard.
+
+    The config names no policy model; the ``policy_model`` parameter picks the served one (the
+    server answers no other name, so a run that ignored the parameter would fail).
+    """
+    return {
+        "config": {
+            "name": "e2e-nightly",
+            "datasets": [{"name": "hotpotqa", "limit": 10}],
+            "retrieval": {"default": "bm25", "dense": {"enabled": False}},
+            "llm": {"policy": {"backend": "openai", "base_url": base_url},
+                    "max_in_flight": 2},
+            "search": {
+                "strategies": ["decex"], "datasets": ["hotpotqa"], "questions_per_dataset": 2,
+                "shard_size": 2,
+                "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1,
+                          "max_tokens": 32, "rollout_max_turns": 1},
+            },
+        },
+        "policy_model": MODEL_NAME,
+    }
+
+
+TRAIN_SFT = {"method": "sft", "trl": {"max_steps": 1, "per_device_train_batch_size": 1, "max_length": 512}}
+
+
+@dataclass
+class Running:
+    stack: Stack
+    root: Path
+    tmp: Path
+
+    def logs(self, chars: int = 4000) -> str:
+        """The tail of each worker's log, for failure messages."""
+        parts = []
+        for pool in self.stack.workers:
+            path = self.stack.log(f"worker-{pool}")
+            text = path.read_text(errors="replace") if path and path.exists() else ""
+            parts.append(f"--- worker {pool} ---\n{text[-chars:]}")
+        return "\n".join(parts)
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory, embedded_model):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    tmp = tmp_path_factory.mktemp("stack")
+    root = tmp / "warehouse"
+    models = root / "artifacts" / "models"
+    models.mkdir(parents=True)
+    (models / EMBEDDED_DIRNAME).symlink_to(embedded_model)  # converted once per test session
+    extra = {
+        "RAGFACTORY_HOME": str(root),
+        "RAGFACTORY_RESULT_STORAGE": "",  # the default: beside the warehouse
+        "PREFECT_LOCAL_STORAGE_PATH": str(tmp / "prefect-results"),
+    }
+    stack = start_stack(prefect_home=tmp / "prefect-home", log_dir=tmp / "logs", extra_env=extra)
+    try:
+        create_pools(stack.env)
+        set_timezone(stack.api_url, TIMEZONE)
+        deploy(stack.env)
+        stack.add_worker("cpu")
+        stack.add_worker("gpu")
+        with temporary_settings(updates={PREFECT_API_URL: stack.api_url}):
+            yield Running(stack, root, tmp)
+    finally:
+        stack.stop()
+
+
+def _run(running: Running, name: str, parameters: dict, job_variables: dict | None = None):
+    from prefect.deployments import run_deployment
+
+    flow_run = run_deployment(name, parameters=parameters, job_variables=job_variables,
+                              timeout=RUN_TIMEOUT_S, poll_interval=2, as_subflow=False)
+    assert flow_run.state is not None and flow_run.state.is_completed(), (
+        f"{name}: {flow_run.state}\n{running.logs()}")
+    return flow_run
+
+
+def _artifacts(flow_run) -> dict[str, object]:
+    """The flow run's artifacts by key."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id])))
+    return {a.key: a for a in found if a.key}
+
+
+def _rows(artifact) -> list[dict]:
+    return json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data
+
+
+def _table(artifact) -> dict[str, float]:
+    """A build artifact's ``{"item", "value"}`` rows as a dict."""
+    return {row["item"]: row["value"] for row in _rows(artifact)}
+
+
+def _build_run_id(root: Path) -> str:
+    rows = query(Warehouse(root), "select run_id, status from runs where flow = 'build'").to_pylist()
+    assert len(rows) == 1 and rows[0]["status"] == "completed", rows
+    return rows[0]["run_id"]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with scripted_engine("hotpotqa", limit=10) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def first_build(running, engine):
+    base_url, backend = engine
+    flow_run = _run(running, "build/nightly-build", nightly_parameters(base_url))
+    assert backend.calls > 0, "the build never reached the engine"
+    return flow_run, _build_run_id(running.root)
+
+
+def test_nightly_build_is_deployed_with_its_schedule_and_concurrency(running):
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name("build/nightly-build")
+        names = {d.name for d in client.read_deployments()}
+    assert {"nightly-build", "train-sft", "train-dpo", "train-grpo", "evaluate"} <= names
+    [schedule] = deployment.schedules
+    assert schedule.active
+    assert schedule.schedule.cron == "0 2 * * *" and schedule.schedule.timezone == TIMEZONE
+    assert deployment.global_concurrency_limit is not None and deployment.global_concurrency_limit.limit == 1
+    assert deployment.concurrency_options.collision_strategy.value == "CANCEL_NEW"
+    assert deployment.work_pool_name == "cpu"
+    assert deployment.parameters["policy_model"] == "embedded"
+    assert deployment.parameters["config"]["name"] == "demo"
+
+
+def test_the_scheduler_schedules_the_next_nightly_builds_at_two(running):
+    from zoneinfo import ZoneInfo
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+
+    only_nightly = DeploymentFilter(name=DeploymentFilterName(any_=["nightly-build"]))
+    deadline = time.monotonic() + 120
+    with get_client(sync_client=True) as client:
+        while not (runs := client.read_flow_runs(deployment_filter=only_nightly)) and time.monotonic() < deadline:
+            time.sleep(2)
+    assert runs, f"no nightly run scheduled\n{running.stack.log('server').read_text()[-4000:]}"
+    starts = [r.expected_start_time.astimezone(ZoneInfo(TIMEZONE)) for r in runs]
+    assert all(s.hour == 2 and s.minute == 0 for s in starts), starts
+    assert all(r.state.is_scheduled() for r in runs) and min(starts) > dt.datetime.now(dt.UTC)
+
+
+def test_nightly_build_lands_rows_and_publishes_its_artifacts(running, first_build):
+    flow_run, run_id = first_build
+    wh = Warehouse(running.root)
+    counts = query(wh, """
+        select (select count(*) from questions where dataset = 'hotpotqa') as questions,
+               (select count(*) from nodes where run_id = $run) as nodes,
+               (select count(*) from llm_calls where run_id = $run) as llm_calls,
+               (select count(*) from sft_examples where run_id = $run) as sft_examples""",
+                   {"run": run_id}).to_pylist()[0]
+    assert counts["questions"] == 10 and counts["nodes"] > 0 and counts["llm_calls"] > 0, counts
+    assert counts["sft_examples"] > 0, counts
+
+    artifacts = _artifacts(flow_run)
+    assert {"build-e2e-nightly", "build-e2e-nightly-sql"} <= artifacts.keys(), sorted(artifacts)
+    table = _table(artifacts["build-e2e-nightly"])
+    assert table["rows nodes"] == counts["nodes"]
+    assert table["decex nodes"] == counts["nodes"] and table["decex sft rows"] == counts["sft_examples"]
+    assert table["shards"] == 1 and table["cached shards"] == 0
+    assert table["engine calls"] > 0 and "rejects" in table and "decex pairs" in table
+    markdown = artifacts["build-e2e-nightly-sql"].data
+    assert f"where run_id = '{run_id}'" in markdown
+
+
+def test_train_sft_runs_on_the_build_export(running, first_build):
+    _, run_id = first_build
+    flow_run = _run(running, "train/train-sft", {"config": {**TRAIN_SFT, "run_id": run_id}}, CPU_JOB)
+    models = [row for row in Warehouse(running.root).read("models").to_pylist()
+              if json.loads(row["lineage"])["run_id"] == run_id]
+    assert [row["method"] for row in models] == ["sft"], models
+    assert Path(models[0]["path"]).is_dir()
+    artifact = _artifacts(flow_run)[f"train-{models[0]['model_id']}"]
+    metrics = {row["metric"]: row["value"] for row in _rows(artifact)}
+    assert metrics["global_step"] == 1 and metrics["train_loss"] > 0, metrics
+
+
+def test_second_nightly_run_is_all_cache_hits(running, engine, first_build):
+    base_url, backend = engine
+    calls = backend.calls
+    flow_run = _run(running, "build/nightly-build", nightly_parameters(base_url))
+    table = _table(_artifacts(flow_run)["build-e2e-nightly"])
+    assert table["engine calls"] == 0, table
+    assert table["cached shards"] == table["shards"] > 0, table
+    assert backend.calls == calls, "the second run called the engine"
+
+
+def test_ui_opens_the_custom_run_form_of_train_dpo(running, first_build):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _, run_id = first_build
+    with _chromium(running.tmp / "chromium-profile") as driver:
+        wait = WebDriverWait(driver, 90)
+        driver.get(f"{running.stack.ui_url}/deployments")
+        for name in ("nightly-build", "train-sft", "train-grpo", "evaluate"):
+            wait.until(ec.presence_of_element_located((By.XPATH, f"//a[normalize-space()='{name}']")))
+        wait.until(ec.element_to_be_clickable((By.XPATH, "//a[normalize-space()='train-dpo']"))).click()
+        wait.until(ec.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Run']"))).click()
+        wait.until(ec.element_to_be_clickable((By.XPATH, "//a[.//*[normalize-space()='Custom run']]"))).click()
+        wait.until(ec.url_contains("/run"))
+        run_id_field = _form_field("Run Id (Optional)")
+        wait.until(ec.element_to_be_clickable((By.XPATH, f"{run_id_field}//button[normalize-space()='str']"))).click()
+        box = wait.until(ec.element_to_be_clickable((By.XPATH, f"{run_id_field}//textarea")))
+        box.send_keys(run_id)
+        method = driver.find_element(By.XPATH, f"{_form_field('Method')}//select")
+        assert method.get_attribute("value") == "dpo"
+        assert driver.find_element(By.XPATH, f"{run_id_field}//textarea").get_attribute("value") == run_id
+        assert driver.find_element(By.XPATH, "//button[normalize-space()='Submit']").is_enabled()
+        shot = running.tmp / "train-dpo-custom-run.png"
+        assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+    if os.environ.get("RAGFACTORY_UPDATE_SCREENSHOTS"):
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, SCREENSHOT)
+
+
+def _form_field(label: str) -> str:
+    """XPath of the run form's field labelled ``label`` (the UI re-renders it on every change)."""
+    return (f"//span[normalize-space()='{label}']"
+            "/ancestor::div[contains(concat(' ', @class, ' '), ' schema-form-property ')][1]")
+
+
+class _chromium:
+    """Debian's headless Chromium through its chromedriver (nothing is downloaded)."""
+
+    def __init__(self, profile: Path):
+        self.profile = profile
+
+    def __enter__(self):
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+
+        for path in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
+            assert Path(path).exists(), f"{path} missing: `make test` installs Debian's chromium"
+        options = webdriver.ChromeOptions()
+        options.binary_location = "/usr/bin/chromium"
+        for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                     "--no-first-run", f"--user-data-dir={self.profile}", "--window-size=1400,1000"):
+            options.add_argument(flag)
+        self.driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+        return self.driver
+
+    def __exit__(self, *exc):
+        self.driver.quit()
