@@ -5,7 +5,8 @@ temporary PREFECT_HOME (the developer's profile and database are never touched),
 warehouse and a free port, then triggers deployments through ``run_deployment``: the API call
 the UI's Run button makes. The nightly build runs with tiny parameters; it generates through
 the ``openai`` backend against a scripted DecEx policy (tests/e2e/scripted_engine.py says why),
-and train-sft trains the embedded SmolLM2 on its export on CPU.
+and train-sft trains the embedded SmolLM2 on its export on CPU. One more nightly run generates
+with the deployment's default policy, the embedded model, on the cpu worker.
 
 This machine has no GPU, yet the training deployments live on the ``gpu`` pool, whose job
 variables ask for CUDA and vLLM. The test runs a worker for that pool and overrides the job
@@ -253,6 +254,23 @@ def test_second_nightly_run_is_all_cache_hits(running, engine, first_build):
     assert table["engine calls"] == 0, table
     assert table["cached shards"] == table["shards"] > 0, table
     assert backend.calls == calls, "the second run called the engine"
+
+
+def test_nightly_build_generates_with_the_embedded_cpu_model(running, first_build):
+    """The deployment's default policy, for real: SmolLM2 on the cpu pool's worker, one question."""
+    parameters = nightly_parameters("unused")
+    config = parameters["config"] | {"name": "e2e-embedded", "llm": {"max_in_flight": 2}}
+    config["search"] = config["search"] | {
+        "questions_per_dataset": 1, "shard_size": 1,
+        "decex": {"k": 2, "n_rollouts": 1, "t_max": 1, "termination_samples": 1, "max_tokens": 16,
+                  "rollout_max_turns": 1}}
+    flow_run = _run(running, "build/nightly-build", {"config": config, "policy_model": "embedded"})
+    table = _table(_artifacts(flow_run)["build-e2e-embedded"])
+    assert table["decex nodes"] > 0 and table["engine calls"] > 0 and table["cached shards"] == 0, table
+    calls = query(Warehouse(running.root), """
+        select count(*) as n, count(distinct model_fingerprint) as models from llm_calls
+        where run_id like 'e2e-embedded-%'""").to_pylist()[0]
+    assert calls["n"] > 0 and calls["models"] == 1, calls
 
 
 def test_ui_opens_the_custom_run_form_of_train_dpo(running, first_build):
