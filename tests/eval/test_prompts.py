@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ragfactory.tasks.prompts.loader import load_prompt, prompt_fields, render_prompt
+from ragfactory.tasks.prompts.loader import render_prompt
+from tests.prompts.templates import checked_template
 
 PROMPTS = {  # name: (placeholders, a phrase from its source)
     "reasonrag_reasoning": ({"answer_format"}, "Avoid repeating previous queries."),
@@ -16,11 +17,7 @@ PROMPTS = {  # name: (placeholders, a phrase from its source)
 
 @pytest.mark.parametrize("name", sorted(PROMPTS))
 def test_prompts_load_with_their_placeholders(name):
-    fields, phrase = PROMPTS[name]
-    template = load_prompt(name)
-    assert prompt_fields(template) == fields
-    assert phrase in template
-    assert "<code>" not in template and "<p>" not in template
+    checked_template(name, *PROMPTS[name])
 
 
 def test_the_reasoning_prompt_names_both_conclusions():

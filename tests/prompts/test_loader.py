@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ragfactory.tasks.prompts.loader import load_prompt, prompt_fields, render_prompt
+from ragfactory.tasks.prompts.loader import load_prompt, render_prompt
+from tests.prompts.templates import checked_template
 
 DECEX_PROMPTS = {  # name: (placeholders, a phrase from its table in 000, Appendix A.1)
     "decex_termination": ({"question", "iter_history"}, "whether there is sufficient evidence"),
@@ -17,11 +18,7 @@ DECEX_PROMPTS = {  # name: (placeholders, a phrase from its table in 000, Append
 
 @pytest.mark.parametrize("name", sorted(DECEX_PROMPTS))
 def test_decex_prompts_load_with_their_placeholders(name):
-    fields, phrase = DECEX_PROMPTS[name]
-    template = load_prompt(name)
-    assert prompt_fields(template) == fields
-    assert phrase in template
-    assert "<code>" not in template and "<p>" not in template
+    template = checked_template(name, *DECEX_PROMPTS[name])
     assert template.rstrip().endswith("### Your Output")
 
 

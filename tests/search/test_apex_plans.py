@@ -8,11 +8,11 @@ import json
 import pytest
 
 from ragfactory.tasks.data.loaders import load_bundled
-from ragfactory.tasks.prompts.loader import load_prompt, prompt_fields
 from ragfactory.tasks.search import apex_execute, plan_format, plan_rewrite
 from ragfactory.tasks.search.apex_execute import confidence, parse_decision, resolve_references
 from ragfactory.tasks.search.plan_format import gold_plan_texts, parse_plan
 from ragfactory.tasks.search.plan_rewrite import accept_llm_rewrite, references, rewrite_step
+from tests.prompts.templates import checked_template
 
 
 @pytest.mark.parametrize("module", [plan_format, plan_rewrite, apex_execute])
@@ -174,7 +174,4 @@ APEX_PROMPTS = {  # name: (placeholders, a phrase carrying its Appendix E / §2.
 
 @pytest.mark.parametrize("name", sorted(APEX_PROMPTS))
 def test_apex_prompts_load_with_their_placeholders(name):
-    fields, phrase = APEX_PROMPTS[name]
-    template = load_prompt(name)
-    assert prompt_fields(template) == fields
-    assert phrase in template
+    checked_template(name, *APEX_PROMPTS[name])
