@@ -164,6 +164,18 @@ def _trl_overrides(pairs: list[str]) -> dict:
     return overrides
 
 
+def _options_config(model_cls, root: Path | None, **fields):
+    """A flow's pydantic config from command options (unset ones keep the model's defaults) and
+    the warehouse root; a value that does not validate exits with the field named."""
+    from pydantic import ValidationError
+
+    fields["warehouse"] = {"root": str(root)} if root is not None else None
+    try:
+        return model_cls.model_validate({k: v for k, v in fields.items() if v is not None})
+    except ValidationError as exc:
+        _fail("; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()))
+
+
 @app.command()
 def train(
     method: Annotated[str, typer.Option("--method", help="sft, dpo or grpo")],
@@ -189,18 +201,12 @@ def train(
 
     Example: `ragfactory train --method dpo --run-id demo-0123abcd --trl max_steps=50 --lora`
     """
-    from pydantic import ValidationError
-
     from ragfactory.schemas.config import TrainConfig
 
-    fields = {"method": method, "run_id": run_id, "parquet": parquet, "base_model": base_model,
-              "task": task, "rewards": rewards, "trl": _trl_overrides(trl or []), "name": name,
-              "lora": {"enabled": lora}, "output_dir": output_dir,
-              "warehouse": {"root": str(root)} if root is not None else None}
-    try:
-        cfg = TrainConfig.model_validate({k: v for k, v in fields.items() if v is not None})
-    except ValidationError as exc:
-        _fail("; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()))
+    cfg = _options_config(TrainConfig, root, method=method, run_id=run_id, parquet=parquet,
+                          base_model=base_model, task=task, rewards=rewards,
+                          trl=_trl_overrides(trl or []), name=name, lora={"enabled": lora},
+                          output_dir=output_dir)
     _prefect_local_defaults()
     from ragfactory.flows.train import train as train_flow
 
@@ -211,9 +217,8 @@ def train(
     import pyarrow as pa
 
     metrics = result.get("metrics") or json.loads(result["row"]["metrics"])
-    rows = [{"metric": k, "value": v} for k, v in sorted(metrics.items()) if v is not None]
-    print_arrow(pa.Table.from_pylist([{"metric": r["metric"], "value": str(r["value"])} for r in rows]),
-                title=f"{result['model_id']} ({result['status']})")
+    rows = [{"metric": k, "value": str(v)} for k, v in sorted(metrics.items()) if v is not None]
+    print_arrow(pa.Table.from_pylist(rows), title=f"{result['model_id']} ({result['status']})")
     console.print(f"weights: {result['path']}")
 
 
@@ -242,17 +247,11 @@ def evaluate(
     Example: `ragfactory evaluate --model sft-0123abcd --dataset hotpotqa --limit 50 --mode agentic`
     """
     import pyarrow as pa
-    from pydantic import ValidationError
 
     from ragfactory.schemas.config import EvalConfig
 
-    fields = {"model": model, "datasets": datasets, "limit": limit, "modes": modes,
-              "max_rounds": max_rounds, "max_tokens": max_tokens,
-              "warehouse": {"root": str(root)} if root is not None else None}
-    try:
-        cfg = EvalConfig.model_validate({k: v for k, v in fields.items() if v is not None})
-    except ValidationError as exc:
-        _fail("; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()))
+    cfg = _options_config(EvalConfig, root, model=model, datasets=datasets, limit=limit, modes=modes,
+                          max_rounds=max_rounds, max_tokens=max_tokens)
     _prefect_local_defaults()
     from ragfactory.flows.evaluate import evaluate as evaluate_flow
 
