@@ -126,15 +126,16 @@ def run_training(trainer, output_dir: str | Path, keep_checkpoints: bool = False
     if not keep_checkpoints:
         for folder in Path(output_dir).glob("checkpoint-*"):
             shutil.rmtree(folder, ignore_errors=True)
-    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+
+    def last_logged(key: str) -> dict:
+        return next((e for e in reversed(trainer.state.log_history) if key in e), {})
+
     # GRPO logs each reward function's mean per step; the registry keeps the last step's.
-    rewards = next((e for e in reversed(trainer.state.log_history) if "reward" in e), {})
-    rewards = {k: float(v) for k, v in rewards.items() if k.startswith("reward") and isinstance(v, (int, float))}
-    tokens = next((e["num_input_tokens_seen"] for e in reversed(trainer.state.log_history)
-                   if "num_input_tokens_seen" in e), None)
-    if tokens is not None:
-        rewards["num_input_tokens_seen"] = float(tokens)
-    return {**{k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}, **rewards,
+    logged = {k: v for k, v in last_logged("reward").items() if k.startswith("reward")}
+    if tokens := last_logged("num_input_tokens_seen"):
+        logged["num_input_tokens_seen"] = tokens["num_input_tokens_seen"]
+    numbers = {k: float(v) for k, v in {**result.metrics, **logged}.items() if isinstance(v, (int, float))}
+    return {**numbers,
             "train_loss": float(result.training_loss), "global_step": int(trainer.state.global_step),
-            "final_loss": float(losses[-1]) if losses else float(result.training_loss),
+            "final_loss": float(last_logged("loss").get("loss", result.training_loss)),
             "resumed_from": resume}
