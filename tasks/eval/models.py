@@ -43,6 +43,4 @@ def resolve_eval_model(wh: Warehouse, spec: str) -> EvalModel:
     if path.exists():
         resolved = str(path.resolve())
         return EvalModel(resolved, resolved, "path")
-    if wh.read("models", model_id=spec).num_rows:
-        raise FileNotFoundError(f"model {spec!r} is registered but its weights are not on disk")
     return EvalModel(spec, spec, "name")

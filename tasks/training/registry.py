@@ -69,7 +69,8 @@ def resolve_model(wh: Warehouse, spec: str) -> tuple[str, str | None]:
     """(what to load, registered model id) of a model spec.
 
     ``latest:<name>`` is the newest model of that lineage, a registered model id its weights'
-    folder; anything else ('embedded', a local path, a hub id) is returned as given.
+    folder; anything else ('embedded', a local path, a hub id) is returned as given. A registered
+    id whose weights are gone is an error, not a hub id to try.
     """
     if spec.startswith(LATEST):
         name = spec[len(LATEST):]
@@ -78,5 +79,11 @@ def resolve_model(wh: Warehouse, spec: str) -> tuple[str, str | None]:
             raise LookupError(f"{spec!r}: no trained model of lineage {name!r} in {wh.root} "
                               "(models.lineage name, default the training method)")
         return row["path"], row["model_id"]
-    row = find_model(wh, spec) if not Path(spec).expanduser().exists() else None
-    return (row["path"], row["model_id"]) if row else (spec, None)
+    if Path(spec).expanduser().exists():
+        return spec, None
+    row = find_model(wh, spec)
+    if row is not None:
+        return row["path"], row["model_id"]
+    if wh.read("models", model_id=spec).num_rows:
+        raise FileNotFoundError(f"model {spec!r} is registered but its weights are not on disk")
+    return spec, None

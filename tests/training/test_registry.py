@@ -30,6 +30,8 @@ def test_latest_is_the_newest_model_of_the_lineage_whose_weights_exist(tmp_path)
     assert resolve_model(wh, "latest:nightly") == (str(tmp_path / "sft-b"), "sft-b")
     assert resolve_model(wh, "sft-d") == (str(tmp_path / "sft-d"), "sft-d")
     assert resolve_model(wh, "embedded") == ("embedded", None)
+    with pytest.raises(FileNotFoundError, match="'sft-c' is registered but its weights are not on disk"):
+        resolve_model(wh, "sft-c")
     with pytest.raises(LookupError, match="lineage 'missing'"):
         resolve_model(wh, "latest:missing")
 
