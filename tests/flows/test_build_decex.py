@@ -120,22 +120,16 @@ def test_a_failing_expand_shard_is_recorded_and_the_others_go_on(tmp_path, monke
 
 
 def test_latest_policy_model_builds_from_the_newest_model_of_its_lineage(tmp_path, scripted):
-    import datetime as dt
-    import json
-
-    from ragfactory.tasks.training.registry import model_row, register_model
+    from tests.training.exports import register_trained
 
     root = tmp_path / "wh"
     wh = Warehouse(root)
-    for day, name in ((1, "old"), (2, "new")):
-        folder = tmp_path / name
-        folder.mkdir()
-        row = model_row(f"sft-{name}", {"name": "nightly-sft"}, "embedded", "sft", "snap", {}, {}, str(folder))
-        register_model(wh, {**row, "created_at": dt.datetime(2026, 1, day, tzinfo=dt.timezone.utc)})
+    register_trained(wh, tmp_path, "sft-old", "nightly-sft", day=1)
+    newest = register_trained(wh, tmp_path, "sft-new", "nightly-sft", day=2)
     summary = build(_config(root), policy_model="latest:nightly-sft")
     assert summary["status"] == "completed"
     run = query(wh, "select config from runs where run_id = $r", {"r": summary["run_id"]}).to_pylist()[0]
-    assert json.loads(run["config"])["llm"]["policy"]["model"] == str(tmp_path / "new")
+    assert json.loads(run["config"])["llm"]["policy"]["model"] == newest
     assert summary["run_id"] != default_run_id("decex-test", _config(root).config_hash())
 
     with pytest.raises(LookupError, match="no trained model of lineage 'nothing'"):

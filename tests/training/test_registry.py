@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 
 from ragfactory.tasks.training.data import export_files, read_export
-from ragfactory.tasks.training.registry import latest_model, model_row, register_model, resolve_model
+from ragfactory.tasks.training.registry import latest_model, resolve_model
 from ragfactory.warehouse.store import Warehouse
-from tests.training.exports import write_exports
-
-
-def _register(wh, tmp_path, model_id, name, day, keep=True):
-    folder = tmp_path / model_id
-    if keep:
-        folder.mkdir()
-    row = model_row(model_id, {"name": name}, "embedded", "sft", "snap", {}, {}, str(folder))
-    register_model(wh, {**row, "created_at": dt.datetime(2026, 3, day, tzinfo=dt.UTC)})
+from tests.training.exports import register_trained, write_exports
 
 
 def test_latest_is_the_newest_model_of_the_lineage_whose_weights_exist(tmp_path):
     wh = Warehouse(tmp_path / "wh")
-    _register(wh, tmp_path, "sft-a", "nightly", 1)
-    _register(wh, tmp_path, "sft-b", "nightly", 2)
-    _register(wh, tmp_path, "sft-c", "nightly", 3, keep=False)  # weights deleted
-    _register(wh, tmp_path, "sft-d", "other", 4)
+    register_trained(wh, tmp_path, "sft-a", "nightly", 1)
+    register_trained(wh, tmp_path, "sft-b", "nightly", 2)
+    register_trained(wh, tmp_path, "sft-c", "nightly", 3, keep=False)  # weights deleted
+    register_trained(wh, tmp_path, "sft-d", "other", 4)
     assert latest_model(wh, "nightly")["model_id"] == "sft-b"
     assert resolve_model(wh, "latest:nightly") == (str(tmp_path / "sft-b"), "sft-b")
     assert resolve_model(wh, "sft-d") == (str(tmp_path / "sft-d"), "sft-d")
