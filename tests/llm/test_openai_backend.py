@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import time
 import httpx
 import pytest
 
+from ragfactory.serve import free_port
 from ragfactory.tasks.llm.openai_backend import (
     OpenAIBackend,
     OpenAIBackendError,
@@ -33,14 +33,8 @@ SECRET = "sk-test-0123456789abcdef"
 SLOW_REPLY_S = 1.0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _start_server(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "ragfactory.tasks.llm.openai_server", "--port", str(port), *args]
     proc = subprocess.Popen(
         cmd, env={**os.environ, **(env or {})}, stderr=subprocess.PIPE, text=True
@@ -260,7 +254,7 @@ def test_connection_errors_are_retried():
     backend = OpenAIBackend(
         OpenAIConfig(
             model="echo",
-            base_url=f"http://127.0.0.1:{_free_port()}/v1",
+            base_url=f"http://127.0.0.1:{free_port()}/v1",
             max_retries=2,
             backoff_s=0.01,
         )

@@ -7,6 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from ragfactory.serve import free_port
 from ragfactory.tasks.retrieval.client import HttpRetriever, parse_item
 from ragfactory.tasks.retrieval.types import Hit, RetrievalError
 
@@ -91,14 +92,8 @@ def test_large_batches_are_split_and_kept_in_order():
     assert [r["queries"] for r in server.requests] == [["q0", "q1"], ["q2", "q3"], ["q4"]]
 
 
-def unused_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_nothing_listening_fails_cleanly():
-    url = f"http://127.0.0.1:{unused_port()}/retrieve"
+    url = f"http://127.0.0.1:{free_port()}/retrieve"
     start = time.monotonic()
     with HttpRetriever(url, timeout_s=1.0, max_retries=2, backoff_s=0.01) as remote:
         expected = rf"{url}: no answer after 3 attempt\(s\).*ConnectError"

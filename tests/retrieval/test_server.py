@@ -1,4 +1,3 @@
-import socket
 import subprocess
 import sys
 import time
@@ -8,6 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 from fastapi.testclient import TestClient
 
+from ragfactory.serve import free_port
 from ragfactory.tasks.retrieval.bm25 import BM25Retriever
 from ragfactory.tasks.retrieval.client import HttpRetriever
 from ragfactory.tasks.retrieval.server import create_app
@@ -64,12 +64,6 @@ def test_bad_requests_are_422_naming_the_field(app_client, payload, field):
     reply = app_client.post("/retrieve", json=payload)
     assert reply.status_code == 422
     assert any(field in err["loc"] for err in reply.json()["detail"])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
