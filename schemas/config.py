@@ -131,6 +131,10 @@ class LLMRoleConfig(Section):
     )
     max_concurrency: int = Field(32, ge=1, description="HTTP requests in flight (openai)")
     timeout_s: float = Field(300.0, gt=0, description="Per-request timeout (openai)")
+    structured: bool = Field(
+        True, description="Constrain outputs to each prompt's grammar (tags, allowed actions, "
+        "bounded free text); false generates freely, as the papers did, for comparison",
+    )
     retries: int = Field(3, ge=0, description="Retries of a failed engine call before the shard fails")
     retry_backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles each retry")
     options: dict[str, Any] = Field(

@@ -16,6 +16,10 @@ request with seed ``s`` is, by contract, sample 0 of seed ``s + i``). The blocki
 runs off the event loop (``asyncio.to_thread``); a backend exception, already retried by the
 backend, is raised in every question that waits on that engine call.
 
+Structured generation is decided per role: a request's grammar goes to the engine (and into
+its call ids) only when its role is ``structured``; otherwise the batcher drops it, and the
+request is the free one it would have been without a grammar, cache rows included.
+
 What "waiting" cannot see: a question that fans out a model call and, beside it, a non-model
 await (a retrieval in a thread) counts as waiting once the model call is pending, so the flush
 may go without the request that follows the retrieval. Batches get smaller, results do not change.
@@ -112,8 +116,10 @@ class Batcher:
         backends: Backend | Mapping[str, Backend],
         cache: CallCache | None = None,
         config: BatcherConfig = BatcherConfig(),
+        free_roles: frozenset[str] = frozenset(),
     ):
         self.backends = dict(backends) if isinstance(backends, Mapping) else {ANY_ROLE: backends}
+        self.free_roles = free_roles  # roles whose requests are generated without their grammar
         self.cache = cache if cache is not None else CallCache("unrecorded")
         self.config = config
         self.stats = BatchStats()
@@ -134,6 +140,8 @@ class Batcher:
     async def generate(self, request: Request) -> list[Completion]:
         """The request's ``n`` completions, once the batch it joins comes back."""
         self.backend_for(request.role)  # fail in the caller, not inside a flush
+        if request.role in self.free_roles:
+            request = replace(request, sampling=request.sampling.free())
         item = _Pending(request, _QUESTION.get(), asyncio.get_running_loop().create_future())
         if item.question in self._active:
             item.counted = True

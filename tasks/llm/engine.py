@@ -89,15 +89,20 @@ def make_backend(role: LLMRoleConfig, cache_dir: str | Path | None) -> Backend:
 
 
 def make_backends(llm: LLMConfig, cache_dir: str | Path | None) -> dict[str, Backend]:
-    """role -> backend; roles with equal configs share one backend object."""
-    built: list[tuple[LLMRoleConfig, Backend]] = []
+    """role -> backend; roles with equal engine configs share one backend object.
+
+    ``structured`` is not an engine setting (the batcher applies it per role), so a free judge
+    and a constrained policy on the same model still share it.
+    """
+    built: list[tuple[dict, Backend]] = []
     backends = {}
     for name in ROLES:
         config = llm.role(name)
-        shared = next((backend for seen, backend in built if seen == config), None)
+        engine = config.model_dump(exclude={"structured"})
+        shared = next((backend for seen, backend in built if seen == engine), None)
         backends[name] = shared if shared is not None else make_backend(config, cache_dir)
         if shared is None:
-            built.append((config, backends[name]))
+            built.append((engine, backends[name]))
     return backends
 
 
@@ -112,7 +117,8 @@ def make_batcher(
     ``backends`` replaces the engines the config names (tests pass scripted backends).
     """
     engines = dict(backends) if backends is not None else make_backends(llm, cache_dir)
-    return Batcher(engines, cache, BatcherConfig(max_batch_size=llm.max_batch_size))
+    free = frozenset(name for name in ROLES if not llm.role(name).structured)
+    return Batcher(engines, cache, BatcherConfig(max_batch_size=llm.max_batch_size), free)
 
 
 def _build(config_cls: type, fields: Mapping[str, Any], options: Mapping[str, Any], name: str):

@@ -3,7 +3,11 @@
 The engine contract of DESIGN.md "Core contracts": one ``generate_batch`` call answers a whole
 batch, here by sending every request at once over async HTTP under a concurrency bound, so the
 server's own continuous batching sees the batch. Calls go to ``POST {base_url}/chat/completions``
-(non-streaming) with model, messages, n, temperature, top_p, max_tokens, stop and seed.
+(non-streaming) with model, messages, n, temperature, top_p, max_tokens, stop and seed, and a
+constrained request's grammar as vLLM's server takes it: ``"structured_outputs": {"grammar":
+<Lark text>}`` (vLLM picks its guidance backend for llguidance's Lark; ``openai_server`` honours
+the same field). A server that refuses the field fails the request with an error that names the
+server and ``llm.<role>.structured: false``, the switch that sends requests without it.
 
 Failures that say "try again" (HTTP 429, any 5xx, a connection error or a timeout) are retried
 with exponential backoff and jitter, honouring ``Retry-After``; other 4xx answers fail at once.
@@ -89,6 +93,8 @@ def request_body(
     }
     if s.stop:
         body["stop"] = list(s.stop)
+    if s.grammar is not None:
+        body["structured_outputs"] = {"grammar": s.grammar.text}
     return body
 
 
@@ -236,7 +242,7 @@ class OpenAIBackend:
                     return _payload(response, index)
                 cause = f"HTTP {response.status_code}: {_error_text(response)}"
                 if response.status_code not in RETRY_STATUSES:
-                    raise OpenAIBackendError(self._scrub(f"request {index}: {cause}"))
+                    raise OpenAIBackendError(self._scrub(f"request {index}: {cause}{self._hint(body)}"))
                 retry_after = _retry_after(response)
             if attempt + 1 < attempts:
                 await asyncio.sleep(self._delay(attempt, retry_after))
@@ -251,6 +257,12 @@ class OpenAIBackend:
         # Jitter spreads the retries of a whole batch that failed at once.
         base = min(c.backoff_s * 2**attempt, c.backoff_max_s)
         return base * (0.5 + 0.5 * self._rng.random())
+
+    def _hint(self, body: dict) -> str:
+        if "structured_outputs" not in body:
+            return ""
+        return (f" (the server at {self.config.base_url} may not accept output grammars "
+                "(structured_outputs); set llm.<role>.structured: false to generate freely)")
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._api_key, "***") if self._api_key else text

@@ -10,6 +10,10 @@ Requests that arrive together, or while the engine is busy, are coalesced into o
 ``generate_batch`` call (the batching of DESIGN.md "Core contracts"), so concurrent clients share
 the engine's forward passes. The server keeps no cache: recording calls is the client's business.
 
+A request may carry vLLM's ``"structured_outputs": {"grammar": …}`` (llguidance's Lark dialect):
+the grammar is checked when the request arrives (HTTP 400 naming the problem) and the backend
+holds the completion to it.
+
 ``--model echo`` selects ``EchoBackend``, a deterministic test and debug backend that answers
 with the last user message. The debug flags ``--fail-first``, ``--fail-status`` and ``--delay-s``
 make the server misbehave on purpose, for testing clients' retries and timeouts.
@@ -25,12 +29,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request as HttpRequest
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ragfactory.tasks.llm.types import Backend, Completion, Message, Request, Sampling
+from ragfactory.tasks.llm.structured import check_grammar
+from ragfactory.tasks.llm.types import Backend, Completion, Grammar, Message, Request, Sampling
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,21 @@ class ChatCompletionBody(BaseModel):
     stop: str | list[str] | None = None
     seed: int | None = None  # absent means seed 0: this server is reproducible by default
     stream: bool = False
+    # vLLM's field for constrained decoding; we honour its "grammar" (llguidance's Lark dialect)
+    structured_outputs: dict[str, Any] | None = None
+
+    def grammar(self) -> Grammar | None:
+        """The request's output grammar; another kind of structured output is refused by name."""
+        if not self.structured_outputs:
+            return None
+        unknown = sorted(set(self.structured_outputs) - {"grammar"})
+        text = self.structured_outputs.get("grammar")
+        if unknown or not isinstance(text, str) or not text.strip():
+            raise ValueError(f"structured_outputs: only a non-empty 'grammar' (llguidance Lark) is "
+                             f"supported, got {sorted(self.structured_outputs)}")
+        grammar = Grammar("request", text)
+        check_grammar(grammar)
+        return grammar
 
     def to_request(self, default_max_tokens: int) -> Request:
         stop = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
@@ -82,6 +103,7 @@ class ChatCompletionBody(BaseModel):
             max_tokens=self.max_completion_tokens or self.max_tokens or default_max_tokens,
             stop=tuple(stop),
             seed=self.seed or 0,
+            grammar=self.grammar(),
         )
         return Request(tuple(Message(m.role, m.text()) for m in self.messages), sampling)
 
@@ -187,7 +209,11 @@ def create_app(backend: Backend, config: ServerConfig) -> FastAPI:
         if config.delay_s:
             await asyncio.sleep(config.delay_s)
         try:
-            completions = await queue.generate(body.to_request(config.default_max_tokens))
+            request = body.to_request(config.default_max_tokens)
+        except ValueError as exc:  # a grammar that does not compile: the client's to fix
+            return _error(400, str(exc))
+        try:
+            completions = await queue.generate(request)
         except Exception as exc:
             return _error(500, f"{type(exc).__name__}: {exc}")
         return _response(config.model_name, completions)

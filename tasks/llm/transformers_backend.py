@@ -28,8 +28,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ragfactory.tasks.llm.types import Completion, Request
+from ragfactory.tasks.llm.types import Completion, Grammar, Request
 
 DECODE_VERSION = "rowseed-v1"  # bump when the decode loop changes what it samples
 
@@ -56,6 +57,8 @@ class _Row:
     top_p: float
     max_tokens: int
     stop: tuple[str, ...]
+    grammar: Grammar | None = None
+    matcher: Any = None  # the row's llguidance matcher while it decodes under ``grammar``
     tokens: list[int] = field(default_factory=list)
     finish_reason: str = ""
     latency_s: float = 0.0
@@ -74,6 +77,7 @@ class TransformersBackend:
         self._tokenizer = None
         self._eos_ids: frozenset[int] = frozenset()
         self._pad_id = 0
+        self._masks = None  # GrammarMasks, built with the first constrained row
         self._lock = threading.Lock()  # one model, called from batcher threads of several roles
 
     def __repr__(self) -> str:
@@ -134,10 +138,12 @@ class TransformersBackend:
 
         started = time.perf_counter()
         generators = [torch.Generator(device=self.device).manual_seed(r.seed) for r in rows]
+        self._start_matchers(rows)
         logits, mask, cache = self._prefill(rows)
         active = list(range(len(rows)))
         while True:
             live = [rows[i] for i in active]
+            self._mask(logits, live)
             tokens = sample_tokens(
                 logits.float(), [r.temperature for r in live], [r.top_p for r in live],
                 [generators[i] for i in active],
@@ -176,10 +182,27 @@ class TransformersBackend:
         ).logits[:, -1, :]
         return logits, mask, cache
 
+    def _start_matchers(self, rows: list[_Row]) -> None:
+        if any(r.grammar is not None for r in rows) and self._masks is None:
+            from ragfactory.tasks.llm.structured import GrammarMasks
+
+            self._masks = GrammarMasks(self._tokenizer)
+        for row in rows:
+            row.matcher = self._masks.matcher(row.grammar) if row.grammar is not None else None
+
+    def _mask(self, logits, live: list[_Row]) -> None:
+        """Logits of the tokens a constrained row's grammar forbids next become -inf."""
+        constrained = [k for k, row in enumerate(live) if row.matcher is not None]
+        if constrained:
+            self._masks.mask_logits(logits, constrained, [live[k].matcher for k in constrained])
+
     def _advance(self, row: _Row, token: int, started: float) -> bool:
         """Append a sampled token; True when the row is finished."""
         row.tokens.append(token)
-        if token in self._eos_ids:
+        if row.matcher is not None and not row.matcher.consume_token(token):
+            raise RuntimeError(f"grammar {row.grammar.name!r} refused a token its own mask allowed: "
+                               f"{row.matcher.get_error()}")
+        if token in self._eos_ids or (row.matcher is not None and row.matcher.is_stopped()):
             row.finish_reason = "stop"
         elif row.stop and self._tail_has_stop(row):
             row.finish_reason = "stop"
@@ -282,7 +305,7 @@ def _rows(index: int, request: Request, backend: TransformersBackend) -> list[_R
     prompt = backend.encode_prompt(request)
     return [
         _Row(index, i, prompt, sampling.seed + i, sampling.temperature, sampling.top_p,
-             sampling.max_tokens, tuple(s for s in sampling.stop if s))
+             sampling.max_tokens, tuple(s for s in sampling.stop if s), sampling.grammar)
         for i in range(sampling.n)
     ]
 

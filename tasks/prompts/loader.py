@@ -13,7 +13,11 @@ True
 from __future__ import annotations
 
 import string
+from functools import lru_cache
 from importlib import resources
+
+from ragfactory.tasks.llm.grammar import GrammarError, render_grammar
+from ragfactory.tasks.llm.types import Grammar
 
 PACKAGE = "ragfactory.tasks.prompts"
 
@@ -45,3 +49,29 @@ def render_prompt(name: str, **values: str) -> str:
             f"prompt {name!r} takes {sorted(fields)}; got {sorted(values)}"
         )
     return template.format(**values)
+
+
+def grammar_names() -> list[str]:
+    """The prompts that ship an output grammar (``<name>.lark``)."""
+    return sorted(p.name[:-5] for p in resources.files(PACKAGE).iterdir() if p.name.endswith(".lark"))
+
+
+@lru_cache(maxsize=256)
+def load_grammar(name: str, max_tokens: int, **params: object) -> Grammar:
+    """The output grammar of prompt ``name`` for outputs of at most ``max_tokens`` tokens.
+
+    Its free text gets what ``max_tokens`` leaves after the tags and bounded fields, so every
+    output closes within it (``grammar.render_grammar``); ``params`` fill other placeholders.
+
+    >>> grammar = load_grammar("decex_self_answer", 64)
+    >>> grammar.max_tokens <= 64, "<answer>" in grammar.text
+    (True, True)
+    """
+    source = resources.files(PACKAGE).joinpath(f"{name}.lark")
+    if not source.is_file():
+        raise KeyError(f"prompt {name!r} has no grammar; prompts with one: {', '.join(grammar_names())}")
+    try:
+        text, bound = render_grammar(source.read_text(encoding="utf-8"), max_tokens, **params)
+    except GrammarError as exc:
+        raise GrammarError(f"grammar {name!r}: {exc}") from None
+    return Grammar(name, text, bound)

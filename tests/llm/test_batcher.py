@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -221,3 +222,23 @@ def test_partly_cached_request_asks_only_for_missing_samples():
     assert [c.text for c in more[:2]] == [c.text for c in first]
     assert [c.cached for c in more] == [True, True, False, False]
     assert more[3].text == "hi|seed=8|sample=0"  # sample 3 of seed 5 is sample 0 of seed 8
+
+
+def test_a_free_role_drops_the_grammar_before_the_engine_and_the_call_id():
+    from ragfactory.tasks.llm.types import Grammar
+
+    grammar = Grammar("g", 'start: "x"\n', 2)
+    backend = ScriptedBackend()
+    cache = CallCache("run")
+    batcher = Batcher({"policy": backend, "judge": backend}, cache, free_roles=frozenset({"judge"}))
+    policy = Request.chat([{"role": "user", "content": "a"}], grammar=grammar)
+    judge = Request.chat([{"role": "user", "content": "a"}], grammar=grammar, role="judge")
+
+    async def main():
+        return await asyncio.gather(batcher.generate(policy), batcher.generate(judge))
+
+    asyncio.run(main())
+    [batch] = backend.batches
+    assert [r.sampling.grammar for r in batch] == [grammar, None]
+    keys = sorted(json.loads(row["sampling"]).get("grammar", {}).get("name", "-") for row in cache.rows())
+    assert keys == ["-", "g"]

@@ -161,3 +161,28 @@ def test_empty_cache_writes_an_empty_shard(warehouse):
     path = CallCache("run-9").write(warehouse, shard="s")
     assert pq.read_table(path).num_rows == 0
 
+
+
+FINGERPRINT = "transformers/smollm2-135m-instruct/float32/0123456789abcdef"
+JAWS = Request.chat([{"role": "user", "content": "Who directed Jaws?"}], n=2, temperature=0.7,
+                    max_tokens=64, stop=("</answer>",), seed=11)
+
+
+def test_free_call_ids_are_those_of_releases_before_grammars():
+    """Pinned from the release without structured generation: caches built then stay valid."""
+    assert call_id(FINGERPRINT, JAWS, 0) == "b522d92fa6bd8e4ffd98e9c6ff4faf5b"
+    assert call_id(FINGERPRINT, JAWS, 1) == "4cee4475232cca17ffa04785e3dafa06"
+
+
+def test_a_grammar_is_part_of_the_call_id():
+    from ragfactory.tasks.llm.types import Grammar
+
+    answer = Grammar("a", 'start: "<answer>" x "</answer>"\nx[max_tokens=8]: /[a-z]+/\n', 26)
+    other = Grammar("a", 'start: "<answer>" x "</answer>"\nx[max_tokens=9]: /[a-z]+/\n', 27)
+    constrained = replace(JAWS, sampling=replace(JAWS.sampling, grammar=answer))
+    ids = {call_id(FINGERPRINT, r, 0) for r in (JAWS, constrained,
+                                               replace(JAWS, sampling=replace(JAWS.sampling, grammar=other)))}
+    assert len(ids) == 3  # free, constrained, and constrained by another grammar never share rows
+    assert constrained.sampling.key()["grammar"] == {"name": "a", "sha256": answer.digest}
+    assert call_id(FINGERPRINT, replace(constrained, sampling=constrained.sampling.free()), 0) == \
+        call_id(FINGERPRINT, JAWS, 0)

@@ -26,7 +26,7 @@ from ragfactory.tasks.llm.openai_backend import (
     split_tokens,
 )
 from ragfactory.tasks.llm.openai_server import EchoBackend, ServerConfig, create_app
-from ragfactory.tasks.llm.types import Backend, Request
+from ragfactory.tasks.llm.types import Backend, Grammar, Request
 
 KEY_ENV = "RAGFACTORY_TEST_OPENAI_KEY"
 SECRET = "sk-test-0123456789abcdef"
@@ -203,9 +203,11 @@ class RecordingEcho(EchoBackend):
 
     def __init__(self):
         self.batch_sizes = []
+        self.requests = []
 
     def generate_batch(self, requests):
         self.batch_sizes.append(len(requests))
+        self.requests.extend(requests)
         return super().generate_batch(requests)
 
 
@@ -339,6 +341,41 @@ def test_config_refuses_bad_values(field):
         OpenAIConfig(**{"model": "m", **field})
 
 
+ANSWER_GRAMMAR = Grammar("answer", 'start: "<answer>" x "</answer>"\nx[max_tokens=8]: /[a-z]+/\n', 26)
+
+
+def _asgi(engine) -> OpenAIBackend:
+    app = create_app(engine, ServerConfig(model_name="echo"))
+    return OpenAIBackend(OpenAIConfig(model="echo", base_url="http://app/v1", max_retries=0),
+                         transport=httpx.ASGITransport(app))
+
+
+def test_a_grammar_travels_as_structured_outputs_to_the_engine():
+    engine = RecordingEcho()
+    backend = _asgi(engine)
+    [[answer], [free]] = backend.generate_batch([_ask("q", grammar=ANSWER_GRAMMAR), _ask("r")])
+    grammars = sorted((r.messages[-1].content, r.sampling.grammar) for r in engine.requests)
+    assert grammars == [("q", Grammar("request", ANSWER_GRAMMAR.text)), ("r", None)]
+    assert answer.text == "q" and free.text == "r"  # the echo engine ignores grammars
+
+
+def test_a_grammar_that_does_not_compile_is_refused_with_400():
+    broken = Grammar("broken", "start: nowhere\n", 2)
+    with pytest.raises(OpenAIBackendError, match=r"HTTP 400: .*does not compile.*unknown name"):
+        _asgi(RecordingEcho()).generate_batch([_ask("q", grammar=broken)])
+
+
+def test_a_server_without_structured_outputs_names_the_switch():
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert json.loads(request.content)["structured_outputs"] == {"grammar": ANSWER_GRAMMAR.text}
+        return httpx.Response(400, json={"error": {"message": "Unrecognized request argument"}})
+
+    config = OpenAIConfig(model="m", base_url="http://hosted.example/v1")
+    backend = OpenAIBackend(config, transport=httpx.MockTransport(handler))
+    with pytest.raises(OpenAIBackendError, match=r"http://hosted.example/v1 .*structured: false"):
+        backend.generate_batch([_ask("q", grammar=ANSWER_GRAMMAR)])
+
+
 # ---- the real embedded model (slow) -------------------------------------------------------
 
 
@@ -376,3 +413,26 @@ def test_serves_the_embedded_model(embedded_model):
         for r in batch
         for c in r
     )
+
+
+@pytest.mark.slow
+def test_serves_the_embedded_model_held_to_a_grammar(embedded_model):
+    """The served model honours structured_outputs: the same text as the backend run directly."""
+    from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
+    from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
+    from ragfactory.tasks.search.treeps_steps import parse_step
+
+    grammar = load_grammar("treeps_step", 96)
+    prompt = render_prompt("treeps_step", question="Who directed Jaws?")
+    request = Request.chat([{"role": "user", "content": prompt}], max_tokens=96, grammar=grammar)
+    proc, base_url = _start_server("--model", str(embedded_model), "--served-name", "smollm2")
+    try:
+        _wait_ready(proc, base_url, {}, 120)
+        config = OpenAIConfig(model="smollm2", base_url=base_url, api_key_env="RAGFACTORY_UNSET_KEY")
+        [[served]] = OpenAIBackend(config).generate_batch([request])
+    finally:
+        _stop(proc)
+    [[direct]] = TransformersBackend(embedded_model, TransformersSettings(device="cpu")).generate_batch(
+        [request])
+    assert parse_step(served.text, "treeps_step").error is None, served.text
+    assert served.text == direct.text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -136,3 +137,24 @@ def test_max_tokens_and_seeds(smollm):
     assert alone.text == a.text  # a node's sample does not depend on its batch-mates
     [[_, second]] = smollm.generate_batch([ask(story, max_tokens=6, temperature=1.0, seed=0, n=2)])
     assert second.text == a.text  # sample i of seed s is sample 0 of seed s + i
+
+
+@pytest.mark.slow
+def test_a_grammar_holds_every_sample_and_keeps_rows_independent(smollm):
+    """The TreePS step prompt, constrained: every sample is a well-formed step ending in its
+    closing tag, within the grammar's bound; a constrained row samples the same text beside a
+    free row as alone; and the same request without its grammar is free text again."""
+    from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
+    from ragfactory.tasks.search.treeps_steps import parse_step
+
+    grammar = load_grammar("treeps_step", 96)
+    prompt = render_prompt("treeps_step", question="Were Scott Derrickson and Ed Wood of the same nationality?")
+    constrained = ask(prompt, max_tokens=96, temperature=1.0, seed=5, n=6, grammar=grammar)
+    free = ask(prompt, max_tokens=96, temperature=1.0, seed=5, n=6)
+    samples, loose = smollm.generate_batch([constrained, free])
+    assert all(parse_step(c.text, "treeps_step").error is None for c in samples), [c.text for c in samples]
+    assert all(c.finish_reason == "stop" and c.completion_tokens <= grammar.max_tokens for c in samples)
+    assert all(c.text.startswith("<reason>") for c in samples)
+    assert sum(c.text.startswith("<reason>") for c in loose) < 6  # the same seeds, unconstrained
+    [alone] = smollm.generate_batch([replace(constrained, sampling=replace(constrained.sampling, n=1))])
+    assert alone[0].text == samples[0].text

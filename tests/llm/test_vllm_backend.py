@@ -17,7 +17,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from ragfactory.tasks.llm.types import Backend, Request
+from ragfactory.tasks.llm.types import Backend, Grammar, Request
+from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
+from ragfactory.tasks.search.parsing import parse_termination
+from ragfactory.tasks.search.plan_format import parse_plan
+from ragfactory.tasks.search.treeps_steps import parse_step
 from ragfactory.tasks.llm.vllm_backend import (
     VLLMBackend,
     VLLMConfig,
@@ -134,9 +138,15 @@ def test_fingerprint_follows_weights_not_folder(tmp_path):
     assert vllm_fingerprint(VLLMConfig(model=str(tmp_path / "b/model"))) != a
 
 
+def test_a_grammar_becomes_structured_outputs():
+    grammar = Grammar("g", 'start: "x"\n', 2)
+    assert sampling_kwargs(_ask("a", grammar=grammar).sampling)["structured_outputs"] == {"grammar": 'start: "x"\n'}
+    assert "structured_outputs" not in sampling_kwargs(_ask("a").sampling)
+
+
 def test_request_json_round_trip(tmp_path):
     requests = [
-        _ask("a", n=2, stop=("\n",), seed=3, temperature=0.5),
+        _ask("a", n=2, stop=("\n",), seed=3, temperature=0.5, grammar=Grammar("g", 'start: "x"\n', 2)),
         Request.chat([{"role": "system", "content": "s"}], role="judge"),
     ]
     path = tmp_path / "requests.jsonl"
@@ -165,12 +175,29 @@ def test_config_refuses_bad_values(field):
 FRUITS = "Name three fruits."
 FRANCE = "What is the capital of France?"
 STOPS = (",", " is", ".")  # the greedy answer has one of these, whichever kernels decode it
+JAWS = "Who is the mother of the director of Jaws?"
+# prompt -> (its parser, request parameters): constrained requests, 8 samples each at T = 1
+CONSTRAINED = {
+    "treeps_step": (lambda t: parse_step(t, "treeps_step").error, {"question": JAWS}),
+    "decex_termination": (lambda t: parse_termination(t).error, {"question": JAWS, "iter_history": "None"}),
+    "apex_plan": (lambda t: parse_plan(t, 5).error, {"question": JAWS, "max_steps": "5"}),
+}
+
+
+def _constrained(name: str) -> Request:
+    values = CONSTRAINED[name][1]
+    params = {"max_steps": 5} if name == "apex_plan" else {"outcome": "decision"} if name == "decex_termination" else {}
+    grammar = load_grammar(name, 256, **params)
+    return _ask(render_prompt(name, **values), n=8, temperature=1.0, seed=3, max_tokens=256, grammar=grammar)
+
+
 REAL_REQUESTS = [
     _ask(FRUITS, n=3, temperature=1.0, seed=7, max_tokens=24),
     _ask(FRUITS, n=1, temperature=1.0, seed=8, max_tokens=24),  # = sample 1 of the request above
     _ask(FRANCE, max_tokens=24),
     _ask(FRANCE, max_tokens=24, stop=STOPS),
     _ask("Count from 1 to 100, separated by spaces.", max_tokens=8),
+    *(_constrained(name) for name in CONSTRAINED),
 ]
 
 
@@ -206,7 +233,7 @@ def test_vllm_cpu_generates_with_the_contract(vllm_run):
     first, second = (
         [[SimpleNamespace(**c) for c in r] for r in p["results"]] for p in vllm_run["passes"]
     )
-    samples, alone, greedy, stopped, counting = first
+    samples, alone, greedy, stopped, counting, *_ = first
     assert vllm_run["fingerprint"].startswith("vllm/smollm2-135m-instruct/auto/")
     assert len(samples) == 3 and len({c.text for c in samples}) > 1
     assert alone[0].text == samples[1].text  # child i of seed s is seeded s + i
@@ -221,3 +248,15 @@ def test_vllm_cpu_generates_with_the_contract(vllm_run):
     assert [[c.text for c in r] for r in second] == [
         [c.text for c in r] for r in first
     ]  # same seeds
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_vllm_cpu_holds_every_sample_to_its_grammar(vllm_run):
+    """vLLM's structured outputs (guidance backend) on our grammars: 8 of 8 well formed each."""
+    results = [[SimpleNamespace(**c) for c in r] for r in vllm_run["passes"][0]["results"]]
+    for (name, (parse, _)), samples in zip(CONSTRAINED.items(), results[-len(CONSTRAINED):]):
+        assert len(samples) == 8
+        errors = [(c.text, parse(c.text)) for c in samples if parse(c.text) is not None]
+        assert not errors, (name, errors)
+        assert all(c.completion_tokens <= 256 for c in samples)
