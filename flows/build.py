@@ -58,8 +58,14 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
                 shards.append({**state.result(), "cached": state.name == "Cached"})
             else:
                 failed.append(name)
-        exports.append(write_training_data(root, run_id, strategy, config.export, config.seed))
+        exports.append(write_training_data(root, run_id, tree_strategy(config, strategy),
+                                           config.export, config.seed))
     return shards, exports, failed
+
+
+def tree_strategy(config: BuildConfig, strategy: str) -> str:
+    """The ``nodes.strategy`` a configured strategy writes (DecEx without pruning writes its own)."""
+    return getattr(getattr(config.search, strategy, None), "strategy", strategy)
 
 
 def with_policy_model(config: BuildConfig, wh: Warehouse, policy_model: str | None) -> BuildConfig:

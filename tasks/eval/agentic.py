@@ -17,6 +17,8 @@ with the earlier outputs joined by spaces, and for Grounding the documents under
 as "Wikipedia Title: …" blocks. Generation stops at the closing tags (as that pipeline does); the
 tag the stop string cut is closed again before the output joins the thoughts. When an output
 holds several of the tags the first one decides, which with those stop strings is the only one.
+Each stage's output grammar (``reasonrag_reasoning.lark``: a query or an answer;
+``reasonrag_grounding.lark``: the evidence) holds a constrained model to that form.
 """
 
 from __future__ import annotations
@@ -99,7 +101,9 @@ async def answer_agentic(
         else:
             system, user = grounding_system, grounding_input(question.question, thoughts, docs)
         path = f"{MODE}/{round_index}"
-        text = outcome.record(await ask(generator, config, question.question_id, path, system, user, STOP))
+        grammar = "reasonrag_reasoning" if stage == REASONING else "reasonrag_grounding"
+        completion = await ask(generator, config, question.question_id, path, system, user, STOP, grammar)
+        text = outcome.record(completion)
         turn = parse_turn(text)
         action, content = turn.get("action"), turn.get("content")
         thoughts.append(closed(text, action))

@@ -52,7 +52,7 @@ async def answer_direct(
     outcome = Outcome()
     completion = await ask(
         generator, config, question.question_id, f"{DIRECT}/0",
-        render_prompt("flashrag_direct"), f"Question: {question.question}",
+        render_prompt("flashrag_direct"), f"Question: {question.question}", grammar="flashrag_direct",
     )
     return _finish(outcome, outcome.record(completion))
 
@@ -69,5 +69,6 @@ async def answer_rag(
     completion = await ask(
         generator, config, question.question_id, f"{RAG}/0",
         render_prompt("flashrag_rag", reference=render_flashrag(hits)), f"Question: {question.question}",
+        grammar="flashrag_rag",
     )
     return _finish(outcome, outcome.record(completion))

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ragfactory.tasks.llm.seeds import derive_seed
-from ragfactory.tasks.llm.types import Completion, Generator, Message, Request, Sampling
+from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, Request, Sampling
+from ragfactory.tasks.prompts.loader import load_grammar
 from ragfactory.tasks.retrieval.types import Hit, Retriever
 from ragfactory.tasks.search.decex_rollout import search_batch
 
@@ -40,6 +41,13 @@ class InferenceConfig:
                 raise ValueError(f"InferenceConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.temperature < 0:
             raise ValueError(f"InferenceConfig.temperature must be >= 0, got {self.temperature}")
+
+
+def output_grammar(prompt: str, max_tokens: int) -> Grammar:
+    try:
+        return load_grammar(prompt, max_tokens)
+    except ValueError as exc:
+        raise ValueError(f"evaluation max_tokens={max_tokens}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -84,12 +92,16 @@ class Outcome:
 
 async def ask(
     generator: Generator, config: InferenceConfig, question_id: str, path: str,
-    system: str, user: str, stop: tuple[str, ...] = (),
+    system: str, user: str, stop: tuple[str, ...] = (), grammar: str | None = None,
 ) -> Completion:
-    """One completion of a system + user prompt, seeded by the question and ``path``."""
+    """One completion of a system + user prompt, seeded by the question and ``path``.
+
+    ``grammar`` names the prompt whose output grammar holds the answer's form.
+    """
     sampling = Sampling(
         temperature=config.temperature, max_tokens=config.max_tokens, stop=stop,
         seed=derive_seed(config.seed, question_id, path),
+        grammar=output_grammar(grammar, config.max_tokens) if grammar else None,
     )
     messages = (Message("system", system), Message("user", user))
     tags = (("question_id", question_id), ("path", path))

@@ -7,7 +7,8 @@ The input is the rollout prompt (Table 8) with those steps as its history, the o
 step rendering (``decex_history``), so the model learns to write what the prompts read. Rows
 are TRL conversational ``messages`` (a user turn, an assistant turn) for ``sft_examples``.
 
-The best chain follows kept (``is_selected``) nodes from the root to a kept ``answer``. Under
+The best chain follows kept (``is_selected``) nodes from the root to a kept ``answer``; a chain
+whose answer scores below ``min_reward`` (by default: scores nothing) is not exported. Under
 ``no_pruning`` several chains qualify; the highest-valued answer wins, and a tie goes to the
 chain with the most retrievals, the "Most Retrieval Cost" selection that trained the best model
 in the paper's ablation (Figure 2a).
@@ -36,7 +37,10 @@ class SftConfig:
     """Which chain a question contributes."""
 
     prefer: str = "most_retrieval"  # tie-break between equal chains; Figure 2(a): "Most" trained best
-    min_reward: float = 0.0  # §2.3 takes every question's best chain; raise to keep correct ones only
+    # A chain is exported when its final answer scores at least this. §2.3 takes every question's
+    # best chain (0), but an answer that scores nothing teaches the wrong answer: 0.01 keeps any
+    # partial credit (the least F1 of a short answer is ~0.1) and drops only zero-score chains.
+    min_reward: float = 0.01
 
     def __post_init__(self):
         if self.prefer not in ("most_retrieval", "least_retrieval"):

@@ -36,7 +36,7 @@ from typing import Any
 from ragfactory.progress import progress_bar
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.llm.seeds import derive_seed
-from ragfactory.tasks.llm.types import Completion, Generator, Message, Request, Sampling
+from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, Request, Sampling
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.rewards.answer import METRICS
 from ragfactory.tasks.rewards.sepr import PlanMatch, PlanScorer, SeprConfig, plan_score_row
@@ -49,6 +49,7 @@ from ragfactory.tasks.search.plan_format import (
     PlanStep,
     gold_plan_texts,
     parse_plan,
+    plan_grammar,
     planner_prompt,
 )
 from ragfactory.tasks.search.plan_rewrite import references, rewrite_steps, rewrite_steps_with_llm
@@ -93,6 +94,15 @@ class ApexConfig:
             raise ValueError(f"ApexConfig.metric must be one of {sorted(METRICS)}, got {self.metric!r}")
         if self.n_plans > 1 and self.plan_temperature <= 0:
             raise ValueError("ApexConfig.plan_temperature must be > 0 to sample several plans")
+        self.plan_grammar  # the output grammars must fit their max_tokens
+        self.exec_spec.grammars
+
+    @property
+    def plan_grammar(self) -> Grammar:
+        try:
+            return plan_grammar(self.plan_max_tokens, self.max_steps)
+        except ValueError as exc:
+            raise ValueError(f"ApexConfig.plan_max_tokens={self.plan_max_tokens}: {exc}") from None
 
     @property
     def exec_spec(self) -> ExecSpec:
@@ -155,7 +165,8 @@ async def _sample_plans(
     """G planner samples as one request, each a ``plan`` node."""
     path = f"{root.path}/p"
     sampling = Sampling(n=config.n_plans, temperature=config.plan_temperature,
-                        max_tokens=config.plan_max_tokens, stop=PLAN_STOP, seed=seed_of(path))
+                        max_tokens=config.plan_max_tokens, stop=PLAN_STOP, seed=seed_of(path),
+                        grammar=config.plan_grammar)
     prompt = planner_prompt(question, config.max_steps)
     tags = (("question_id", tree.question_id), ("path", path))
     request = Request((Message("user", prompt),), sampling, config.planner_role, tags)

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragfactory.tasks.llm.seeds import derive_seed
-from ragfactory.tasks.llm.types import Generator, Message, Request, Sampling
-from ragfactory.tasks.prompts.loader import render_prompt
+from ragfactory.tasks.llm.types import Generator, Grammar, Message, Request, Sampling
+from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
 from ragfactory.tasks.retrieval.types import Hit, Retriever
 from ragfactory.tasks.rewards.answer import METRICS
 from ragfactory.tasks.search.decex_history import hit_record, render_documents
@@ -72,6 +72,14 @@ class ExecSpec:
     max_tokens: int
     role: str
     metric: str
+
+    @property
+    def grammars(self) -> dict[str, Grammar]:
+        """call -> the output grammar of its prompt, fitted to ``max_tokens``."""
+        try:
+            return {call: load_grammar(prompt, self.max_tokens) for call, (_, _, prompt) in CALLS.items()}
+        except ValueError as exc:
+            raise ValueError(f"ApexConfig.exec_max_tokens={self.max_tokens}: {exc}") from None
 
 
 @dataclass
@@ -193,7 +201,8 @@ class Execution:
         spec = self.spec
         seed = derive_seed(self.run_seed, self.tree.question_id, path)
         sampling = Sampling(
-            temperature=spec.temperature, max_tokens=spec.max_tokens, stop=(CALLS[call][1],), seed=seed
+            temperature=spec.temperature, max_tokens=spec.max_tokens, stop=(CALLS[call][1],), seed=seed,
+            grammar=spec.grammars[call],
         )
         tags = (("question_id", self.tree.question_id), ("path", path))
         request = Request((Message("user", trace.prompt(call, extra)),), sampling, spec.role, tags)

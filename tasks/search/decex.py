@@ -14,7 +14,13 @@ One question's tree, layer by layer from the state s_t = [Q, (q_1, r_1), …, (q
    answer is kept. Otherwise ``k`` sub-queries (Table 7), each retrieving ``top_k`` documents,
    are valued and the best is kept: the next state.
 4. The tree stops on termination or after ``t_max`` iterations, where the termination prompt is
-   sampled once more and its best answer closes the tree.
+   sampled once more and its best answer closes the tree. When none of those samples answers
+   (or no sub-question is left to follow), the termination prompt is sampled once more held to
+   ``<answer>`` by its grammar (a ``final`` vote), so every tree closes with an answer node and
+   a best chain exists (§2.2: expansion runs until the limit *or* termination).
+
+Every request carries its prompt's output grammar (``tasks/prompts/decex_*.lark``); with
+structured generation on (``llm.<role>.structured``) the engine holds each sample to it.
 
 ``no_pruning`` is the paper's comparison ("retains the optimal execution branches for the two
 decisions"): neither decision prunes an option. At every state the best final answer and the
@@ -36,7 +42,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ragfactory.tasks.llm.seeds import derive_seed
-from ragfactory.tasks.llm.types import Completion, Generator, Message, Request, Sampling
+from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, Request, Sampling
+from ragfactory.tasks.prompts.loader import load_grammar
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.rewards.answer import METRICS, normalize_answer
 from ragfactory.tasks.search import decex_history as history
@@ -53,12 +60,13 @@ from ragfactory.tasks.search.tree import Node, QuestionTree, Rollout
 
 STRATEGY = "decex"
 STRATEGY_NO_PRUNING = "decex_no_pruning"
-# kind: (path segment prefix, parser, the parsed field that names a duplicate)
-_BRANCH_KINDS: dict[str, tuple[str, Callable[[str], Parsed], str]] = {
-    "sub_question": ("s", parse_sub_question, "question"),
-    "self_answer": ("w", parse_self_answer, "answer"),
-    "sub_query": ("e", parse_sub_query, "query"),
+# kind: (path segment prefix, parser, the parsed field that names a duplicate, prompt)
+_BRANCH_KINDS: dict[str, tuple[str, Callable[[str], Parsed], str, str]] = {
+    "sub_question": ("s", parse_sub_question, "question", "decex_sub_question"),
+    "self_answer": ("w", parse_self_answer, "answer", "decex_self_answer"),
+    "sub_query": ("e", parse_sub_query, "query", "decex_sub_query"),
 }
+TERMINATION = "decex_termination"
 
 # The closing tag that completes each decision's output (Tables 4-6); a sub-query (Table 7) is
 # plain text, so it runs to the end of the sample.
@@ -77,6 +85,11 @@ class DecExConfig:
     # §2.2 samples the termination decision "multiple times"; Table 2 counts 4k generations
     # per layer (termination, sub-question, self-answer, sub-query), i.e. k termination samples.
     termination_samples: int = 3
+    # States before this many iterations skip the termination vote and go on. The paper has none
+    # (0): a strong policy that must "rely only on the existing information" continues from the
+    # bare question by itself, while a weak one answers from memory at once and its tree has no
+    # retrieval to learn from; 1 makes every tree take at least one step.
+    min_iterations: int = 0
     # §2.2 skips retrieval when the best self-answer's reward "exceeds a preset threshold" but
     # never gives it; 0.75 of n = 4 rollouts asks for three fully correct rollouts (or all four
     # nearly so), the self-knowledge analogue of the >50% termination vote with one spare.
@@ -96,10 +109,14 @@ class DecExConfig:
                 raise ValueError(f"DecExConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.metric not in METRICS:
             raise ValueError(f"DecExConfig.metric must be one of {sorted(METRICS)}, got {self.metric!r}")
+        if self.min_iterations < 0:
+            raise ValueError(f"DecExConfig.min_iterations must be >= 0, got {self.min_iterations}")
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"DecExConfig.threshold must be in [0, 1], got {self.threshold}")
         if self.temperature <= 0:
             raise ValueError("DecExConfig.temperature must be > 0: the decisions are sampled")
+        for prompt in (TERMINATION, "decex_rollout", *(k[3] for k in _BRANCH_KINDS.values())):
+            grammar(prompt, self.max_tokens)  # every output grammar must fit max_tokens
 
     @property
     def strategy(self) -> str:
@@ -109,8 +126,19 @@ class DecExConfig:
     def rollout_spec(self) -> RolloutSpec:
         return RolloutSpec(
             self.n_rollouts, self.rollout_max_turns, self.top_k, self.temperature,
-            self.max_tokens, self.role,
+            self.max_tokens, self.role, grammar("decex_rollout", self.max_tokens),
         )
+
+
+def grammar(prompt: str, max_tokens: int, **params: str) -> Grammar:
+    """A DecEx prompt's output grammar; too small a ``max_tokens`` is an error naming the field."""
+    try:
+        return load_grammar(prompt, max_tokens, **(params or _DEFAULT_PARAMS.get(prompt, {})))
+    except ValueError as exc:
+        raise ValueError(f"DecExConfig.max_tokens={max_tokens}: {exc}") from None
+
+
+_DEFAULT_PARAMS = {TERMINATION: {"outcome": "decision"}}
 
 
 @dataclass(frozen=True)
@@ -145,17 +173,19 @@ class _Expansion:
         return (("question_id", self.tree.question_id), ("path", path))
 
     async def sample(
-        self, prompt: str, n: int, path: str, role: str, stop: tuple[str, ...] = ()
+        self, prompt: str, n: int, path: str, role: str, grammar: Grammar,
+        stop: tuple[str, ...] = (),
     ) -> list[Completion]:
         """``n`` samples of one prompt as one request, seeded by the path of what it expands.
 
-        ``stop`` ends a sample at the closing tag that completes it, so nothing after the
-        decision costs tokens; the parsers read a tag left open by a stop string to its end.
+        ``grammar`` is the prompt's output grammar; ``stop`` ends a sample at the closing tag
+        that completes it, so nothing after the decision costs tokens (the parsers read a tag
+        left open by a stop string to its end).
         """
         cfg = self.config
         sampling = Sampling(
             n=n, temperature=cfg.temperature, max_tokens=cfg.max_tokens, stop=stop,
-            seed=self.seed(path),
+            seed=self.seed(path), grammar=grammar,
         )
         request = Request((Message("user", prompt),), sampling, role, self.tags(path))
         completions = await self.generator.generate(request)
@@ -201,24 +231,31 @@ async def _expand_state(exp: _Expansion, state: State) -> None:
     else:
         answers, terminate = await _decide_termination(exp, state)
         if final or terminate:
-            _keep(_best(answers))
+            await _close(exp, state, answers)
             return
         sub_questions = await _expand_sub_questions(exp, state)
     sub_question = _keep(_best(sub_questions))
-    if cfg.no_pruning or sub_question is None:  # no sub-question to follow: answer instead
-        _keep(_best(answers))
-    if sub_question is None:
+    if sub_question is None:  # no sub-question to follow: answer instead
+        await _close(exp, state, answers)
         return
+    if cfg.no_pruning:
+        _keep(_best(answers))
     children = await _expand_retrieval(exp, state, sub_question)
     await asyncio.gather(*(_expand_state(exp, child) for child in children))
 
 
 async def _decide_termination(exp: _Expansion, state: State) -> tuple[list[Node], bool]:
-    """The termination votes as nodes, the answer nodes they propose, and the majority's call."""
+    """The termination votes as nodes, the answer nodes they propose, and the majority's call.
+
+    Before ``min_iterations`` states there is no vote: the iteration goes on.
+    """
     cfg, parent = exp.config, state.node
+    if state.layer < min(cfg.min_iterations, cfg.t_max):
+        return [], False
     prompt = history.termination_prompt(exp.question, state.steps)
     completions = await exp.sample(
-        prompt, cfg.termination_samples, f"{parent.path}/t", cfg.role, TERMINATION_STOP
+        prompt, cfg.termination_samples, f"{parent.path}/t", cfg.role,
+        grammar(TERMINATION, cfg.max_tokens), TERMINATION_STOP,
     )
     votes = [
         _add_generated(exp, parent, f"t{i}", "termination", c, parse_termination(c.text), state.layer)
@@ -228,6 +265,23 @@ async def _decide_termination(exp: _Expansion, state: State) -> tuple[list[Node]
     for vote in votes:
         vote.is_selected = vote.parsed["decision"] == ("terminate" if terminate else "continue")
     return _answer_nodes(exp, state, votes), terminate
+
+
+async def _close(exp: _Expansion, state: State, answers: list[Node]) -> None:
+    """Keep the best answer; with none, sample the termination prompt held to ``<answer>``."""
+    if not answers:
+        cfg, parent = exp.config, state.node
+        prompt = history.termination_prompt(exp.question, state.steps)
+        [completion] = await exp.sample(
+            prompt, 1, f"{parent.path}/f", cfg.role,
+            grammar(TERMINATION, cfg.max_tokens, outcome="answer"), TERMINATION_STOP,
+        )
+        vote = _add_generated(exp, parent, "f0", "termination", completion,
+                              parse_termination(completion.text), state.layer)
+        vote.parsed["final"] = True
+        vote.is_selected = vote.parsed["decision"] == "terminate"
+        answers = _answer_nodes(exp, state, [vote])
+    _keep(_best(answers))
 
 
 def _answer_nodes(exp: _Expansion, state: State, votes: list[Node]) -> list[Node]:
@@ -334,9 +388,10 @@ async def _branches(
 ) -> list[Node]:
     """``k`` samples of one prompt as nodes; a repeat of an earlier sample (its normalised
     text) is marked ``duplicate_of`` and not valued."""
-    prefix, parse, key = _BRANCH_KINDS[kind]
+    prefix, parse, key, prompt_name = _BRANCH_KINDS[kind]
     completions = await exp.sample(
-        prompt, exp.config.k, f"{parent.path}/{prefix}", role, _BRANCH_STOPS.get(kind, ())
+        prompt, exp.config.k, f"{parent.path}/{prefix}", role,
+        grammar(prompt_name, exp.config.max_tokens), _BRANCH_STOPS.get(kind, ()),
     )
     nodes: list[Node] = []
     seen: dict[str, Node] = {}

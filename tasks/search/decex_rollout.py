@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ragfactory.tasks.llm.types import Completion, Generator, Message, Request, Sampling
+from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, Request, Sampling
 from ragfactory.tasks.retrieval.types import Hit, Retriever
 from ragfactory.tasks.search.decex_history import render_information
 from ragfactory.tasks.search.parsing import parse_rollout_turn
@@ -36,6 +36,7 @@ class RolloutSpec:
     temperature: float
     max_tokens: int
     role: str
+    grammar: Grammar | None = None  # one turn's output grammar (Table 8)
 
 
 @dataclass
@@ -139,7 +140,8 @@ def _next_request(
 
 def _sampling(spec: RolloutSpec, n: int, seed: int) -> Sampling:
     return Sampling(
-        n=n, temperature=spec.temperature, max_tokens=spec.max_tokens, stop=ROLLOUT_STOP, seed=seed
+        n=n, temperature=spec.temperature, max_tokens=spec.max_tokens, stop=ROLLOUT_STOP, seed=seed,
+        grammar=spec.grammar,
     )
 
 

@@ -22,11 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ragfactory.tasks.prompts.loader import render_prompt
+from ragfactory.tasks.llm.types import Grammar
+from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
 from ragfactory.tasks.search.parsing import tag_span, visible_text
 from ragfactory.tasks.search.plan_rewrite import references
 
 MAX_STEPS = 5  # the template's step bound; MuSiQue's longest gold plans have 4 steps, one spare
+MAX_GRAMMAR_STEPS = 8  # apex_plan.lark spells out steps1 .. steps8
 PLAN_STOP = ("</plan>",)
 _STEP_LINE = re.compile(
     r"^\s*(?:(?:step|sub-?question|q)?\s*\d+\s*[.):\-]|[-*•])\s*(?P<text>.*?)\s*$", re.IGNORECASE
@@ -61,6 +63,14 @@ class ParsedPlan:
 
 def planner_prompt(question: str, max_steps: int = MAX_STEPS) -> str:
     return render_prompt("apex_plan", question=question, max_steps=str(max_steps))
+
+
+def plan_grammar(max_tokens: int, max_steps: int = MAX_STEPS) -> Grammar:
+    """The planner's output grammar: ``<plan>``, 1 to ``max_steps`` numbered lines, ``#n`` only
+    of earlier steps, fitted to ``max_tokens``."""
+    if not 1 <= max_steps <= MAX_GRAMMAR_STEPS:
+        raise ValueError(f"max_steps must be in 1..{MAX_GRAMMAR_STEPS}, got {max_steps}")
+    return load_grammar("apex_plan", max_tokens, max_steps=max_steps)
 
 
 def parse_plan(text: str | None, max_steps: int = MAX_STEPS) -> ParsedPlan:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
 from ragfactory.tasks.llm.types import Generator, Message, Request, Sampling
-from ragfactory.tasks.prompts.loader import render_prompt
+from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
 from ragfactory.tasks.search.parsing import find_tag
 
 _SYMBOLIC = re.compile(r"^(?P<subject>.+?)\s*>>\s*(?P<relation>[^>]+)$")
@@ -137,7 +137,8 @@ async def rewrite_steps_with_llm(
 
     async def ask(i: int) -> str:
         prompt = render_prompt("apex_rewrite", step=originals[i])
-        sampling = Sampling(temperature=0.0, max_tokens=max_tokens, stop=("</question>",), seed=seed_of(i))
+        sampling = Sampling(temperature=0.0, max_tokens=max_tokens, stop=("</question>",),
+                            seed=seed_of(i), grammar=load_grammar("apex_rewrite", max_tokens))
         [completion] = await generator.generate(Request((Message("user", prompt),), sampling, role))
         return accept_llm_rewrite(originals[i], completion.text)
 

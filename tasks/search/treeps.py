@@ -20,6 +20,9 @@ question's prompt, generate-then-prune:
 Every generated child is a node: kept (``is_selected``) or pruned. Values and advantages are
 filled in at the end (``valuation.node_values``) and every leaf is also a ``rollouts`` row: the
 trajectory from the root to it, in Search-R1's single-sequence layout.
+
+Every step request carries the prompt's output grammar (``treeps_step.lark``: ``<reason>``,
+then ``<search>`` or ``<answer>``); with structured generation on, no child is malformed.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ragfactory.tasks.llm.seeds import derive_seed
-from ragfactory.tasks.llm.types import Completion, Generator, Message, Request, Sampling
+from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, Request, Sampling
+from ragfactory.tasks.prompts.loader import load_grammar
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.rewards.answer import METRICS
 from ragfactory.tasks.search.decex import question_fields
@@ -95,6 +99,15 @@ class TreePSConfig:
         if self.temperature <= 0:
             raise ValueError("TreePSConfig.temperature must be > 0: children are sampled")
         check_prompt(self.prompt)
+        self.grammar  # the step grammar must fit max_tokens
+
+    @property
+    def grammar(self) -> Grammar:
+        """The output grammar of one step under ``prompt``, fitted to ``max_tokens``."""
+        try:
+            return load_grammar(self.prompt, self.max_tokens)
+        except ValueError as exc:
+            raise ValueError(f"TreePSConfig.max_tokens={self.max_tokens}: {exc}") from None
 
     def branching_at(self, depth: int, n_parents: int) -> int:
         """B_d for ``n_parents`` retained parents at depth d − 1 (Eq. 2)."""
@@ -133,7 +146,7 @@ class _Expansion:
         cfg = self.config
         path = parent.node.path
         sampling = Sampling(n=n, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-                            stop=STEP_STOP, seed=self.seed(f"{path}/c"))
+                            stop=STEP_STOP, seed=self.seed(f"{path}/c"), grammar=cfg.grammar)
         tags = (("question_id", self.tree.question_id), ("path", path))
         completions = await self.generator.generate(Request(parent.turns, sampling, cfg.role, tags))
         if len(completions) != n:

@@ -38,7 +38,7 @@ def scripted(monkeypatch):
     return backend
 
 
-def _config(root) -> BuildConfig:
+def _config(root, **decex) -> BuildConfig:
     return BuildConfig.model_validate({
         "name": "decex-test",
         "warehouse": {"root": str(root)},
@@ -46,7 +46,7 @@ def _config(root) -> BuildConfig:
         "retrieval": {"dense": {"enabled": False}},
         "llm": {"max_in_flight": 3},
         "search": {"strategies": ["decex"], "shard_size": 2,
-                   "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1}},
+                   "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1, **decex}},
     })
 
 
@@ -154,3 +154,16 @@ def test_build_publishes_its_table_and_sql_artifacts(tmp_path, scripted):
     sql = markdown.data.split("```sql")[1].split("```")[0]
     for statement in filter(str.strip, sql.split(";")):
         assert query(Warehouse(tmp_path / "wh"), statement).num_rows > 0, statement
+
+
+def test_a_build_without_pruning_exports_its_trees(tmp_path, scripted):
+    """``no_pruning`` writes its nodes as strategy decex_no_pruning; the export reads them."""
+    root = tmp_path / "wh"
+    summary = build(_config(root, no_pruning=True))
+    assert summary["status"] == "completed", summary
+    [export] = summary["exports"]
+    assert export["strategy"] == "decex_no_pruning"
+    assert export["sft_examples"] > 0 and export["preference_pairs"] > 0
+    rows = query(Warehouse(root), """
+        select strategy, count(*) as n from sft_examples group by 1""").to_pylist()
+    assert rows == [{"strategy": "decex_no_pruning", "n": export["sft_examples"]}]

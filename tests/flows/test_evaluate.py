@@ -170,7 +170,7 @@ def test_the_embedded_model_and_a_trained_one_are_evaluated_and_compared(tmp_pat
                                 trl={"max_steps": 1, "per_device_train_batch_size": 2, "learning_rate": 1e-4}))
     assert trained["status"] == "trained"
     summaries = [evaluate(EvalConfig.model_validate({
-        "model": model, "datasets": ["hotpotqa"], "limit": 20, "max_rounds": 2, "max_tokens": 16,
+        "model": model, "datasets": ["hotpotqa"], "limit": 20, "max_rounds": 2, "max_tokens": 64,
         "top_k": 2, "warehouse": {"root": str(root)},
     })) for model in (str(embedded_model), trained["model_id"])]
     assert [s["status"] for s in summaries] == ["completed", "completed"]

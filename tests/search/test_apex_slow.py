@@ -22,8 +22,8 @@ from ragfactory.warehouse.store import conform
 
 pytestmark = pytest.mark.slow
 
-CONFIG = ApexConfig(n_plans=2, plan_temperature=0.7, plan_max_tokens=96, max_hops=1, top_k=2,
-                    exec_max_tokens=40, n_execute=1, execute_gold=True)
+CONFIG = ApexConfig(n_plans=2, plan_temperature=0.7, plan_max_tokens=176, max_steps=3, max_hops=1, top_k=2,
+                    exec_max_tokens=96, n_execute=1, execute_gold=True)
 
 
 @pytest.fixture(scope="module")

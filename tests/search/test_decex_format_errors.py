@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -97,8 +98,33 @@ def test_malformed_outputs_are_format_error_nodes(broken, bad_text, error):
 
 @pytest.mark.parametrize("broken", ["sub_question", "all"])
 def test_no_valid_sub_question_ends_the_tree_after_its_layer(broken):
+    """With nothing to follow, one final vote asks for the answer; a scripted policy that
+    ignores the grammar still writes a sub-question (or nothing), so no answer closes it."""
     [tree] = run(policy(broken, ""), [QUESTION])
-    assert {r["path"] for r in tree.node_rows()} == {"q", "q/t0", "q/t1", "q/t2", "q/s0", "q/s1"}
+    rows = {r["path"]: r for r in tree.node_rows()}
+    assert set(rows) == {"q", "q/t0", "q/t1", "q/t2", "q/s0", "q/s1", "q/f0"}
+    assert json.loads(rows["q/f0"]["parsed"])["final"] is True
+    assert not rows["q/f0"]["is_selected"]
+    assert rows["q/f0"]["is_format_error"] == (broken == "all")
+
+
+def test_a_tree_without_an_answer_at_t_max_samples_the_final_answer():
+    """Every termination vote continues, up to T_max = 2; the final vote (path q/s0/e0/s0/e0/f,
+    held to <answer> by its grammar) closes the tree: Paris scores F1 1.0 and is kept."""
+
+    def reply(request: Request, sample: int) -> str:
+        if dict(request.tags)["path"].endswith("/f"):
+            assert "answer\n" in request.sampling.grammar.text.split("start:")[1].split("decision")[0]
+            return "<reasoning>The documents say Paris.</reasoning> <answer>Paris</answer>"
+        return policy(None, "")(request, sample)
+
+    [tree] = run(reply, [QUESTION])
+    rows = {r["path"]: r for r in tree.node_rows()}
+    final = [p for p in rows if p.endswith("/f0")]
+    assert final == ["q/s0/e0/s0/e0/f0"]
+    answer = rows["q/s0/e0/s0/e0/a0"]
+    assert answer["kind"] == "answer" and answer["is_selected"] and answer["value"] == 1.0
+    assert json.loads(answer["parsed"])["termination_node_ids"] == [rows[final[0]]["node_id"]]
 
 
 def test_empty_sub_queries_fall_back_to_the_best_self_answer():
@@ -122,3 +148,25 @@ def test_a_question_row_without_a_field_is_refused_by_name(missing):
     row = {k: v for k, v in QUESTION.items() if k != missing}
     with pytest.raises(ValueError, match=missing):
         run(policy(None, ""), [row])
+
+
+def test_min_iterations_skips_the_vote_before_the_first_step():
+    """A policy that always answers at once: with min_iterations = 1 the root state has no
+    termination vote and expands a sub-question; the next state votes and closes with Paris."""
+
+    def eager(request: Request, sample: int) -> str:
+        if prompt_kind(request) == "termination":
+            return "<reasoning>I know it.</reasoning> <answer>Paris</answer>"
+        return policy(None, "")(request, sample)
+
+    [at_once] = run(eager, [QUESTION])
+    assert {r["path"] for r in at_once.node_rows()} == {"q", "q/t0", "q/t1", "q/t2", "q/a0"}
+    batcher = Batcher(ScriptedBackend(eager))
+    config = replace(CONFIG, min_iterations=1)
+    tree = asyncio.run(expand_question(QUESTION, batcher, FixedRetriever(default=[PARIS]), config, "run", 3))
+    rows = {r["path"]: r for r in tree.node_rows()}
+    assert not any(p.startswith("q/t") for p in rows)
+    assert rows["q/s0"]["is_selected"] and rows["q/s0/e0/t0"]["kind"] == "termination"
+    assert rows["q/s0/e0/a0"]["is_selected"] and rows["q/s0/e0/a0"]["value"] == 1.0
+    with pytest.raises(ValueError, match="min_iterations"):
+        replace(CONFIG, min_iterations=-1)
