@@ -107,17 +107,18 @@ def tables(root: RootOption = None) -> None:
     Example: `ragfactory tables --root /data/ragfactory`
     """
     from ragfactory.schemas.tables import TABLES
-    from ragfactory.warehouse.catalog import connect, refresh_catalog, sql_views
+    from ragfactory.warehouse.catalog import query, refresh_catalog, sql_views
 
     wh = _warehouse(root)
     refresh_catalog(wh)
-    con = connect(wh)
+    counts = query(wh, " union all ".join(f"select '{name}' as name, count(*) as n from \"{name}\""
+                                          for name in TABLES))
+    rows = dict(zip(counts.column("name").to_pylist(), counts.column("n").to_pylist()))
     view = Table(title=f"warehouse {wh.root}")
     for column in ("name", "kind", "rows", "files"):
         view.add_column(column)
     for name in TABLES:
-        rows = con.execute(f'select count(*) from "{name}"').fetchone()[0]
-        view.add_row(name, "table", f"{rows:,}", str(len(wh.files(name))))
+        view.add_row(name, "table", f"{rows[name]:,}", str(len(wh.files(name))))
     for name in sql_views():
         view.add_row(name, "view", "", "")
     console.print(view)
