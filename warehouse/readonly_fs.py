@@ -60,7 +60,8 @@ class WarehouseFileSystem(AbstractFileSystem):
         self.local_path("/".join(parts[:literal]))
 
     def _relative(self, local: str) -> str:
-        return os.path.relpath(local, self.root).replace(os.sep, "/").removeprefix(".")
+        relative = os.path.relpath(local, self.root)
+        return "" if relative == "." else relative.replace(os.sep, "/")
 
     def info(self, path, **kwargs) -> dict:
         local = self.local_path(path)
