@@ -48,11 +48,13 @@ SELECTS = [
     "select 'copy (select 1) to ''{target}''; drop table x' as s",
     "select * from strategy_summary",
     "from questions_per_dataset",
+    "with w as (select 'insert into questions' as x) select * from w",
 ]
 WRAPPERS = [
     "{core}", "{core};", "explain {core}", "explain analyze {core}", "EXPLAIN (FORMAT json) {core}",
     "prepare p as {core}", "select 1; {core}", "{core}; select 1", "/* lead */ {core}",
-    "-- lead\n{core}", "explain /* between */ analyze\n{core}",
+    "-- lead\n{core}", "explain /* between */ analyze\n{core}", "with w as (select 1 as k) {core}",
+    "select * from ({core}) as sub", "explain analyze with w as (select 1 as k) {core}",
 ]
 
 
