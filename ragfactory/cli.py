@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(
@@ -42,39 +43,20 @@ def _warehouse(root: Path | None):
 
 
 def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}")
+    # soft_wrap: one line however long, so a refusal reads (and greps) as one line
+    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code=1)
 
 
 def print_arrow(table, title: str | None = None, fmt: str = "table") -> None:
-    """Print an arrow table as a rich table, CSV or JSON lines."""
-    if fmt == "json":
-        for row in table.to_pylist():
-            sys.stdout.write(json.dumps(row, default=str, ensure_ascii=False) + "\n")
-        return
-    if fmt == "csv":
-        import pyarrow.csv as pacsv
+    """Print an arrow table as a rich table, CSV or JSON lines (``ragfactory.output``)."""
+    from ragfactory.output import print_arrow as render
 
-        pacsv.write_csv(table, sys.stdout.buffer)
-        return
-    view = Table(title=title, show_lines=False)
-    for name in table.column_names:
-        view.add_column(name)
-    for row in table.to_pylist():
-        view.add_row(*(_cell(v) for v in row.values()))
-    console.print(view)
+    render(table, console, title=title, fmt=fmt)
 
 
-def _cell(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
-@app.command()
+# ignore_unknown_options: a query may open with a `--` comment, which click would take for an option
+@app.command(context_settings={"ignore_unknown_options": True})
 def sql(
     query: Annotated[str, typer.Argument(help="A read-only SQL query over the warehouse views")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json")] = "table",
@@ -83,21 +65,28 @@ def sql(
     """Run a read-only SQL query over the warehouse and print the result.
 
     Every table is a view (questions, passages, nodes, llm_calls, ...), plus the views shipped in
-    warehouse/sql/. Writes are refused.
+    warehouse/sql/. The query reads the warehouse and nothing else: files only as
+    `warehouse://<path under the root>` (e.g. `read_parquet('warehouse://questions/*/*.parquet')`),
+    no writes, settings, attachments or extensions. `duckdb -readonly <root>/catalog.duckdb` is
+    the unrestricted way in.
 
     Example: `ragfactory sql "select dataset, count(*) from questions group by 1" --format csv`
     """
-    from ragfactory.warehouse.catalog import WriteRefused, query as run_query
+    from ragfactory.warehouse.catalog import Refused, query as run_query
+    from ragfactory.warehouse.guard import first_line
 
     if fmt not in {"table", "csv", "json"}:
         _fail(f"--format must be table, csv or json, not {fmt!r}")
     try:
         result = run_query(_warehouse(root), query)
-    except WriteRefused as exc:
+    except Refused as exc:
         _fail(str(exc))
-    except Exception as exc:  # duckdb errors carry the useful message
-        _fail(f"query failed: {exc}")
-    print_arrow(result, fmt=fmt)
+    except Exception as exc:  # duckdb errors carry the useful message in their first line
+        _fail(f"query failed: {first_line(exc)}")
+    try:
+        print_arrow(result, fmt=fmt)
+    except (ArithmeticError, ValueError) as exc:  # values Python has no type for, e.g. year 32103
+        _fail(f"could not print the result as {fmt}: {first_line(exc)}")
 
 
 @app.command()
@@ -107,17 +96,18 @@ def tables(root: RootOption = None) -> None:
     Example: `ragfactory tables --root /data/ragfactory`
     """
     from ragfactory.schemas.tables import TABLES
-    from ragfactory.warehouse.catalog import connect, refresh_catalog, sql_views
+    from ragfactory.warehouse.catalog import query, refresh_catalog, sql_views
 
     wh = _warehouse(root)
     refresh_catalog(wh)
-    con = connect(wh)
+    counts = query(wh, " union all ".join(f"select '{name}' as name, count(*) as n from \"{name}\""
+                                          for name in TABLES))
+    rows = dict(zip(counts.column("name").to_pylist(), counts.column("n").to_pylist()))
     view = Table(title=f"warehouse {wh.root}")
     for column in ("name", "kind", "rows", "files"):
         view.add_column(column)
     for name in TABLES:
-        rows = con.execute(f'select count(*) from "{name}"').fetchone()[0]
-        view.add_row(name, "table", f"{rows:,}", str(len(wh.files(name))))
+        view.add_row(name, "table", f"{rows[name]:,}", str(len(wh.files(name))))
     for name in sql_views():
         view.add_row(name, "view", "", "")
     console.print(view)

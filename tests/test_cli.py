@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -62,3 +66,59 @@ def test_sql_reports_a_bad_query(warehouse):
 def test_retrieval_search_without_passages_says_what_to_do(warehouse):
     result = runner.invoke(app, ["retrieval", "search", "x", "--root", str(warehouse.root)])
     assert result.exit_code == 1 and "ragfactory build" in result.output
+
+
+def test_sql_query_may_open_with_a_comment(warehouse):
+    result = runner.invoke(app, ["sql", "-- a note\nselect 41 + 1 as answer", "--format", "csv",
+                                 "--root", str(warehouse.root)])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == ['"answer"', "42"]
+
+
+def test_sql_refusal_is_one_line_names_the_statement_and_writes_nothing(warehouse, tmp_path):
+    target = tmp_path / "pwned.csv"
+    result = runner.invoke(app, ["sql", f"explain analyze copy (select 42 as pwned) to '{target}'",
+                                 "--root", str(warehouse.root)])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert len(result.output.strip().splitlines()) == 1
+    assert result.output.startswith("error: refused: EXPLAIN ANALYZE COPY statements are not allowed")
+    assert not target.exists()
+
+
+def test_sql_refuses_a_file_outside_the_warehouse_naming_it(warehouse):
+    result = runner.invoke(app, ["sql", "select * from read_text('/etc/passwd')", "--root", str(warehouse.root)])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: refused: read_text('/etc/passwd') reads outside the warehouse")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "table"])
+def test_sql_prints_every_table_and_view_in_every_format(warehouse, fmt):
+    from ragfactory.schemas.tables import TABLES
+    from ragfactory.warehouse.catalog import query, sql_views
+    from tests.warehouse.filled import ROWS_PER_TABLE, fill
+
+    fill(warehouse)
+    for name in [*TABLES, *sql_views()]:
+        result = runner.invoke(app, ["sql", f'select * from "{name}"', "--format", fmt, "--root", str(warehouse.root)])
+        assert result.exit_code == 0, (name, result.output)
+        n_rows = ROWS_PER_TABLE if name in TABLES else query(warehouse, f'select * from "{name}"').num_rows
+        if fmt == "csv":
+            assert len(list(csv.DictReader(io.StringIO(result.output)))) == n_rows, name
+        elif fmt == "json":
+            assert len([json.loads(line) for line in result.output.splitlines()]) == n_rows, name
+
+
+def test_sql_csv_and_json_carry_nested_columns_as_json(warehouse):
+    from tests.warehouse.filled import fill
+
+    fill(warehouse)
+    sql = "select question_id, golden_answers, gold_plan from questions order by 1 limit 1"
+    as_csv = runner.invoke(app, ["sql", sql, "--format", "csv", "--root", str(warehouse.root)])
+    row = next(csv.DictReader(io.StringIO(as_csv.output)))
+    assert row == {
+        "question_id": "question_id-0",
+        "golden_answers": '["golden_answers-0"]',
+        "gold_plan": '[{"step": 1, "question": "question-0", "answer": "answer-0", "paragraph_support_idx": 1}]',
+    }
+    as_json = runner.invoke(app, ["sql", sql, "--format", "json", "--root", str(warehouse.root)])
+    assert json.loads(as_json.output)["gold_plan"][0]["answer"] == "answer-0"

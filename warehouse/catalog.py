@@ -4,6 +4,12 @@ The catalog file holds view definitions only, so it is small and cheap to rebuil
 writes a new file beside the old one and renames it over, which never blocks a person who has
 the catalog open read-only in the duckdb CLI (they keep the old file until they reconnect).
 Tables without files yet get a typed, empty view so queries and joins work from the first run.
+
+In-process readers, and every query a person writes (``ragfactory sql``, a dashboard), go through
+``query`` or ``confined_connection``: the same views over ``warehouse://`` paths on a connection
+that reads the root and nothing else and writes nowhere (``warehouse.confined``), after
+``warehouse.guard`` has checked each statement. The catalog file keeps plain paths, for the
+duckdb CLI (``duckdb -readonly catalog.duckdb``), the unrestricted way in.
 """
 
 from __future__ import annotations
@@ -17,14 +23,15 @@ import duckdb
 import pyarrow as pa
 
 from ragfactory.schemas.tables import TABLES
+from ragfactory.warehouse.confined import close, confined_duckdb, refusal
+from ragfactory.warehouse.guard import ReadRefused, Refused, WriteRefused, check_read_only
+from ragfactory.warehouse.readonly_fs import PROTOCOL, warehouse_url
 from ragfactory.warehouse.store import Warehouse
 
-READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN"}
-
-
-class WriteRefused(ValueError):
-    """A statement that would change something, sent where only reads are allowed."""
-
+__all__ = [
+    "ReadRefused", "Refused", "WriteRefused", "check_read_only", "confined_connection",
+    "create_views", "query", "refresh_catalog", "sql_views", "table_view_sql",
+]
 
 def sql_views() -> dict[str, str]:
     """The views shipped in ``warehouse/sql/``: file stem -> ``with … select`` text."""
@@ -46,20 +53,23 @@ def _empty_select(schema: pa.Schema) -> str:
     return f"select {columns} where false"
 
 
-def table_view_sql(warehouse: Warehouse, table: str) -> str:
+def table_view_sql(warehouse: Warehouse, table: str, confined: bool = False) -> str:
+    """A table's view body: its Parquet files by local path, or by ``warehouse://`` path."""
     spec = TABLES[table]
     if not warehouse.files(table):
         return _empty_select(spec.schema)
+    files = warehouse.glob(table)
+    files = warehouse_url(warehouse.root, Path(files)) if confined else files
     return (
-        f"select * from read_parquet({_quote(warehouse.glob(table))}, "
+        f"select * from read_parquet({_quote(files)}, "
         "hive_partitioning = true, hive_types_autocast = false, union_by_name = true)"
     )
 
 
-def create_views(con: duckdb.DuckDBPyConnection, warehouse: Warehouse) -> None:
+def create_views(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, confined: bool = False) -> None:
     """Create the table views and the shipped SQL views on a connection."""
     for table in TABLES:
-        con.execute(f'create or replace view "{table}" as {table_view_sql(warehouse, table)}')
+        con.execute(f'create or replace view "{table}" as {table_view_sql(warehouse, table, confined)}')
     for name, body in sql_views().items():
         con.execute(f'create or replace view "{name}" as {body}')
 
@@ -82,43 +92,60 @@ def refresh_catalog(warehouse: Warehouse) -> Path:
     return target
 
 
-def connect(warehouse: Warehouse) -> duckdb.DuckDBPyConnection:
-    """An in-memory connection holding the catalog's views, current as of now.
+def confined_connection(warehouse: Warehouse) -> duckdb.DuckDBPyConnection:
+    """An in-memory connection holding the catalog's views, current as of now, and confined.
 
-    In-process readers use this rather than the catalog file: DuckDB shares one database
-    instance per file path inside a process, so a long-lived process (a worker, the server)
-    holding the file open would not see a refreshed catalog.
+    It reads files under the root only, as ``warehouse://`` paths, and writes none
+    (``warehouse.confined``); close it with ``warehouse.confined.close``. In-process readers use
+    this rather than the catalog file: DuckDB shares one database instance per file path inside
+    a process, so a long-lived process (a worker, the server) holding the file open would not
+    see a refreshed catalog.
     """
-    con = duckdb.connect()
-    create_views(con, warehouse)
+    con = confined_duckdb(warehouse.root)
+    try:
+        create_views(con, warehouse, confined=True)
+    except BaseException:
+        close(con)
+        raise
     return con
 
 
-def check_read_only(query: str) -> None:
-    """Refuse anything but reads, naming the statement type."""
-    try:
-        statements = duckdb.extract_statements(query)
-    except duckdb.Error as exc:
-        raise ValueError(f"could not parse the query: {exc}") from exc
-    if not statements:
-        raise ValueError("the query is empty")
-    for statement in statements:
-        kind = statement.type.name
-        if kind not in READ_ONLY_STATEMENTS:
-            raise WriteRefused(
-                f"refused: {kind} statements are not allowed here; the catalog is read-only "
-                "(only select / with … select / describe / show / explain)"
-            )
+def query(
+    warehouse: Warehouse,
+    sql: str,
+    params: list | dict | None = None,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> pa.Table:
+    """Run a read-only query through the confined catalog; the last statement's result.
 
-
-def query(warehouse: Warehouse, sql: str, params: list | dict | None = None) -> pa.Table:
-    """Run a read-only query through the catalog and return the last statement's result."""
-    check_read_only(sql)
-    con = connect(warehouse)
+    Raises ``Refused`` (naming the statement kind, function or path, and why) for anything but
+    reads of the warehouse, whether the statement checks or the connection itself stopped it.
+    ``con``, a ``confined_connection`` of this warehouse, serves many queries (a dashboard, a
+    test sending hundreds); without it each query opens and closes its own. Reuse is sound
+    because nothing that passes the checks can change the connection: no DDL, no SET, no ATTACH.
+    """
+    owned = con is None
+    con = confined_connection(warehouse) if owned else _confined(con)
     try:
-        statements = duckdb.extract_statements(sql)
+        statements = check_read_only(sql, con, warehouse.root)
         for statement in statements[:-1]:
-            con.execute(statement)
+            con.execute(statement.query)
+            con.complete()  # only the last result is returned; the others still run, to fail loudly
         return con.sql(statements[-1].query, params=params).to_arrow_table()
+    except duckdb.Error as exc:
+        refused = refusal(exc)
+        if refused is None:
+            raise
+        raise refused from exc
     finally:
-        con.close()
+        if owned:
+            close(con)
+
+
+def _confined(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    locked, external = con.execute(
+        "select current_setting('lock_configuration'), current_setting('enable_external_access')"
+    ).fetchall()[0]
+    if not (locked and not external and con.filesystem_is_registered(PROTOCOL)):
+        raise ValueError("query(con=...) takes a confined_connection, not an ordinary DuckDB connection")
+    return con
