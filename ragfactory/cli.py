@@ -72,7 +72,7 @@ def sql(
 
     Example: `ragfactory sql "select dataset, count(*) from questions group by 1" --format csv`
     """
-    from ragfactory.warehouse.catalog import Refused, query as run_query
+    from ragfactory.warehouse.catalog import Refused, user_query as run_query
     from ragfactory.warehouse.guard import first_line
 
     if fmt not in {"table", "csv", "json"}:

@@ -5,10 +5,12 @@ writes a new file beside the old one and renames it over, which never blocks a p
 the catalog open read-only in the duckdb CLI (they keep the old file until they reconnect).
 Tables without files yet get a typed, empty view so queries and joins work from the first run.
 
-In-process readers, and every query a person writes (``ragfactory sql``, a dashboard), go through
-``query`` or ``confined_connection``: the same views over ``warehouse://`` paths on a connection
-that reads the root and nothing else and writes nowhere (``warehouse.confined``), after
-``warehouse.guard`` has checked each statement. The catalog file keeps plain paths, for the
+Every query a person writes (``ragfactory sql``, a dashboard's console) goes through
+``user_query`` or ``confined_connection``: the same views over ``warehouse://`` paths on a
+connection that reads the root and nothing else and writes nowhere (``warehouse.confined``),
+after ``warehouse.guard`` has checked each statement. The factory's own SQL (parameters, never a
+person's text) runs through ``query`` on a plain connection, where DuckDB reads local Parquet
+natively and on every thread. The catalog file keeps plain paths, for the
 duckdb CLI (``duckdb -readonly catalog.duckdb``), the unrestricted way in.
 """
 
@@ -29,8 +31,8 @@ from ragfactory.warehouse.readonly_fs import PROTOCOL, warehouse_url
 from ragfactory.warehouse.store import Warehouse
 
 __all__ = [
-    "ReadRefused", "Refused", "WriteRefused", "check_read_only", "confined_connection",
-    "create_views", "query", "refresh_catalog", "sql_views", "table_view_sql",
+    "ReadRefused", "Refused", "WriteRefused", "check_read_only", "confined_connection", "connect",
+    "create_views", "query", "refresh_catalog", "sql_views", "table_view_sql", "user_query",
 ]
 
 def sql_views() -> dict[str, str]:
@@ -110,13 +112,39 @@ def confined_connection(warehouse: Warehouse) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def query(
+def connect(warehouse: Warehouse) -> duckdb.DuckDBPyConnection:
+    """An in-memory connection holding the catalog's views over local paths, current as of now.
+
+    For the factory's own queries (``query``): SQL written here, with parameters, never a user's
+    text. DuckDB reads local Parquet natively, on all its threads.
+    """
+    con = duckdb.connect()
+    create_views(con, warehouse)
+    return con
+
+
+def query(warehouse: Warehouse, sql: str, params: list | dict | None = None) -> pa.Table:
+    """Run one of the factory's own read-only queries; the last statement's result.
+
+    Only SELECTs run (``check_read_only``); a person's SQL goes through ``user_query`` instead.
+    """
+    statements = check_read_only(sql)
+    con = connect(warehouse)
+    try:
+        for statement in statements[:-1]:
+            con.execute(statement.query)
+        return con.sql(statements[-1].query, params=params).to_arrow_table()
+    finally:
+        con.close()
+
+
+def user_query(
     warehouse: Warehouse,
     sql: str,
     params: list | dict | None = None,
     con: duckdb.DuckDBPyConnection | None = None,
 ) -> pa.Table:
-    """Run a read-only query through the confined catalog; the last statement's result.
+    """Run a person's read-only query through the confined catalog; the last statement's result.
 
     Raises ``Refused`` (naming the statement kind, function or path, and why) for anything but
     reads of the warehouse, whether the statement checks or the connection itself stopped it.
@@ -147,5 +175,5 @@ def _confined(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         "select current_setting('lock_configuration'), current_setting('enable_external_access')"
     ).fetchall()[0]
     if not (locked and not external and con.filesystem_is_registered(PROTOCOL)):
-        raise ValueError("query(con=...) takes a confined_connection, not an ordinary DuckDB connection")
+        raise ValueError("user_query(con=...) takes a confined_connection, not an ordinary DuckDB connection")
     return con

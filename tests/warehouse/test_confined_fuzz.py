@@ -5,7 +5,7 @@ wrapper (EXPLAIN, EXPLAIN ANALYZE, PREPARE, a CTE, a statement list) with commen
 and semicolons varied, from a fixed seed. Targets lie inside the root and in folders outside it
 made by the test; a secret file outside the root, and a link to it inside, stand for everything
 else on disk. Every statement goes through ``query``, the entry ``ragfactory sql`` uses, on one
-confined connection (reusing it is what ``query(con=...)`` promises to be sound).
+confined connection (reusing it is what ``user_query(con=...)`` promises to be sound).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import re
 import duckdb
 import pytest
 
-from ragfactory.warehouse.catalog import Refused, confined_connection, query
+from ragfactory.warehouse.catalog import Refused, confined_connection, user_query
 from ragfactory.warehouse.confined import close
 from tests.warehouse.filled import fill
 
@@ -157,7 +157,7 @@ def test_no_generated_statement_writes_or_reads_outside_the_root(setting):
 
 def _run(warehouse, con, sql: str, secret_text: str) -> str:
     try:
-        result = query(warehouse, sql, con=con)
+        result = user_query(warehouse, sql, con=con)
     except Refused as exc:
         assert secret_text not in str(exc), sql
         assert re.match(r"^refused: \S", str(exc)), str(exc)
