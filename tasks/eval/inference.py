@@ -44,10 +44,7 @@ class InferenceConfig:
 
 
 def output_grammar(prompt: str, max_tokens: int) -> Grammar:
-    try:
-        return load_grammar(prompt, max_tokens)
-    except ValueError as exc:
-        raise ValueError(f"evaluation max_tokens={max_tokens}: {exc}") from None
+    return load_grammar(prompt, max_tokens, "evaluation max_tokens")
 
 
 @dataclass(frozen=True)

@@ -57,11 +57,12 @@ def grammar_names() -> list[str]:
 
 
 @lru_cache(maxsize=256)
-def load_grammar(name: str, max_tokens: int, **params: object) -> Grammar:
+def load_grammar(name: str, max_tokens: int, field: str = "max_tokens", **params: object) -> Grammar:
     """The output grammar of prompt ``name`` for outputs of at most ``max_tokens`` tokens.
 
     Its free text gets what ``max_tokens`` leaves after the tags and bounded fields, so every
     output closes within it (``grammar.render_grammar``); ``params`` fill other placeholders.
+    ``field`` names the setting ``max_tokens`` came from, for the error when it is too small.
 
     >>> grammar = load_grammar("decex_self_answer", 64)
     >>> grammar.max_tokens <= 64, "<answer>" in grammar.text
@@ -73,5 +74,5 @@ def load_grammar(name: str, max_tokens: int, **params: object) -> Grammar:
     try:
         text, bound = render_grammar(source.read_text(encoding="utf-8"), max_tokens, **params)
     except GrammarError as exc:
-        raise GrammarError(f"grammar {name!r}: {exc}") from None
+        raise GrammarError(f"{field}={max_tokens}: grammar {name!r}: {exc}") from None
     return Grammar(name, text, bound)

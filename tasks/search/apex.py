@@ -99,10 +99,7 @@ class ApexConfig:
 
     @property
     def plan_grammar(self) -> Grammar:
-        try:
-            return plan_grammar(self.plan_max_tokens, self.max_steps)
-        except ValueError as exc:
-            raise ValueError(f"ApexConfig.plan_max_tokens={self.plan_max_tokens}: {exc}") from None
+        return plan_grammar(self.plan_max_tokens, self.max_steps, "ApexConfig.plan_max_tokens")
 
     @property
     def exec_spec(self) -> ExecSpec:

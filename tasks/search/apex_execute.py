@@ -76,10 +76,8 @@ class ExecSpec:
     @property
     def grammars(self) -> dict[str, Grammar]:
         """call -> the output grammar of its prompt, fitted to ``max_tokens``."""
-        try:
-            return {call: load_grammar(prompt, self.max_tokens) for call, (_, _, prompt) in CALLS.items()}
-        except ValueError as exc:
-            raise ValueError(f"ApexConfig.exec_max_tokens={self.max_tokens}: {exc}") from None
+        field = "ApexConfig.exec_max_tokens"
+        return {call: load_grammar(prompt, self.max_tokens, field) for call, (_, _, prompt) in CALLS.items()}
 
 
 @dataclass

@@ -132,10 +132,8 @@ class DecExConfig:
 
 def grammar(prompt: str, max_tokens: int, **params: str) -> Grammar:
     """A DecEx prompt's output grammar; too small a ``max_tokens`` is an error naming the field."""
-    try:
-        return load_grammar(prompt, max_tokens, **(params or _DEFAULT_PARAMS.get(prompt, {})))
-    except ValueError as exc:
-        raise ValueError(f"DecExConfig.max_tokens={max_tokens}: {exc}") from None
+    params = params or _DEFAULT_PARAMS.get(prompt, {})
+    return load_grammar(prompt, max_tokens, "DecExConfig.max_tokens", **params)
 
 
 _DEFAULT_PARAMS = {TERMINATION: {"outcome": "decision"}}

@@ -65,12 +65,12 @@ def planner_prompt(question: str, max_steps: int = MAX_STEPS) -> str:
     return render_prompt("apex_plan", question=question, max_steps=str(max_steps))
 
 
-def plan_grammar(max_tokens: int, max_steps: int = MAX_STEPS) -> Grammar:
+def plan_grammar(max_tokens: int, max_steps: int = MAX_STEPS, field: str = "max_tokens") -> Grammar:
     """The planner's output grammar: ``<plan>``, 1 to ``max_steps`` numbered lines, ``#n`` only
     of earlier steps, fitted to ``max_tokens``."""
     if not 1 <= max_steps <= MAX_GRAMMAR_STEPS:
         raise ValueError(f"max_steps must be in 1..{MAX_GRAMMAR_STEPS}, got {max_steps}")
-    return load_grammar("apex_plan", max_tokens, max_steps=max_steps)
+    return load_grammar("apex_plan", max_tokens, field, max_steps=max_steps)
 
 
 def parse_plan(text: str | None, max_steps: int = MAX_STEPS) -> ParsedPlan:

@@ -104,10 +104,7 @@ class TreePSConfig:
     @property
     def grammar(self) -> Grammar:
         """The output grammar of one step under ``prompt``, fitted to ``max_tokens``."""
-        try:
-            return load_grammar(self.prompt, self.max_tokens)
-        except ValueError as exc:
-            raise ValueError(f"TreePSConfig.max_tokens={self.max_tokens}: {exc}") from None
+        return load_grammar(self.prompt, self.max_tokens, "TreePSConfig.max_tokens")
 
     def branching_at(self, depth: int, n_parents: int) -> int:
         """B_d for ``n_parents`` retained parents at depth d − 1 (Eq. 2)."""

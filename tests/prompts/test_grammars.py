@@ -22,9 +22,12 @@ from ragfactory.tasks.eval.baselines import free_answer
 from ragfactory.tasks.llm.structured import GrammarMasks, accepts, check_grammar
 from ragfactory.tasks.prompts.loader import grammar_names, load_grammar
 from ragfactory.tasks.search import parsing
+from ragfactory.tasks.search.apex import ApexConfig
 from ragfactory.tasks.search.apex_execute import parse_decision
+from ragfactory.tasks.search.decex import DecExConfig
 from ragfactory.tasks.search.parsing import find_tag
 from ragfactory.tasks.search.plan_format import parse_plan
+from ragfactory.tasks.search.treeps import TreePSConfig
 from ragfactory.tasks.search.treeps_steps import parse_step
 
 
@@ -174,3 +177,19 @@ def test_every_output_a_grammar_allows_parses(name, masks):
     for _ in range(12):
         text = random_output(grammar, masks, rng)
         assert PARSERS[name](text) is None, repr(text)
+
+
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda: DecExConfig(max_tokens=64),
+         "DecExConfig.max_tokens=64: grammar 'decex_termination': needs max_tokens >= 83"),
+        (lambda: TreePSConfig(max_tokens=48),
+         "TreePSConfig.max_tokens=48: grammar 'treeps_step': needs max_tokens >= 64"),
+        (lambda: ApexConfig(plan_max_tokens=96),
+         "ApexConfig.plan_max_tokens=96: grammar 'apex_plan': needs max_tokens >= 151"),
+    ],
+)
+def test_a_max_tokens_too_small_for_the_tags_is_refused_naming_the_field(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
