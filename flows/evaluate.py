@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from ragfactory.schemas.config import DatasetConfig, EvalConfig
+from ragfactory.schemas.config import DatasetConfig, EvalConfig, PartitionConfig
 from ragfactory.tasks.evaluate import (
     evaluate_dataset,
+    evaluation_warnings,
     plan_evaluation,
     report_evaluation,
 )
-from ragfactory.tasks.ingest import ingest_dataset
+from ragfactory.tasks.ingest import backfill_question_partitions, ingest_dataset
 from ragfactory.warehouse.catalog import refresh_catalog
 from ragfactory.warehouse.runs import now, record_run
 from ragfactory.warehouse.store import Warehouse
@@ -32,6 +33,7 @@ def evaluate(config: EvalConfig) -> dict:
     plan = plan_evaluation(root, config)
     for name in plan["ingest"]:
         ingest_dataset(root, DatasetConfig(name=name))
+    backfill_question_partitions(root, PartitionConfig())
     run_config = config.model_dump(mode="json") | {"model_id": plan["model_id"], "model_ref": plan["model_ref"]}
     run = {"run_id": plan["run_id"], "flow": "evaluate", "config": run_config,
            "config_hash": plan["config_hash"], "started_at": now()}
@@ -46,10 +48,13 @@ def evaluate(config: EvalConfig) -> dict:
             failed.append(dataset)
     aggregates = [row for result in done for row in result["aggregates"]]
     report_evaluation(plan["run_id"], plan["model_id"], aggregates)
+    warnings = evaluation_warnings(config, plan["model_id"], done)
+    for warning in warnings:
+        get_run_logger().warning(warning)
     status = "completed" if not failed else ("partial" if done else "failed")
-    record_run(wh, status=status, failed_shards=failed,
+    record_run(wh, status=status, failed_shards=failed, warnings=warnings,
                error=f"failed datasets: {failed}" if failed else None, **run)
     refresh_catalog(wh)
     return {"run_id": plan["run_id"], "model_id": plan["model_id"], "root": root,
             "catalog": str(wh.catalog_path), "status": status, "aggregates": aggregates,
-            "datasets": done, "failed_shards": failed}
+            "datasets": done, "failed_shards": failed, "warnings": warnings}

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ragfactory.tasks.data.partitions import PartitionRule
 from ragfactory.tasks.eval.inference import InferenceConfig
 from ragfactory.tasks.export.apex import ApexExportConfig
 from ragfactory.tasks.export.dpo import DpoConfig
@@ -27,6 +28,8 @@ from ragfactory.tasks.search.decex import DecExConfig
 from ragfactory.tasks.search.treeps import TreePSConfig
 
 DatasetFormat = Literal["hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "flashrag"]
+Partition = Literal["train", "valid", "test"]
+_RULE = PartitionRule()
 
 
 class Section(BaseModel):
@@ -39,6 +42,19 @@ class WarehouseConfig(Section):
     )
 
 
+class SharesConfig(Section):
+    """Shares of a dataset's questions that land in each partition (tasks/data/partitions.py)."""
+
+    train: float = Field(_RULE.train, ge=0.0, le=1.0, description="Share of questions builds expand")
+    valid: float = Field(_RULE.valid, ge=0.0, le=1.0, description="Share kept for model selection")
+    test: float = Field(_RULE.test, ge=0.0, le=1.0, description="Share held out for evaluation")
+
+    def model_post_init(self, context: Any, /) -> None:
+        if abs(self.train + self.valid + self.test - 1.0) > 1e-9:
+            raise ValueError(f"partition shares must sum to 1, got train={self.train} "
+                             f"valid={self.valid} test={self.test}")
+
+
 class DatasetConfig(Section):
     name: str = Field(description="Dataset name written to questions.dataset")
     format: DatasetFormat | None = Field(
@@ -49,11 +65,39 @@ class DatasetConfig(Section):
         description="A JSONL file, or 'bundled' for the sample shipped with ragfactory",
     )
     split: str = "dev"
-    limit: int | None = Field(None, ge=1, description="Keep the first N good rows")
+    limit: int | None = Field(None, ge=1, description="Keep the first N good rows of the file")
+    partition: Literal["hash", "train", "valid", "test"] | None = Field(
+        None, description="'hash': by a hash of the question id and the shares; 'train', 'valid' or "
+        "'test': every question of this file (a dataset shipped as separate train and dev files, "
+        "or an evaluation-only set); default 'test' for partitions.eval_only, else 'hash'",
+    )
+    shares: SharesConfig | None = Field(None, description="This dataset's shares; default partitions.shares")
 
     @property
     def resolved_format(self) -> str:
         return self.format or self.name
+
+
+class PartitionConfig(Section):
+    """How questions are split into train / valid / test (held out from every build)."""
+
+    seed: int = Field(_RULE.seed, description="Hash seed of the partitions; keep it fixed for a warehouse")
+    shares: SharesConfig = Field(default_factory=SharesConfig, description="Default shares of every dataset")
+    eval_only: list[str] = Field(
+        default_factory=lambda: ["bamboogle"],
+        description="Datasets (names or formats) whose every question is test: Bamboogle's 125 "
+        "questions are an evaluation set in the literature",
+    )
+
+    def rule_for(self, dataset: DatasetConfig) -> PartitionRule:
+        """The partition rule of one configured dataset."""
+        mode = dataset.partition
+        if mode is None:
+            evaluation_only = {dataset.name, dataset.resolved_format} & set(self.eval_only)
+            mode = "test" if evaluation_only else "hash"
+        shares = dataset.shares or self.shares
+        return PartitionRule(seed=self.seed, train=shares.train, valid=shares.valid, test=shares.test,
+                             fixed=None if mode == "hash" else mode)
 
 
 class CorpusConfig(Section):
@@ -167,8 +211,13 @@ class SearchConfig(Section):
     datasets: list[str] | None = Field(
         None, description="Datasets whose questions are expanded; default: every dataset built"
     )
+    partition: Partition = Field(
+        "train", description="Partition whose questions are expanded; anything but train overlaps "
+        "the questions evaluations hold out (warned about and recorded in runs.warnings)",
+    )
     questions_per_dataset: int | None = Field(
-        None, ge=1, description="Expand the first N questions of each dataset (file order)"
+        None, ge=1, description="Expand the first N questions of each dataset's partition, in "
+        "sample_key (hash) order: a uniform sample that a larger N extends",
     )
     shard_size: int = Field(
         16, ge=1, description="Questions per shard task: the unit of retries and of failure"
@@ -205,6 +254,9 @@ class BuildConfig(Section):
     seed: int = 0
     warehouse: WarehouseConfig = WarehouseConfig()
     datasets: list[DatasetConfig] = Field(default_factory=list)
+    partitions: PartitionConfig = Field(
+        default_factory=PartitionConfig, description="Train / valid / test partitions of the questions"
+    )
     corpus: CorpusConfig = CorpusConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     llm: LLMConfig = LLMConfig()
@@ -322,7 +374,13 @@ class EvalConfig(Section):
         default_factory=lambda: ["hotpotqa"], min_length=1,
         description="Datasets whose questions are answered; a bundled one the warehouse lacks is ingested",
     )
-    limit: int | None = Field(None, ge=1, description="The first N questions of each dataset (file order)")
+    partition: Partition = Field(
+        "test", description="Partition whose questions are answered: test for reported figures, valid "
+        "for model selection; train overlaps what builds expand (warned about and recorded)",
+    )
+    limit: int | None = Field(
+        None, ge=1, description="The first N questions of each dataset's partition, in sample_key (hash) order"
+    )
     modes: list[EvalMode] = Field(
         default_factory=lambda: list(EVAL_MODES), min_length=1,
         description="agentic (ReasonRAG Algorithm 1), direct (naive generation), rag (standard RAG)",

@@ -17,7 +17,11 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 # 2: TreePS-RAG tables trajectories, step_labels and verl_prompts (no column changed).
-SCHEMA_VERSION = 2
+# 3: held-out partitions: questions.partition and questions.sample_key (files written before are
+#    backfilled in place, tasks/data/partitions.py), runs.warnings; what a model saw:
+#    models.question_ids (null before: the model_questions view derives them from the lineage),
+#    evals.partition and evals.is_seen.
+SCHEMA_VERSION = 3
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 MESSAGES = pa.list_(MESSAGE)
@@ -101,6 +105,7 @@ TABLES: dict[str, TableSpec] = {
             ("finished_at", TS),
             ("failed_shards", STRINGS),
             ("error", pa.string()),
+            ("warnings", STRINGS),
         ),
         _spec(
             "questions", ("dataset",), ("question_id",),
@@ -113,6 +118,8 @@ TABLES: dict[str, TableSpec] = {
             ("metadata", pa.string()),
             ("source_file", pa.string()),
             ("source_line", pa.int64()),
+            ("partition", pa.string()),
+            ("sample_key", pa.float64()),
         ),
         _spec(
             "passages", ("source",), ("passage_id",),
@@ -299,6 +306,7 @@ TABLES: dict[str, TableSpec] = {
             ("metrics", pa.string()),
             ("path", pa.string()),
             ("created_at", TS),
+            ("question_ids", STRINGS),
         ),
         _spec(
             "evals", ("run_id",), ("eval_id",),
@@ -317,6 +325,8 @@ TABLES: dict[str, TableSpec] = {
             ("format_error", pa.string()),
             ("llm_call_ids", STRINGS),
             ("created_at", TS),
+            ("partition", pa.string()),
+            ("is_seen", pa.bool_()),
         ),
     ]
 }

@@ -33,14 +33,15 @@ from ragfactory.tasks.eval.runner import (
 from ragfactory.tasks.index import corpus_passages, open_retriever
 from ragfactory.tasks.llm.cache import CallCache, utc_now
 from ragfactory.tasks.llm.engine import make_batcher
+from ragfactory.tasks.training.registry import seen_question_ids
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 
 QUESTIONS_SQL = """
 with ranked as (
-    select *, row_number() over (order by source_line, question_id) as rank
+    select *, row_number() over (order by sample_key, question_id) as rank
     from questions
-    where dataset = $dataset
+    where dataset = $dataset and partition = $partition
 )
 select * exclude (rank) from ranked
 where $limit is null or rank <= $limit
@@ -48,10 +49,10 @@ order by rank
 """
 
 
-def read_eval_questions(wh: Warehouse, dataset: str, limit: int | None) -> list[EvalQuestion]:
-    """The dataset's first ``limit`` questions in file order."""
-    rows = query(wh, QUESTIONS_SQL, {"dataset": dataset, "limit": limit}).to_pylist()
-    return [EvalQuestion.from_row(row) for row in rows]
+def read_eval_questions(wh: Warehouse, dataset: str, limit: int | None, partition: str = "test") -> list[EvalQuestion]:
+    """The first ``limit`` questions of the dataset's ``partition``, in sample-key (hash) order."""
+    params = {"dataset": dataset, "limit": limit, "partition": partition}
+    return [EvalQuestion.from_row(row) for row in query(wh, QUESTIONS_SQL, params).to_pylist()]
 
 
 def engine_config(config: EvalConfig, model_ref: str) -> LLMConfig:
@@ -78,8 +79,10 @@ def write_eval_shards(
 ) -> list[dict]:
     """Write each mode's ``evals`` and ``llm_calls`` shards; returns every ``evals`` row."""
     run_id, created_at, written = plan["run_id"], utc_now(), []
+    seen = seen_question_ids(wh, plan["model_id"])
     for mode, mode_outcomes in outcomes.items():
-        rows = eval_rows(run_id, plan["model_id"], dataset, mode, questions, mode_outcomes, created_at)
+        rows = eval_rows(run_id, plan["model_id"], dataset, mode, questions, mode_outcomes, created_at,
+                         plan["partition"], seen)
         shard = shard_of(dataset, mode)
         wh.write("evals", rows, shard, partition={"run_id": run_id})
         wh.write("llm_calls", calls_of(rows, cache.rows()), shard, partition={"run_id": run_id})
@@ -98,16 +101,18 @@ def plan_evaluation(root: str, config: EvalConfig) -> dict:
     if unknown:
         raise ValueError(f"no questions of {unknown} in {wh.root}: build them first (ragfactory build); "
                          f"bundled datasets are ingested on demand: {sorted(bundled_names())}")
-    config_hash = eval_hash(model.model_id, config.answer_fields())
+    # the partition is part of the run: an evaluation on valid never replaces one on test
+    config_hash = eval_hash(model.model_id, config.answer_fields() | {"partition": config.partition})
     return {"model_id": model.model_id, "model_ref": model.ref, "model_source": model.source,
-            "config_hash": config_hash, "run_id": f"eval-{config_hash}", "ingest": missing}
+            "config_hash": config_hash, "run_id": f"eval-{config_hash}", "ingest": missing,
+            "partition": config.partition}
 
 
 @task(retries=2, retry_delay_seconds=[5, 30], task_run_name="evaluate-{dataset}", cache_policy=NONE)
 def evaluate_dataset(root: str, config: EvalConfig, plan: dict, dataset: str) -> dict:
     """Answer one dataset's questions in every mode; write its evals and llm_calls shards."""
     wh = Warehouse(root)
-    questions = read_eval_questions(wh, dataset, config.limit)
+    questions = read_eval_questions(wh, dataset, config.limit, config.partition)
     retriever = open_eval_retriever(wh, config, dataset) if needs_retriever(config.modes) else None
     cache = CallCache.from_warehouse(wh, plan["run_id"])
     batcher = make_batcher(engine_config(config, plan["model_ref"]), cache, wh.artifacts_dir("models"))
@@ -116,10 +121,26 @@ def evaluate_dataset(root: str, config: EvalConfig, plan: dict, dataset: str) ->
     ))
     rows = write_eval_shards(wh, plan, dataset, questions, outcomes, cache)
     stats = batcher.stats.as_dict()
-    get_run_logger().info("%s: %d questions x %d modes, engine %s", dataset, len(questions),
-                          len(config.modes), stats)
+    get_run_logger().info("%s: %d %s questions x %d modes, engine %s", dataset, len(questions),
+                          config.partition, len(config.modes), stats)
+    n_seen = len({row["question_id"] for row in rows if row["is_seen"]})
     return {"dataset": dataset, "questions": len(questions), "engine": stats,
-            "aggregates": aggregate(rows)}
+            "aggregates": aggregate(rows), "n_seen": n_seen}
+
+
+def evaluation_warnings(config: EvalConfig, model_id: str, results: list[dict]) -> list[str]:
+    """What a reader of the figures must know: questions the model trained on, or the train
+    partition (what builds expand) evaluated."""
+    warnings = []
+    if config.partition == "train":
+        warnings.append("evaluated on the train partition, which builds expand: these are not "
+                        "held-out figures")
+    for result in results:
+        if result["n_seen"]:
+            warnings.append(f"{result['dataset']}: {result['n_seen']} of {result['questions']} "
+                            f"{config.partition} questions were in the training data of {model_id} "
+                            "(evals.is_seen)")
+    return warnings
 
 
 @task(task_run_name="report-{run_id}", cache_policy=NONE)

@@ -1,4 +1,4 @@
-"""The evaluate flow on 20 bundled HotpotQA questions: a base and a trained model, compared in SQL.
+"""The evaluate flow on 20 bundled HotpotQA test questions: a base and a trained model, compared in SQL.
 
 The engine is the only double (a scripted backend per model, picked by the model the flow
 loads): the real flow, tasks, ingest, BM25 index, batcher, call cache and warehouse run. The
@@ -24,7 +24,7 @@ from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend
 
-GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=20).questions}
+GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa").questions}
 TRAINED = "sft-test"
 
 
