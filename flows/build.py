@@ -59,7 +59,7 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
                 shards.append({**state.result(), "cached": state.name == "Cached"})
             else:
                 failed.append(name)
-        exports.append(write_training_data(root, run_id, strategy, config.export, config.seed))
+        exports.append(write_training_data(root, run_id, strategy, config.export, config.seed, config.llm))
     return shards, exports, failed
 
 

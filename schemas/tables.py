@@ -20,7 +20,8 @@ import pyarrow as pa
 # 3: held-out partitions: questions.partition and questions.sample_key (files written before are
 #    backfilled in place, tasks/data/partitions.py), runs.warnings; what a model saw:
 #    models.question_ids (null before: the model_questions view derives them from the lineage),
-#    evals.partition and evals.is_seen.
+#    evals.partition and evals.is_seen; the contamination table (training rows that match an
+#    evaluation question).
 SCHEMA_VERSION = 3
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
@@ -293,6 +294,23 @@ TABLES: dict[str, TableSpec] = {
             ("ability", pa.string()),
             ("reward_model", VERL_REWARD_MODEL),
             ("extra_info", VERL_EXTRA_INFO),
+        ),
+        _spec(
+            "contamination", ("run_id",), ("contamination_id",),
+            ("contamination_id", pa.string()),
+            ("run_id", pa.string()),
+            ("strategy", pa.string()),
+            ("export_table", pa.string()),
+            ("row_id", pa.string()),
+            ("question_id", pa.string()),
+            ("question", pa.string()),
+            ("eval_question_id", pa.string()),
+            ("eval_question", pa.string()),
+            ("eval_source", pa.string()),
+            ("method", pa.string()),
+            ("score", pa.float64()),
+            ("judged", pa.bool_()),
+            ("action", pa.string()),
         ),
         _spec(
             "models", ("run_id",), ("model_id",),
