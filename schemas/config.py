@@ -440,6 +440,10 @@ class EvalConfig(Section):
     sources: list[str] | None = Field(
         None, description="Passage sources searched; default each dataset's own passages"
     )
+    compare: str | None = Field(
+        None, description="A base model to compare with: it answers the same questions in the same modes, "
+        "and eval_compare gets EM / F1 deltas with paired bootstrap 95% intervals and McNemar's test",
+    )
     retrieval: RetrievalConfig = RetrievalConfig()
     llm: LLMConfig = Field(
         default_factory=LLMConfig, description="Engine settings; the policy's model is set by `model`"

@@ -21,7 +21,7 @@ import pyarrow as pa
 #    backfilled in place, tasks/data/partitions.py), runs.warnings; what a model saw:
 #    models.question_ids (null before: the model_questions view derives them from the lineage),
 #    evals.partition and evals.is_seen; the contamination table (training rows that match an
-#    evaluation question).
+#    evaluation question); the eval_compare table (two models on the same questions).
 SCHEMA_VERSION = 3
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
@@ -345,6 +345,36 @@ TABLES: dict[str, TableSpec] = {
             ("created_at", TS),
             ("partition", pa.string()),
             ("is_seen", pa.bool_()),
+        ),
+        _spec(
+            "eval_compare", ("run_id",), ("run_id", "dataset", "mode"),
+            ("run_id", pa.string()),
+            ("model_a", pa.string()),
+            ("model_b", pa.string()),
+            ("run_a", pa.string()),
+            ("run_b", pa.string()),
+            ("dataset", pa.string()),
+            ("mode", pa.string()),
+            ("partition", pa.string()),
+            ("n", pa.int64()),
+            ("em_a", pa.float64()),
+            ("em_b", pa.float64()),
+            ("em_delta", pa.float64()),
+            ("em_delta_low", pa.float64()),
+            ("em_delta_high", pa.float64()),
+            ("f1_a", pa.float64()),
+            ("f1_b", pa.float64()),
+            ("f1_delta", pa.float64()),
+            ("f1_delta_low", pa.float64()),
+            ("f1_delta_high", pa.float64()),
+            ("n_a_only", pa.int64()),
+            ("n_b_only", pa.int64()),
+            ("mcnemar_p", pa.float64()),
+            ("n_resamples", pa.int64()),
+            ("confidence", pa.float64()),
+            ("method", pa.string()),
+            ("seed", pa.int64()),
+            ("created_at", TS),
         ),
     ]
 }

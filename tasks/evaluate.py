@@ -2,11 +2,13 @@
 
 ``plan_evaluation`` resolves the model (registry id, path or ``embedded``), names the eval run
 and lists the bundled datasets the warehouse still lacks (the flow ingests them first).
-``evaluate_dataset`` answers one dataset's first ``limit`` questions in every mode through one
-batcher over the model, searching the dataset's own passages by default, and writes one shard
-per mode of ``evals`` and of ``llm_calls`` (the calls that mode used), so a rerun of a mode
+``evaluate_dataset`` answers the first ``limit`` questions of one dataset's partition (test by
+default) in every mode through one batcher over the model, searching the dataset's own passages
+by default, and writes one shard per mode of ``evals`` and of ``llm_calls`` (the calls that mode
+used), marking the questions the model trained on (``is_seen``), so a rerun of a mode
 replaces exactly its rows and finds its completions in the call cache. ``report_evaluation``
-publishes the per-dataset aggregates as a table artifact.
+publishes the per-dataset aggregates as a table artifact; ``compare_evaluations`` pairs two
+models' runs question by question into ``eval_compare`` (``tasks/eval/compare.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from prefect.cache_policies import NONE
 
 from ragfactory.schemas.config import EvalConfig, LLMConfig
 from ragfactory.tasks.data.loaders import bundled_names
+from ragfactory.tasks.eval.compare import CompareConfig, compare_rows, compare_run_id
 from ragfactory.tasks.eval.inference import EvalQuestion, Outcome
 from ragfactory.tasks.eval.models import resolve_eval_model
 from ragfactory.tasks.eval.runner import (
@@ -148,3 +151,21 @@ def report_evaluation(run_id: str, model_id: str, aggregates: list[dict]) -> Non
     """A table artifact of the run's aggregates: one row per dataset and mode."""
     create_table_artifact(aggregates, key=run_id,
                           description=f"evaluation of {model_id}: mean EM / F1 / cover-EM per dataset and mode")
+
+
+COMPARED_SQL = """
+select * from evals
+where run_id = $run_id and list_contains($datasets, dataset) and list_contains($modes, mode)
+"""
+
+
+@task(task_run_name="compare-{run_a}-{run_b}", cache_policy=NONE)
+def compare_evaluations(root: str, config: EvalConfig, run_a: str, run_b: str) -> list[dict]:
+    """The ``eval_compare`` rows of model a's run against model b's, over the config's datasets
+    and modes (one shard per pair of runs); returns them."""
+    wh = Warehouse(root)
+    params = {"datasets": list(config.datasets), "modes": list(config.modes)}
+    a, b = (query(wh, COMPARED_SQL, params | {"run_id": run}).to_pylist() for run in (run_a, run_b))
+    rows = compare_rows(a, b, CompareConfig(seed=config.seed), utc_now())
+    wh.write("eval_compare", rows, "compare", partition={"run_id": compare_run_id(run_a, run_b)})
+    return rows
