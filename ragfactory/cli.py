@@ -412,6 +412,13 @@ def print_build_summary(summary: dict) -> None:
         print_arrow(rejects, title="rejects")
     else:
         console.print("rejects: none")
+    print_arrow(query(wh, "select * from question_partitions"),
+                title="questions per partition (builds expand train; evaluations answer test)")
+    contaminated = query(wh, _CONTAMINATION_SQL, {"run_id": summary["run_id"]})
+    if contaminated.num_rows:
+        print_arrow(contaminated, title="training rows matching held-out or evaluation questions (contamination)")
+    for warning in summary.get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {warning}")
     strategies = query(wh, "select * exclude (run_id) from strategy_summary where run_id = $run_id",
                        {"run_id": summary["run_id"]})
     if strategies.num_rows:
@@ -428,6 +435,14 @@ def print_build_summary(summary: dict) -> None:
     console.print(f"catalog: {summary['catalog']}")
     console.print('try: ragfactory sql "select dataset, count(*) from questions group by 1"')
 
+
+_CONTAMINATION_SQL = """
+select export_table, method, action, count(*) as n_rows, count(distinct question_id) as n_questions
+from contamination
+where run_id = $run_id
+group by 1, 2, 3
+order by 1, 2, 3
+"""
 
 _COUNTS_SQL = """
 with counts as (

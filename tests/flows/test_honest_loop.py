@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from ragfactory.cli import print_build_summary
 from ragfactory.flows.build import build
 from ragfactory.flows.evaluate import evaluate
 from ragfactory.flows.train import train
@@ -69,7 +70,7 @@ def _eval_config(root, model, **extra) -> EvalConfig:
                                       **extra})
 
 
-def test_the_build_expands_train_questions_in_hash_order(loop):
+def test_the_build_expands_train_questions_in_hash_order(loop, capsys):
     root, built, _ = loop
     wh = Warehouse(root)
     assert built["status"] == "completed" and built["warnings"] == []
@@ -81,8 +82,11 @@ def test_the_build_expands_train_questions_in_hash_order(loop):
         """).column("question_id").to_pylist()
     assert [r["question_id"] for r in expanded] == first_train
     assert {r["partition"] for r in expanded} == {"train"}
-    counts = query(wh, "select partition, count(*) as n from questions group by 1 order by 1").to_pylist()
-    assert sum(r["n"] for r in counts) == 40 and {r["partition"] for r in counts} == {"train", "valid", "test"}
+    counts = query(wh, "select * from question_partitions").to_pylist()
+    assert counts == [{"dataset": "hotpotqa", "n_train": 31, "n_valid": 4, "n_test": 5, "n_questions": 40}]
+    print_build_summary(built)
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "questions per partition" in printed and "│ hotpotqa │ 31 │ 4 │ 5 │ 40 │" in printed
 
 
 def test_the_model_records_the_questions_it_trained_on(loop):
