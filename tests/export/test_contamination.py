@@ -125,9 +125,23 @@ def test_an_ngram_in_many_questions_is_a_template():
     template = "what is the date of death of the director of film {}"
     evaluation = normalize_questions([template.format(f"Film{i}") for i in range(10)])
     train = normalize_questions([template.format("Metropolis")])
-    # "what is date of death of director of" is in 11 questions: above max_questions = 10
-    assert match_ngrams(train, evaluation, NgramConfig(max_questions=10)).height == 0
-    assert match_ngrams(train, evaluation, NgramConfig(max_questions=11))["score"].to_list() == [2 / 3]
+    # every word content (common_min 100), so only max_questions decides: "what is date of death
+    # of director of" is in 11 questions, above 10; with 11 allowed, 2 of the 3 8-grams are shared
+    assert match_ngrams(train, evaluation, NgramConfig(max_questions=10, common_min=100)).height == 0
+    assert match_ngrams(train, evaluation, NgramConfig(max_questions=11, common_min=100))["score"].to_list() == [2 / 3]
+    # by default the template's words (in 11 questions > 10) are not content words: no evidence
+    assert match_ngrams(train, evaluation, NgramConfig(max_questions=11)).height == 0
+
+
+def test_a_template_and_the_first_word_of_a_name_is_not_a_copy():
+    template = "what is the date of death of the director of film {}"
+    evaluation = normalize_questions([template.format(f"Film{i} Part") for i in range(12)]
+                                     + [template.format("Sijapi Didofi")])
+    # "date of death of director of film sijapi": 8 words, one content word (sijapi)
+    assert match_ngrams(normalize_questions([template.format("Sijapi Xoro")]), evaluation).height == 0
+    # the whole name shared: "of death of director of film sijapi didofi" holds two content words
+    copied = match_ngrams(normalize_questions([template.format("Sijapi Didofi Xoro")]), evaluation)
+    assert copied["eval"].to_list() == [12]
 
 
 def _judge(verdicts: dict[str, str]) -> ScriptedBackend:
