@@ -132,13 +132,16 @@ def evaluate_dataset(root: str, config: EvalConfig, plan: dict, dataset: str) ->
 
 
 def evaluation_warnings(config: EvalConfig, model_id: str, results: list[dict]) -> list[str]:
-    """What a reader of the figures must know: questions the model trained on, or the train
-    partition (what builds expand) evaluated."""
+    """What a reader of the figures must know: questions the model trained on, the train
+    partition (what builds expand) evaluated, a dataset with no question to answer."""
     warnings = []
     if config.partition == "train":
         warnings.append("evaluated on the train partition, which builds expand: these are not "
                         "held-out figures")
     for result in results:
+        if not result["questions"]:
+            warnings.append(f"{result['dataset']}: no {config.partition} questions in the warehouse "
+                            "(was it ingested with a small limit?)")
         if result["n_seen"]:
             warnings.append(f"{result['dataset']}: {result['n_seen']} of {result['questions']} "
                             f"{config.partition} questions were in the training data of {model_id} "

@@ -53,7 +53,7 @@ def write_model(root: str, config: TrainConfig, plan: dict, metrics: dict) -> di
     """Write the ``models`` row and a table artifact of the run's metrics; returns the row."""
     wh = Warehouse(root)
     row = registry_row(wh, config, TrainingPlan(**plan), metrics)
-    held_out = {k: v for k, v in json.loads(row["lineage"])["partitions"].items() if k != "train"}
+    held_out = {k: v for k, v in json.loads(row["lineage"])["partitions"].items() if k in ("valid", "test")}
     if held_out:
         get_run_logger().warning("%s trained on held-out questions %s: evaluations on those partitions "
                                  "mark them seen (evals.is_seen)", row["model_id"], held_out)

@@ -146,3 +146,12 @@ def test_a_build_on_the_test_partition_is_warned_about_and_recorded(loop, monkey
         select distinct q.partition from nodes n join questions q using (question_id) where n.run_id = $r""",
                      {"r": summary["run_id"]}).column(0).to_pylist()
     assert expanded == ["test"]
+
+
+def test_an_evaluation_only_dataset_has_no_train_questions_and_says_so(loop, scripted_evals):
+    root, _, _ = loop
+    summary = evaluate(_eval_config(root, "embedded", datasets=["bamboogle"], partition="train"))
+    assert summary["datasets"][0]["questions"] == 0
+    assert any("bamboogle: no train questions" in w for w in summary["warnings"]), summary["warnings"]
+    counts = query(Warehouse(root), "select * from question_partitions where dataset = 'bamboogle'").to_pylist()
+    assert counts == [{"dataset": "bamboogle", "n_train": 0, "n_valid": 0, "n_test": 125, "n_questions": 125}]
