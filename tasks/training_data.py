@@ -63,9 +63,10 @@ def eval_set(wh: Warehouse, config: DecontaminationConfig) -> EvalSet:
                    tuple(r["source"] for r in rows))
 
 
-def decontaminate(wh: Warehouse, run_id: str, tables: dict[str, list[dict]], questions: list[dict],
+def decontaminate(wh: Warehouse, run_id: str, strategy: str, tables: dict[str, list[dict]], questions: list[dict],
                   config: DecontaminationConfig, llm: LLMConfig | None) -> tuple[dict[str, list[dict]], list[dict]]:
-    """(tables without their contaminated rows in drop mode, ``contamination`` rows)."""
+    """(tables without their contaminated rows in drop mode, ``contamination`` rows); the judge's
+    calls, when it is asked, land in ``llm_calls`` as the shard ``contamination-<strategy>``."""
     params = config.params()
     texts = {q["question_id"]: q["question"] for q in questions}
     if params.mode == "off" or not any(tables.values()):
@@ -77,6 +78,8 @@ def decontaminate(wh: Warehouse, run_id: str, tables: dict[str, list[dict]], que
     found = screen_questions(texts, eval_set(wh, config), params, cache, judge)
     if cache is not None:
         cache.flush()
+    if judge is not None:
+        judge.cache.write(wh, f"contamination-{strategy}")
     kept, flagged = {}, []
     for table, rows in tables.items():
         kept[table], found_rows = contaminated_rows(table, table_spec(table).key[0], rows, texts, found, params.mode)
@@ -98,7 +101,8 @@ def write_training_data(root: str, run_id: str, strategy: str, config: ExportCon
         "plan_scores": wh.read("plan_scores", run_id=run_id).to_pylist() if strategy == "apex" else [],
     }
     tables = export_tables(strategy, inputs, config, run_seed)
-    tables, contaminated = decontaminate(wh, run_id, tables, inputs["questions"], config.decontamination, llm)
+    tables, contaminated = decontaminate(wh, run_id, strategy, tables, inputs["questions"],
+                                         config.decontamination, llm)
     wh.write("contamination", contaminated, strategy, partition={"run_id": run_id})
     for table, rows in tables.items():
         wh.write(table, rows, strategy, partition={"run_id": run_id})

@@ -92,3 +92,26 @@ def test_flag_mode_keeps_the_rows_and_records_them(tmp_path, scripted):
     exported = query(wh, "select distinct question_id from sft_examples order by 1").column(0).to_pylist()
     flagged = query(wh, "select distinct question_id from contamination order by 1").column(0).to_pylist()
     assert flagged == ["trainset:1", "trainset:2", "trainset:4"] and set(flagged) <= set(exported)
+
+
+def test_the_judge_rules_on_embedding_matches_and_its_calls_are_kept(tmp_path, scripted, monkeypatch):
+    """With the judge on, the paraphrase (an embedding-only match) counts only if the judge says
+    yes; this judge says no, so trainset:2 is exported. Its one call is an llm_calls row."""
+    from ragfactory.tasks import training_data
+    from ragfactory.tasks.llm import engine
+
+    judge = ScriptedBackend(lambda request, sample: "no", fingerprint="judge")
+
+    def make_batcher(llm, cache, cache_dir=None, backends=None):
+        return engine.make_batcher(llm, cache, cache_dir, backends={"judge": judge})
+
+    monkeypatch.setattr(training_data, "make_batcher", make_batcher)
+    config = _config(tmp_path, "drop")
+    decontamination = config.export.decontamination.model_copy(update={"judge": True})
+    build(config.model_copy(update={"export": config.export.model_copy(update={"decontamination": decontamination})}))
+    wh = Warehouse(tmp_path / "wh")
+    flagged = query(wh, "select distinct question_id from contamination order by 1").column(0).to_pylist()
+    assert flagged == ["trainset:1", "trainset:4"]
+    assert "trainset:2" in query(wh, "select distinct question_id from sft_examples").column(0).to_pylist()
+    calls = query(wh, "select role, text from llm_calls where role = 'judge'").to_pylist()
+    assert calls == [{"role": "judge", "text": "no"}] and judge.calls == 1
