@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ["warehouse", "retrieval", "batching", "decex_calls", "decex_wall", "valuation", "treeps_tokens", "sepr", "training", "structured", "engines"]
+SCRIPTS = ["warehouse", "retrieval", "batching", "decex_calls", "decex_wall", "valuation", "treeps_tokens", "sepr",
+           "decontamination", "training", "structured", "engines"]
 
 
 def main() -> int:

@@ -15,7 +15,7 @@ from prefect.futures import PrefectFuture
 from ragfactory.schemas.config import BuildConfig
 from ragfactory.tasks.expand import expand_trees, plan_shards, result_storage, shard_written
 from ragfactory.tasks.index import build_indexes
-from ragfactory.tasks.ingest import ingest_corpus, ingest_dataset
+from ragfactory.tasks.ingest import backfill_question_partitions, ingest_corpus, ingest_dataset
 from ragfactory.tasks.report import publish_build_report
 from ragfactory.tasks.search.shard import shard_name
 from ragfactory.tasks.training.registry import resolve_model
@@ -47,7 +47,8 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
     wh = Warehouse(root)
     storage = result_storage(wh)
     wanted = config.search.datasets or datasets
-    id_shards = plan_shards(root, wanted, config.search.questions_per_dataset, config.search.shard_size)
+    id_shards = plan_shards(root, wanted, config.search.questions_per_dataset, config.search.shard_size,
+                            config.search.partition)
     for strategy in config.search.strategies:
         for index, ids in enumerate(id_shards):
             name = shard_name(strategy, index)
@@ -59,7 +60,7 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
             else:
                 failed.append(name)
         exports.append(write_training_data(root, run_id, tree_strategy(config, strategy),
-                                           config.export, config.seed))
+                                           config.export, config.seed, config.llm))
     return shards, exports, failed
 
 
@@ -82,6 +83,15 @@ def with_policy_model(config: BuildConfig, wh: Warehouse, policy_model: str | No
     return config.model_copy(update={"llm": config.llm.model_copy(update={"policy": policy})})
 
 
+def build_warnings(config: BuildConfig) -> list[str]:
+    """What a reader of this build's exports must know: it draws on held-out questions."""
+    if config.search.partition == "train" or not config.search.strategies:
+        return []
+    return [f"search.partition is {config.search.partition!r}: this build expands questions that "
+            "evaluations hold out; a model trained on it is scored on questions it has seen "
+            "(evals.is_seen) unless evaluated on another partition"]
+
+
 @flow(name="build", log_prints=True)
 def build(config: BuildConfig, run_id: str | None = None, policy_model: str | None = None) -> dict:
     """Ingest, index, expand and export as the config says; returns a summary of the run.
@@ -95,11 +105,16 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
     run_id = run_id or default_run_id(config.name, config.config_hash())
     run = dict(run_id=run_id, flow="build", config=config.model_dump(mode="json"),
                config_hash=config.config_hash(), started_at=now())
+    run["warnings"] = build_warnings(config)
     record_run(wh, status="running", **run)
     get_run_logger().info("run %s writing to %s", run_id, root)
-    futures = {d.name: ingest_dataset.submit(root, d) for d in config.datasets}
+    for warning in run["warnings"]:
+        get_run_logger().warning(warning)
+    futures = {d.name: ingest_dataset.submit(root, d, config.partitions.rule_for(d)) for d in config.datasets}
     futures |= {f: ingest_corpus.submit(root, f) for f in config.corpus.files}
     ingested, failed = _settle(futures)
+    if backfilled := backfill_question_partitions(root, config.partitions):
+        get_run_logger().info("partitions backfilled in questions shards written before them: %s", backfilled)
     sources = sorted(r["source"] for r in ingested if r["passages"])
     indexes = build_indexes(root, sources, config.retrieval) if sources else {}
     datasets = sorted(r["source"] for r in ingested if r["questions"])
@@ -112,4 +127,4 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
     report = publish_build_report(root, run_id, config.name, datasets, shards)
     return {"run_id": run_id, "root": root, "catalog": str(wh.catalog_path), "status": status,
             "ingested": ingested, "indexes": indexes, "shards": shards, "exports": exports,
-            "failed_shards": failed, "report": report}
+            "failed_shards": failed, "warnings": run["warnings"], "report": report}

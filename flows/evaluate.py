@@ -5,33 +5,35 @@ warehouse lacks, then evaluate one dataset after another (each already fills the
 the batched requests of all its modes and questions in flight). A dataset that still fails after
 its retries is recorded in the run's ``failed_shards`` and the others go on. The aggregates go
 to a table artifact and the flow's result; ``ragfactory sql "select * from eval_summary"``
-compares every model evaluated in the warehouse.
+compares every model evaluated in the warehouse. A comparison with a base model (``compare``)
+evaluates the base the same way and writes the paired figures to ``eval_compare``.
 """
 
 from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from ragfactory.schemas.config import DatasetConfig, EvalConfig
+from ragfactory.schemas.config import DatasetConfig, EvalConfig, PartitionConfig
 from ragfactory.tasks.evaluate import (
+    compare_evaluations,
     evaluate_dataset,
+    evaluation_warnings,
     plan_evaluation,
     report_evaluation,
 )
-from ragfactory.tasks.ingest import ingest_dataset
+from ragfactory.tasks.ingest import backfill_question_partitions, ingest_dataset
 from ragfactory.warehouse.catalog import refresh_catalog
 from ragfactory.warehouse.runs import now, record_run
 from ragfactory.warehouse.store import Warehouse
 
 
-@flow(name="evaluate", log_prints=True)
-def evaluate(config: EvalConfig) -> dict:
-    """Evaluate the config's model on its datasets and modes; returns the per-dataset aggregates."""
-    wh = Warehouse(config.warehouse.root)
+def evaluate_model(wh: Warehouse, config: EvalConfig) -> dict:
+    """One model through every dataset of the config: its evals rows, runs row and summary."""
     root = str(wh.root)
     plan = plan_evaluation(root, config)
     for name in plan["ingest"]:
         ingest_dataset(root, DatasetConfig(name=name))
+    backfill_question_partitions(root, PartitionConfig())
     run_config = config.model_dump(mode="json") | {"model_id": plan["model_id"], "model_ref": plan["model_ref"]}
     run = {"run_id": plan["run_id"], "flow": "evaluate", "config": run_config,
            "config_hash": plan["config_hash"], "started_at": now()}
@@ -46,10 +48,31 @@ def evaluate(config: EvalConfig) -> dict:
             failed.append(dataset)
     aggregates = [row for result in done for row in result["aggregates"]]
     report_evaluation(plan["run_id"], plan["model_id"], aggregates)
+    warnings = evaluation_warnings(config, plan["model_id"], done)
+    for warning in warnings:
+        get_run_logger().warning(warning)
     status = "completed" if not failed else ("partial" if done else "failed")
-    record_run(wh, status=status, failed_shards=failed,
+    record_run(wh, status=status, failed_shards=failed, warnings=warnings,
                error=f"failed datasets: {failed}" if failed else None, **run)
-    refresh_catalog(wh)
     return {"run_id": plan["run_id"], "model_id": plan["model_id"], "root": root,
             "catalog": str(wh.catalog_path), "status": status, "aggregates": aggregates,
-            "datasets": done, "failed_shards": failed}
+            "datasets": done, "failed_shards": failed, "warnings": warnings}
+
+
+@flow(name="evaluate", log_prints=True)
+def evaluate(config: EvalConfig) -> dict:
+    """Evaluate the config's model on its datasets and modes; returns the per-dataset aggregates.
+
+    With ``config.compare`` (a base model), the base answers the same questions in the same
+    modes too, and ``eval_compare`` gets the paired comparison (``comparison`` in the result).
+    """
+    wh = Warehouse(config.warehouse.root)
+    summary = evaluate_model(wh, config)
+    if config.compare:
+        base = evaluate_model(wh, config.model_copy(update={"model": config.compare, "compare": None}))
+        summary["base"] = base
+        summary["comparison"] = compare_evaluations(summary["root"], config, summary["run_id"], base["run_id"])
+        if base["status"] != "completed":
+            summary["status"] = "partial" if summary["status"] == "completed" else summary["status"]
+    refresh_catalog(wh)
+    return summary

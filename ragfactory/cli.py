@@ -225,23 +225,32 @@ def evaluate(
     max_rounds: Annotated[int | None, typer.Option(
         min=1, help="Model calls per agentic question at most (default 11)")] = None,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per model call (default 256)")] = None,
+    partition: Annotated[str | None, typer.Option(
+        help="Questions of this partition: test (default), valid (model selection) or train")] = None,
+    compare: Annotated[str | None, typer.Option(
+        "--compare", help="A base model to compare with on the same questions and modes (eval_compare)")] = None,
     root: RootOption = None,
 ) -> None:
-    """Evaluate a model on dataset questions and print mean EM / F1 / cover-EM per dataset and mode.
+    """Evaluate a model on held-out questions and print mean EM / F1 / cover-EM per dataset and mode.
 
     Modes: `agentic` (ReasonRAG's Reasoning / Grounding / Terminal loop), `direct` (the question
     alone) and `rag` (top-k documents, then answer). Rows go to the `evals` table; bundled
     datasets the warehouse lacks are ingested first. Compare every model evaluated with
     `ragfactory sql "select * from eval_summary"`.
 
-    Example: `ragfactory evaluate --model sft-0123abcd --dataset hotpotqa --limit 50 --mode agentic`
+    Questions come from each dataset's test partition (`--partition`), the first `--limit` in
+    hash order; a question the model trained on is marked in `evals.is_seen` and warned about.
+    `--compare BASE` evaluates BASE the same way and prints the paired comparison: EM / F1 of
+    each, the deltas with bootstrap 95% intervals, McNemar's exact p on EM (table `eval_compare`).
+
+    Example: `ragfactory evaluate --model latest:sft --compare embedded --dataset hotpotqa --limit 50`
     """
     import pyarrow as pa
 
     from ragfactory.schemas.config import EvalConfig
 
     cfg = _options_config(EvalConfig, root, model=model, datasets=datasets, limit=limit, modes=modes,
-                          max_rounds=max_rounds, max_tokens=max_tokens)
+                          max_rounds=max_rounds, max_tokens=max_tokens, partition=partition, compare=compare)
     _prefect_local_defaults()
     from ragfactory.flows.evaluate import evaluate as evaluate_flow
 
@@ -253,9 +262,32 @@ def evaluate(
                 title=f"{summary['model_id']} (run {summary['run_id']})")
     if summary["failed_shards"]:
         console.print(f"[red]failed datasets:[/red] {', '.join(summary['failed_shards'])}")
+    for warning in summary["warnings"] + summary.get("base", {}).get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    if "comparison" in summary:
+        print_comparison(summary["comparison"])
     console.print('compare models: ragfactory sql "select * from eval_summary"')
     if summary["status"] != "completed":
         raise typer.Exit(code=1)
+
+
+COMPARISON_COLUMNS = ("dataset", "mode", "n", "em_a", "em_b", "em_delta", "em_delta_low", "em_delta_high",
+                      "f1_a", "f1_b", "f1_delta", "f1_delta_low", "f1_delta_high", "n_a_only", "n_b_only",
+                      "mcnemar_p")
+
+
+def print_comparison(rows: list[dict]) -> None:
+    """The eval_compare rows of one comparison as a table: a is the evaluated model, b the base."""
+    import pyarrow as pa
+
+    if not rows:
+        console.print("[yellow]comparison:[/yellow] the two models share no evaluated question")
+        return
+    table = pa.Table.from_pylist([{c: row[c] for c in COMPARISON_COLUMNS} for row in rows])
+    print_arrow(table, title=f"a = {rows[0]['model_a']} vs b = {rows[0]['model_b']} "
+                             f"({rows[0]['partition']} questions; {rows[0]['confidence']:.0%} paired bootstrap "
+                             "intervals, McNemar exact p on EM)")
+    console.print(f'the same in SQL: ragfactory sql "select * from eval_compare where run_id = \'{rows[0]["run_id"]}\'"')
 
 
 def _corpus_retriever(root: Path | None, kind: str, sources: list[str] | None):
@@ -370,6 +402,13 @@ def print_build_summary(summary: dict) -> None:
         print_arrow(rejects, title="rejects")
     else:
         console.print("rejects: none")
+    print_arrow(query(wh, "select * from question_partitions"),
+                title="questions per partition (builds expand train; evaluations answer test)")
+    contaminated = query(wh, _CONTAMINATION_SQL, {"run_id": summary["run_id"]})
+    if contaminated.num_rows:
+        print_arrow(contaminated, title="training rows matching held-out or evaluation questions (contamination)")
+    for warning in summary.get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {warning}")
     strategies = query(wh, "select * exclude (run_id) from strategy_summary where run_id = $run_id",
                        {"run_id": summary["run_id"]})
     if strategies.num_rows:
@@ -386,6 +425,14 @@ def print_build_summary(summary: dict) -> None:
     console.print(f"catalog: {summary['catalog']}")
     console.print('try: ragfactory sql "select dataset, count(*) from questions group by 1"')
 
+
+_CONTAMINATION_SQL = """
+select export_table, method, action, count(*) as n_rows, count(distinct question_id) as n_questions
+from contamination
+where run_id = $run_id
+group by 1, 2, 3
+order by 1, 2, 3
+"""
 
 _COUNTS_SQL = """
 with counts as (

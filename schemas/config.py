@@ -16,8 +16,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ragfactory.tasks.data.partitions import PartitionRule
 from ragfactory.tasks.eval.inference import InferenceConfig
 from ragfactory.tasks.export.apex import ApexExportConfig
+from ragfactory.tasks.export.contamination import ContaminationConfig
+from ragfactory.tasks.export.ngrams import NgramConfig
 from ragfactory.tasks.export.dpo import DpoConfig
 from ragfactory.tasks.export.sft import SftConfig
 from ragfactory.tasks.export.step_labels import StepLabelConfig
@@ -27,6 +30,8 @@ from ragfactory.tasks.search.decex import DecExConfig
 from ragfactory.tasks.search.treeps import TreePSConfig
 
 DatasetFormat = Literal["hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "flashrag"]
+Partition = Literal["train", "valid", "test"]
+_RULE = PartitionRule()
 
 
 class Section(BaseModel):
@@ -39,6 +44,19 @@ class WarehouseConfig(Section):
     )
 
 
+class SharesConfig(Section):
+    """Shares of a dataset's questions that land in each partition (tasks/data/partitions.py)."""
+
+    train: float = Field(_RULE.train, ge=0.0, le=1.0, description="Share of questions builds expand")
+    valid: float = Field(_RULE.valid, ge=0.0, le=1.0, description="Share kept for model selection")
+    test: float = Field(_RULE.test, ge=0.0, le=1.0, description="Share held out for evaluation")
+
+    def model_post_init(self, context: Any, /) -> None:
+        if abs(self.train + self.valid + self.test - 1.0) > 1e-9:
+            raise ValueError(f"partition shares must sum to 1, got train={self.train} "
+                             f"valid={self.valid} test={self.test}")
+
+
 class DatasetConfig(Section):
     name: str = Field(description="Dataset name written to questions.dataset")
     format: DatasetFormat | None = Field(
@@ -49,11 +67,39 @@ class DatasetConfig(Section):
         description="A JSONL file, or 'bundled' for the sample shipped with ragfactory",
     )
     split: str = "dev"
-    limit: int | None = Field(None, ge=1, description="Keep the first N good rows")
+    limit: int | None = Field(None, ge=1, description="Keep the first N good rows of the file")
+    partition: Literal["hash", "train", "valid", "test"] | None = Field(
+        None, description="'hash': by a hash of the question id and the shares; 'train', 'valid' or "
+        "'test': every question of this file (a dataset shipped as separate train and dev files, "
+        "or an evaluation-only set); default 'test' for partitions.eval_only, else 'hash'",
+    )
+    shares: SharesConfig | None = Field(None, description="This dataset's shares; default partitions.shares")
 
     @property
     def resolved_format(self) -> str:
         return self.format or self.name
+
+
+class PartitionConfig(Section):
+    """How questions are split into train / valid / test (held out from every build)."""
+
+    seed: int = Field(_RULE.seed, description="Hash seed of the partitions; keep it fixed for a warehouse")
+    shares: SharesConfig = Field(default_factory=SharesConfig, description="Default shares of every dataset")
+    eval_only: list[str] = Field(
+        default_factory=lambda: ["bamboogle"],
+        description="Datasets (names or formats) whose every question is test: Bamboogle's 125 "
+        "questions are an evaluation set in the literature",
+    )
+
+    def rule_for(self, dataset: DatasetConfig) -> PartitionRule:
+        """The partition rule of one configured dataset."""
+        mode = dataset.partition
+        if mode is None:
+            evaluation_only = {dataset.name, dataset.resolved_format} & set(self.eval_only)
+            mode = "test" if evaluation_only else "hash"
+        shares = dataset.shares or self.shares
+        return PartitionRule(seed=self.seed, train=shares.train, valid=shares.valid, test=shares.test,
+                             fixed=None if mode == "hash" else mode)
 
 
 class CorpusConfig(Section):
@@ -171,8 +217,13 @@ class SearchConfig(Section):
     datasets: list[str] | None = Field(
         None, description="Datasets whose questions are expanded; default: every dataset built"
     )
+    partition: Partition = Field(
+        "train", description="Partition whose questions are expanded; anything but train overlaps "
+        "the questions evaluations hold out (warned about and recorded in runs.warnings)",
+    )
     questions_per_dataset: int | None = Field(
-        None, ge=1, description="Expand the first N questions of each dataset (file order)"
+        None, ge=1, description="Expand the first N questions of each dataset's partition, in "
+        "sample_key (hash) order: a uniform sample that a larger N extends",
     )
     shard_size: int = Field(
         16, ge=1, description="Questions per shard task: the unit of retries and of failure"
@@ -186,6 +237,46 @@ class SearchConfig(Section):
     apex: ApexConfig = Field(
         default_factory=ApexConfig, description="APEX-Searcher planning, SEPR and execution"
     )
+
+
+_CONTAMINATION = ContaminationConfig()
+
+
+class DecontaminationConfig(Section):
+    """Which evaluation questions training exports are checked against, and how
+    (tasks/export/contamination.py)."""
+
+    mode: Literal["drop", "flag", "off"] = Field(
+        _CONTAMINATION.mode, description="drop: contaminated rows are left out of the export; flag: kept "
+        "and recorded; off: no check. Either way the matches land in the contamination table",
+    )
+    against: list[Partition] = Field(
+        default_factory=lambda: ["valid", "test"],
+        description="Partitions of the warehouse's questions (every dataset) held out from training",
+    )
+    eval_files: list[DatasetConfig] = Field(
+        default_factory=list, description="Further evaluation sets to keep out of training: a JSONL file "
+        "(name, format, path) or a bundled dataset (path: bundled)",
+    )
+    ngram: int = Field(_CONTAMINATION.ngram.n, ge=1, le=64, description="Words in a shared n-gram that flags")
+    max_ngram_questions: int = Field(
+        _CONTAMINATION.ngram.max_questions, ge=2,
+        description="An n-gram in more distinct questions than this is a template and flags nothing",
+    )
+    embedding: bool = Field(_CONTAMINATION.embedding, description="Flag embedding nearest neighbours too")
+    embedder: str = Field("all-MiniLM-L6-v2", description="sentence-transformers model of the embedding stage")
+    cosine: float = Field(
+        _CONTAMINATION.cosine, gt=0.0, le=1.0,
+        description="Cosine at or above which the nearest evaluation question is a match (0.8 with a judge)",
+    )
+    judge: bool = Field(
+        _CONTAMINATION.judge, description="Ask the judge LLM role 'same question?' about embedding-only matches"
+    )
+
+    def params(self) -> ContaminationConfig:
+        ngram = NgramConfig(n=self.ngram, max_questions=self.max_ngram_questions)
+        return ContaminationConfig(mode=self.mode, ngram=ngram, embedding=self.embedding,
+                                   cosine=self.cosine, judge=self.judge)
 
 
 class ExportConfig(Section):
@@ -202,6 +293,10 @@ class ExportConfig(Section):
     apex: ApexExportConfig = Field(
         default_factory=ApexExportConfig, description="Executor SFT and planner GRPO rows (APEX)"
     )
+    decontamination: DecontaminationConfig = Field(
+        default_factory=DecontaminationConfig,
+        description="Training rows whose question matches a held-out or evaluation question",
+    )
 
 
 class BuildConfig(Section):
@@ -209,6 +304,9 @@ class BuildConfig(Section):
     seed: int = 0
     warehouse: WarehouseConfig = WarehouseConfig()
     datasets: list[DatasetConfig] = Field(default_factory=list)
+    partitions: PartitionConfig = Field(
+        default_factory=PartitionConfig, description="Train / valid / test partitions of the questions"
+    )
     corpus: CorpusConfig = CorpusConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     llm: LLMConfig = LLMConfig()
@@ -326,7 +424,13 @@ class EvalConfig(Section):
         default_factory=lambda: ["hotpotqa"], min_length=1,
         description="Datasets whose questions are answered; a bundled one the warehouse lacks is ingested",
     )
-    limit: int | None = Field(None, ge=1, description="The first N questions of each dataset (file order)")
+    partition: Partition = Field(
+        "test", description="Partition whose questions are answered: test for reported figures, valid "
+        "for model selection; train overlaps what builds expand (warned about and recorded)",
+    )
+    limit: int | None = Field(
+        None, ge=1, description="The first N questions of each dataset's partition, in sample_key (hash) order"
+    )
     modes: list[EvalMode] = Field(
         default_factory=lambda: list(EVAL_MODES), min_length=1,
         description="agentic (ReasonRAG Algorithm 1), direct (naive generation), rag (standard RAG)",
@@ -339,6 +443,10 @@ class EvalConfig(Section):
     temperature: float = Field(_INFERENCE.temperature, ge=0.0, description="0: greedy, repeatable")
     sources: list[str] | None = Field(
         None, description="Passage sources searched; default each dataset's own passages"
+    )
+    compare: str | None = Field(
+        None, description="A base model to compare with: it answers the same questions in the same modes, "
+        "and eval_compare gets EM / F1 deltas with paired bootstrap 95% intervals and McNemar's test",
     )
     retrieval: RetrievalConfig = RetrievalConfig()
     llm: LLMConfig = Field(

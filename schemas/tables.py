@@ -17,7 +17,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 # 2: TreePS-RAG tables trajectories, step_labels and verl_prompts (no column changed).
-SCHEMA_VERSION = 2
+# 3: held-out partitions: questions.partition and questions.sample_key (files written before are
+#    backfilled in place, tasks/data/partitions.py), runs.warnings; what a model saw:
+#    models.question_ids (null before: the model_questions view derives them from the lineage),
+#    evals.partition and evals.is_seen; the contamination table (training rows that match an
+#    evaluation question); the eval_compare table (two models on the same questions).
+SCHEMA_VERSION = 3
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 MESSAGES = pa.list_(MESSAGE)
@@ -101,6 +106,7 @@ TABLES: dict[str, TableSpec] = {
             ("finished_at", TS),
             ("failed_shards", STRINGS),
             ("error", pa.string()),
+            ("warnings", STRINGS),
         ),
         _spec(
             "questions", ("dataset",), ("question_id",),
@@ -113,6 +119,8 @@ TABLES: dict[str, TableSpec] = {
             ("metadata", pa.string()),
             ("source_file", pa.string()),
             ("source_line", pa.int64()),
+            ("partition", pa.string()),
+            ("sample_key", pa.float64()),
         ),
         _spec(
             "passages", ("source",), ("passage_id",),
@@ -288,6 +296,23 @@ TABLES: dict[str, TableSpec] = {
             ("extra_info", VERL_EXTRA_INFO),
         ),
         _spec(
+            "contamination", ("run_id",), ("contamination_id",),
+            ("contamination_id", pa.string()),
+            ("run_id", pa.string()),
+            ("strategy", pa.string()),
+            ("export_table", pa.string()),
+            ("row_id", pa.string()),
+            ("question_id", pa.string()),
+            ("question", pa.string()),
+            ("eval_question_id", pa.string()),
+            ("eval_question", pa.string()),
+            ("eval_source", pa.string()),
+            ("method", pa.string()),
+            ("score", pa.float64()),
+            ("judged", pa.bool_()),
+            ("action", pa.string()),
+        ),
+        _spec(
             "models", ("run_id",), ("model_id",),
             ("model_id", pa.string()),
             ("run_id", pa.string()),
@@ -299,6 +324,7 @@ TABLES: dict[str, TableSpec] = {
             ("metrics", pa.string()),
             ("path", pa.string()),
             ("created_at", TS),
+            ("question_ids", STRINGS),
         ),
         _spec(
             "evals", ("run_id",), ("eval_id",),
@@ -316,6 +342,38 @@ TABLES: dict[str, TableSpec] = {
             ("n_steps", pa.int32()),
             ("format_error", pa.string()),
             ("llm_call_ids", STRINGS),
+            ("created_at", TS),
+            ("partition", pa.string()),
+            ("is_seen", pa.bool_()),
+        ),
+        _spec(
+            "eval_compare", ("run_id",), ("run_id", "dataset", "mode"),
+            ("run_id", pa.string()),
+            ("model_a", pa.string()),
+            ("model_b", pa.string()),
+            ("run_a", pa.string()),
+            ("run_b", pa.string()),
+            ("dataset", pa.string()),
+            ("mode", pa.string()),
+            ("partition", pa.string()),
+            ("n", pa.int64()),
+            ("em_a", pa.float64()),
+            ("em_b", pa.float64()),
+            ("em_delta", pa.float64()),
+            ("em_delta_low", pa.float64()),
+            ("em_delta_high", pa.float64()),
+            ("f1_a", pa.float64()),
+            ("f1_b", pa.float64()),
+            ("f1_delta", pa.float64()),
+            ("f1_delta_low", pa.float64()),
+            ("f1_delta_high", pa.float64()),
+            ("n_a_only", pa.int64()),
+            ("n_b_only", pa.int64()),
+            ("mcnemar_p", pa.float64()),
+            ("n_resamples", pa.int64()),
+            ("confidence", pa.float64()),
+            ("method", pa.string()),
+            ("seed", pa.int64()),
             ("created_at", TS),
         ),
     ]

@@ -29,10 +29,10 @@ from ragfactory.warehouse.store import Warehouse
 
 QUESTIONS_SQL = """
 with ranked as (
-    select question_id, dataset, source_line,
-           row_number() over (partition by dataset order by source_line, question_id) as rank
+    select question_id, dataset,
+           row_number() over (partition by dataset order by sample_key, question_id) as rank
     from questions
-    where list_contains($datasets, dataset)
+    where list_contains($datasets, dataset) and partition = $partition
 )
 select question_id from ranked
 where $per_dataset is null or rank <= $per_dataset
@@ -41,9 +41,12 @@ order by dataset, rank
 
 
 @task(task_run_name="plan-shards")
-def plan_shards(root: str, datasets: list[str], per_dataset: int | None, shard_size: int) -> list[list[str]]:
-    """The question ids to expand, cut into shards of ``shard_size``."""
-    rows = query(Warehouse(root), QUESTIONS_SQL, {"datasets": datasets, "per_dataset": per_dataset})
+def plan_shards(root: str, datasets: list[str], per_dataset: int | None, shard_size: int,
+                partition: str = "train") -> list[list[str]]:
+    """The question ids to expand (the first ``per_dataset`` of each dataset's ``partition`` in
+    sample-key order), cut into shards of ``shard_size``."""
+    params = {"datasets": datasets, "per_dataset": per_dataset, "partition": partition}
+    rows = query(Warehouse(root), QUESTIONS_SQL, params)
     return split_shards(rows.column("question_id").to_pylist(), shard_size)
 
 

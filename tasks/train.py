@@ -8,6 +8,7 @@ model), and a registered row with that id is returned without training.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 
 from prefect import get_run_logger, task
@@ -50,8 +51,13 @@ def train_model(root: str, config: TrainConfig, plan: dict, callbacks: list | No
 @task(task_run_name="register-{config.method}", cache_policy=NONE)
 def write_model(root: str, config: TrainConfig, plan: dict, metrics: dict) -> dict:
     """Write the ``models`` row and a table artifact of the run's metrics; returns the row."""
-    row = registry_row(config, TrainingPlan(**plan), metrics)
-    register_model(Warehouse(root), row)
+    wh = Warehouse(root)
+    row = registry_row(wh, config, TrainingPlan(**plan), metrics)
+    held_out = {k: v for k, v in json.loads(row["lineage"])["partitions"].items() if k in ("valid", "test")}
+    if held_out:
+        get_run_logger().warning("%s trained on held-out questions %s: evaluations on those partitions "
+                                 "mark them seen (evals.is_seen)", row["model_id"], held_out)
+    register_model(wh, row)
     create_table_artifact(
         [{"metric": k, "value": v} for k, v in sorted(metrics.items()) if v is not None],
         key=f"train-{row['model_id']}", description=f"{config.method} metrics of {row['model_id']}",

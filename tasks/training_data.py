@@ -5,15 +5,29 @@ pairs; TreePS: trajectories, GRPO and verl prompts, step labels). One shard per 
 named after the strategy, so re-exporting replaces it exactly. The rows keep the node ids they
 came from and read with ``datasets.load_dataset("parquet", ...)``; TreePS also writes a
 standalone verl parquet under ``artifacts/verl/<run>/`` that verl reads without our columns.
+
+Every table is decontaminated before it is written (``tasks/export/contamination.py``): its rows'
+questions are checked against the warehouse's held-out questions (``valid`` and ``test`` of every
+dataset) and the configured evaluation files; the matches land in the ``contamination`` table
+(one shard per run and strategy) and, in ``drop`` mode, the rows stay out of the export, the verl
+parquet included.
 """
 
 from __future__ import annotations
 
 from prefect import get_run_logger, task
 
-from ragfactory.schemas.config import ExportConfig
+from ragfactory.schemas.config import DecontaminationConfig, ExportConfig, LLMConfig
+from ragfactory.schemas.tables import table_spec
+from ragfactory.tasks.data.loaders import load_questions
+from ragfactory.tasks.export.contamination import EvalSet, contaminated_rows, screen_questions
 from ragfactory.tasks.export.tables import export_tables
 from ragfactory.tasks.export.verl import write_verl_parquet
+from ragfactory.tasks.ingest import dataset_file
+from ragfactory.tasks.llm.cache import CallCache
+from ragfactory.tasks.llm.engine import make_batcher
+from ragfactory.tasks.retrieval.dense import LazyEmbedder
+from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 
@@ -29,11 +43,55 @@ with wanted as (
 )
 select questions.* from questions join wanted using (question_id)
 """
+HELD_OUT_SQL = """
+select question_id, question, 'warehouse:' || partition as source
+from questions
+where list_contains($partitions, partition)
+order by question_id
+"""
+
+
+def eval_set(wh: Warehouse, config: DecontaminationConfig) -> EvalSet:
+    """The held-out questions of the warehouse and the configured evaluation files."""
+    rows = query(wh, HELD_OUT_SQL, {"partitions": list(config.against)}).to_pylist()
+    for dataset in config.eval_files:
+        path = dataset_file(dataset)
+        loaded = load_questions(path, dataset.name, dataset.resolved_format, dataset.split, dataset.limit)
+        rows += [{"question_id": q["question_id"], "question": q["question"], "source": str(path)}
+                 for q in loaded.questions]
+    return EvalSet(tuple(r["question_id"] for r in rows), tuple(r["question"] for r in rows),
+                   tuple(r["source"] for r in rows))
+
+
+def decontaminate(wh: Warehouse, run_id: str, strategy: str, tables: dict[str, list[dict]], questions: list[dict],
+                  config: DecontaminationConfig, llm: LLMConfig | None) -> tuple[dict[str, list[dict]], list[dict]]:
+    """(tables without their contaminated rows in drop mode, ``contamination`` rows); the judge's
+    calls, when it is asked, land in ``llm_calls`` as the shard ``contamination-<strategy>``."""
+    params = config.params()
+    texts = {q["question_id"]: q["question"] for q in questions}
+    if params.mode == "off" or not any(tables.values()):
+        return tables, []
+    cache = EmbeddingCache(LazyEmbedder(config.embedder), wh.artifacts_dir("embeddings")) if params.embedding else None
+    judge = None
+    if params.judge:
+        judge = make_batcher(llm or LLMConfig(), CallCache.from_warehouse(wh, run_id), wh.artifacts_dir("models"))
+    found = screen_questions(texts, eval_set(wh, config), params, cache, judge)
+    if cache is not None:
+        cache.flush()
+    if judge is not None:
+        judge.cache.write(wh, f"contamination-{strategy}")
+    kept, flagged = {}, []
+    for table, rows in tables.items():
+        kept[table], found_rows = contaminated_rows(table, table_spec(table).key[0], rows, texts, found, params.mode)
+        flagged += found_rows
+    return kept, flagged
 
 
 @task(retries=1, retry_delay_seconds=5, task_run_name="export-{strategy}")
-def write_training_data(root: str, run_id: str, strategy: str, config: ExportConfig, run_seed: int = 0) -> dict:
-    """Write the run's training-data shards for one strategy; returns rows per table."""
+def write_training_data(root: str, run_id: str, strategy: str, config: ExportConfig, run_seed: int = 0,
+                        llm: LLMConfig | None = None) -> dict:
+    """Write the run's decontaminated training-data shards for one strategy; returns rows per
+    table and the contaminated rows found."""
     wh = Warehouse(root)
     params = {"run_id": run_id, "strategy": strategy}
     inputs = {
@@ -43,10 +101,14 @@ def write_training_data(root: str, run_id: str, strategy: str, config: ExportCon
         "plan_scores": wh.read("plan_scores", run_id=run_id).to_pylist() if strategy == "apex" else [],
     }
     tables = export_tables(strategy, inputs, config, run_seed)
+    tables, contaminated = decontaminate(wh, run_id, strategy, tables, inputs["questions"],
+                                         config.decontamination, llm)
+    wh.write("contamination", contaminated, strategy, partition={"run_id": run_id})
     for table, rows in tables.items():
         wh.write(table, rows, strategy, partition={"run_id": run_id})
     if "verl_prompts" in tables:
         write_verl_parquet(tables["verl_prompts"], wh.artifacts_dir("verl", run_id) / f"{strategy}.parquet")
     counts = {table: len(rows) for table, rows in tables.items()}
-    get_run_logger().info("%s exports: %s", strategy, counts)
-    return {"strategy": strategy, **counts}
+    get_run_logger().info("%s exports: %s; %d contaminated rows (%s)", strategy, counts, len(contaminated),
+                          config.decontamination.mode)
+    return {"strategy": strategy, **counts, "contaminated": len(contaminated)}

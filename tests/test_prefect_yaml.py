@@ -82,3 +82,12 @@ def test_training_deployments_take_a_build_run_id(method):
 def test_evaluate_defaults_validate():
     config = EvalConfig.model_validate(DEPLOYMENTS["evaluate"]["parameters"]["config"])
     assert (config.model, config.datasets, config.limit) == ("embedded", ["hotpotqa"], 20)
+
+
+def test_the_nightly_build_expands_train_and_the_evaluation_answers_test():
+    build = BuildConfig.model_validate(DEPLOYMENTS["nightly-build"]["parameters"]["config"])
+    assert build.search.partition == "train" and build.export.decontamination.mode == "drop"
+    assert build.export.decontamination.against == ["valid", "test"]
+    assert build.partitions.rule_for(build.datasets[3]).fixed == "test"  # bamboogle: evaluation only
+    evaluation = EvalConfig.model_validate(DEPLOYMENTS["evaluate"]["parameters"]["config"])
+    assert evaluation.partition == "test"

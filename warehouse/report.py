@@ -30,7 +30,7 @@ def artifact_key(name: str, suffix: str = "") -> str:
 def run_counts(wh: Warehouse, run_id: str) -> dict[str, int]:
     """Rows per run-scoped table in the run's partition (one query over the catalog)."""
     tables = [table for table, spec in sorted(TABLES.items())
-              if spec.partition_by == ("run_id",) and table not in ("runs", "models", "evals")]
+              if spec.partition_by == ("run_id",) and table not in ("runs", "models", "evals", "eval_compare")]
     sql = " union all ".join(
         f"select '{table}' as name, count(*) as n from {table} where run_id = $run" for table in tables)
     rows = query(wh, sql, {"run": run_id}).to_pylist()

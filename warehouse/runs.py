@@ -34,8 +34,13 @@ def record_run(
     started_at: dt.datetime,
     failed_shards: list[str] | None = None,
     error: str | None = None,
+    warnings: list[str] | None = None,
 ) -> dict:
-    """Write (or replace) the run's row; ``finished_at`` is set once the status is final."""
+    """Write (or replace) the run's row; ``finished_at`` is set once the status is final.
+
+    ``warnings`` are what the run wants a reader of its figures to know (a build that draws on
+    held-out questions, an evaluation on questions its model trained on).
+    """
     row = {
         "run_id": run_id,
         "flow": flow,
@@ -47,6 +52,7 @@ def record_run(
         "finished_at": None if status == "running" else now(),
         "failed_shards": sorted(failed_shards or []),
         "error": error,
+        "warnings": list(warnings or []),
     }
     warehouse.write("runs", [row], shard=RUN_SHARD)
     return row

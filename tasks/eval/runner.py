@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 
@@ -76,9 +76,11 @@ async def answer_questions(
 
 def eval_rows(
     run_id: str, model_id: str, dataset: str, mode: str, questions: Sequence[EvalQuestion],
-    outcomes: Sequence[Outcome], created_at: datetime,
+    outcomes: Sequence[Outcome], created_at: datetime, partition: str | None = None,
+    seen: Collection[str] = (),
 ) -> list[dict]:
-    """One ``evals`` row per question: the prediction, its scores and what it cost."""
+    """One ``evals`` row per question: the prediction, its scores and what it cost, the partition
+    it was drawn from, and whether the model trained on it (its id is in ``seen``)."""
     rows = []
     for question, outcome in zip(questions, outcomes, strict=True):
         scores = {name: metric(outcome.prediction, question.golden_answers) for name, metric in METRICS.items()}
@@ -88,13 +90,14 @@ def eval_rows(
             "question_id": question.question_id, "prediction": outcome.prediction, **scores,
             "n_retrievals": outcome.n_retrievals, "n_steps": outcome.n_steps,
             "format_error": outcome.format_error, "llm_call_ids": list(outcome.call_ids),
-            "created_at": created_at,
+            "created_at": created_at, "partition": partition, "is_seen": question.question_id in seen,
         })
     return rows
 
 
 def aggregate(rows: Iterable[Mapping]) -> list[dict]:
-    """Per (model, dataset, mode): question count, mean metrics and costs, format errors."""
+    """Per (model, dataset, mode): question count, mean metrics and costs, format errors, and how
+    many of the questions the model trained on."""
     groups: dict[tuple[str, str, str], list[Mapping]] = {}
     for row in rows:
         groups.setdefault((row["model_id"], row["dataset"], row["mode"]), []).append(row)
@@ -104,6 +107,7 @@ def aggregate(rows: Iterable[Mapping]) -> list[dict]:
         summary.append({
             "model_id": model_id, "dataset": dataset, "mode": mode, "n_questions": len(members),
             **means, "n_format_errors": sum(1 for r in members if r.get("format_error")),
+            "n_seen": sum(1 for r in members if r.get("is_seen")),
         })
     return summary
 

@@ -12,6 +12,7 @@ lists trades a little recall for search time that grows far slower than N.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +145,33 @@ def load_embedder(
             f"dense model {model!r} ({path}) is not available locally: {exc}"
         ) from exc
     return SentenceEmbedder(st, name=model, batch_size=batch_size)
+
+
+class LazyEmbedder:
+    """``load_embedder`` deferred to the first text to embed: behind an ``EmbeddingCache`` whose
+    vectors are all on disk already, the model never loads. The width comes from the model
+    folder's pooling config (sentence-transformers layout) when it has one."""
+
+    def __init__(self, model: str = BUNDLED_MODEL, device: str | None = None, batch_size: int = 64):
+        self.name, self.device, self.batch_size = model, device, batch_size
+        self._embedder: SentenceEmbedder | None = None
+        pooling = Path(resolve_model_path(model)) / "1_Pooling" / "config.json"
+        self._dim = json.loads(pooling.read_text())["word_embedding_dimension"] if pooling.is_file() else None
+
+    @property
+    def dim(self) -> int:
+        return self._dim if self._dim is not None else self._loaded().dim
+
+    def _loaded(self) -> SentenceEmbedder:
+        if self._embedder is None:
+            self._embedder = load_embedder(self.name, self.device, self.batch_size)
+        return self._embedder
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self._loaded().embed_queries(texts)
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        return self._loaded().embed_passages(texts)
 
 
 def count_lists(n: int, params: DenseParams) -> int:

@@ -3,6 +3,12 @@
 The key hashes what shapes the weights: the export's content snapshot, the method, the training
 fields of the config and the base model. The model id is derived from it, so a second identical
 request finds its row and trains nothing.
+
+A row also records what the model saw: ``question_ids``, the questions of the export rows it
+trained on plus everything its base model saw (a registered base's own ids, transitively). The
+``model_questions`` view reads them, and derives them from the lineage's run and export table for
+rows written before they were recorded; evaluations mark the questions a model saw
+(``evals.is_seen``).
 """
 
 from __future__ import annotations
@@ -10,9 +16,21 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
+from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
+
+SEEN_SQL = """
+with named as (
+    select model_id from models where model_id = $model or path = $model
+)
+select distinct question_id from model_questions join named using (model_id)
+order by question_id
+"""
 
 
 def cache_key(export_snapshot: str, method: str, config: dict, base_model: str) -> str:
@@ -38,14 +56,30 @@ def find_model(wh: Warehouse, model_id: str) -> dict | None:
 
 
 def model_row(model_id: str, lineage: dict, base_model: str, method: str, export_snapshot: str,
-              config: dict, metrics: dict, path: str) -> dict:
+              config: dict, metrics: dict, path: str, question_ids: Iterable[str] | None = None) -> dict:
     """One ``models`` row; the training run is named after the model it produced."""
     return {
         "model_id": model_id, "run_id": model_id, "lineage": json.dumps(lineage, sort_keys=True),
         "base_model": base_model, "method": method, "export_snapshot": export_snapshot,
         "config": json.dumps(config, sort_keys=True), "metrics": json.dumps(metrics, sort_keys=True),
         "path": path, "created_at": dt.datetime.now(dt.timezone.utc),
+        "question_ids": None if question_ids is None else sorted(set(question_ids)),
     }
+
+
+def seen_question_ids(wh: Warehouse, model: str) -> set[str]:
+    """The questions a model (registered id, or the path of a registered model) trained on, its
+    base models' included; empty for a model the registry does not know (e.g. ``embedded``)."""
+    return set(query(wh, SEEN_SQL, {"model": model}).column("question_id").to_pylist())
+
+
+def export_question_ids(files: Iterable[str | Path]) -> set[str]:
+    """The ``question_id`` values of export files (none for files without that column)."""
+    ids: set[str] = set()
+    for path in files:
+        if "question_id" in pq.read_schema(path).names:
+            ids.update(q for q in pq.read_table(path, columns=["question_id"]).column(0).to_pylist() if q)
+    return ids
 
 
 def register_model(wh: Warehouse, row: dict) -> Path:

@@ -17,11 +17,14 @@ from ragfactory.schemas.config import TrainConfig
 from ragfactory.tasks.llm.embedded import embedded_model_path, is_embedded
 from ragfactory.tasks.training.data import export_files, read_export, snapshot_hash, training_dataset
 from ragfactory.tasks.training.progress import LossLogger
-from ragfactory.tasks.training.registry import cache_key, model_id_for, model_row, resolve_model
+from ragfactory.tasks.training.registry import (
+    cache_key, export_question_ids, model_id_for, model_row, resolve_model, seen_question_ids,
+)
 from ragfactory.tasks.training.rewards import RewardFunc, reward_functions
 from ragfactory.tasks.training.trainers import (
     load_model, lora_config, make_trainer, run_training, trl_args,
 )
+from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 
 
@@ -87,9 +90,26 @@ def plan_reward(wh: Warehouse) -> RewardFunc:
     return update_wrapper(reward, sepr_reward)
 
 
-def registry_row(config: TrainConfig, plan: TrainingPlan, metrics: dict) -> dict:
-    """The ``models`` row of a finished training."""
+def trained_question_ids(wh: Warehouse, config: TrainConfig, plan: TrainingPlan) -> set[str]:
+    """Every question the trained model saw: its export's, and what its base model saw."""
+    base_id = None if is_embedded(config.base_model) else resolve_model(wh, config.base_model)[1]
+    seen = seen_question_ids(wh, base_id) if base_id is not None else set()
+    return export_question_ids(plan.files) | seen
+
+
+PARTITION_COUNTS_SQL = """
+select partition, count(*) as n from questions
+where list_contains($ids, question_id)
+group by partition order by partition
+"""
+
+
+def registry_row(wh: Warehouse, config: TrainConfig, plan: TrainingPlan, metrics: dict) -> dict:
+    """The ``models`` row of a finished training, with the questions it saw and their partitions."""
+    seen = sorted(trained_question_ids(wh, config, plan))
+    counts = query(wh, PARTITION_COUNTS_SQL, {"ids": seen}).to_pylist()
     lineage = {"name": config.lineage_name, "run_id": config.run_id, "table": config.export_table,
-               "parquet": config.parquet, "task": config.task, "files": list(plan.files)}
+               "parquet": config.parquet, "task": config.task, "files": list(plan.files),
+               "partitions": {str(row["partition"]): row["n"] for row in counts}}
     return model_row(plan.model_id, lineage, plan.base_model, config.method, plan.export_snapshot,
-                     config.training_fields(), metrics, plan.output_dir)
+                     config.training_fields(), metrics, plan.output_dir, seen)

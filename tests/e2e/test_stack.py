@@ -5,7 +5,9 @@ temporary PREFECT_HOME (the developer's profile and database are never touched),
 warehouse and a free port, then triggers deployments through ``run_deployment``: the API call
 the UI's Run button makes. The nightly build runs with tiny parameters; it generates through
 the ``openai`` backend against a scripted DecEx policy (tests/e2e/scripted_engine.py says why),
-and train-sft trains the embedded SmolLM2 on its export on CPU. One more nightly run generates
+and train-sft trains the embedded SmolLM2 on its export on CPU. The build expands train
+questions and the evaluate deployment answers test ones: the trained model's questions and the
+evaluated ones do not overlap. One more nightly run generates
 with the deployment's default policy, the embedded model, on the cpu worker.
 
 This machine has no GPU, yet the training deployments live on the ``gpu`` pool, whose job
@@ -244,6 +246,27 @@ def test_train_sft_runs_on_the_build_export(running, first_build):
     artifact = _artifacts(flow_run)[f"train-{models[0]['model_id']}"]
     metrics = {row["metric"]: row["value"] for row in _rows(artifact)}
     assert metrics["global_step"] == 1 and metrics["train_loss"] > 0, metrics
+
+
+def test_evaluate_answers_test_questions_the_trained_model_never_saw(running, first_build):
+    """The shipped loop is honest: the nightly build expanded train questions, train-sft trained on
+    its export, and the evaluate deployment answers the test partition; the two never meet."""
+    _, run_id = first_build
+    wh = Warehouse(running.root)
+    models = [row for row in wh.read("models").to_pylist() if json.loads(row["lineage"])["run_id"] == run_id]
+    assert models, "train-sft registered no model (test_train_sft_runs_on_the_build_export runs first)"
+    model_id, trained = models[0]["model_id"], set(models[0]["question_ids"])
+    config = {"model": model_id, "datasets": ["hotpotqa"], "modes": ["direct"], "max_tokens": 8}
+    _run(running, "evaluate/evaluate", {"config": config})
+    evaluated = query(wh, "select question_id, partition, is_seen from evals where model_id = $m",
+                      {"m": model_id}).to_pylist()
+    assert evaluated and {(r["partition"], r["is_seen"]) for r in evaluated} == {("test", False)}, evaluated
+    partitions = query(wh, "select distinct partition from questions where list_contains($ids, question_id)",
+                       {"ids": sorted(trained)}).column(0).to_pylist()
+    assert trained and partitions == ["train"]
+    assert trained.isdisjoint(r["question_id"] for r in evaluated)
+    seen = query(wh, "select sum(n_seen) as n from eval_summary where model_id = $m", {"m": model_id})
+    assert seen.to_pylist() == [{"n": 0}]
 
 
 def test_second_nightly_run_is_all_cache_hits(running, engine, first_build):

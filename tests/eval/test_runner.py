@@ -69,15 +69,15 @@ def test_aggregate_means_per_model_dataset_and_mode():
         {"model_id": "a", "dataset": "d", "mode": "rag", "em": 1.0, "f1": 1.0, "cover_em": 1.0,
          "n_retrievals": 1, "n_steps": 1, "format_error": None},
         {"model_id": "a", "dataset": "d", "mode": "rag", "em": 0.0, "f1": 0.5, "cover_em": 1.0,
-         "n_retrievals": 1, "n_steps": 1, "format_error": "empty output"},
+         "n_retrievals": 1, "n_steps": 1, "format_error": "empty output", "is_seen": True},
         {"model_id": "b", "dataset": "d", "mode": "rag", "em": 0.0, "f1": 0.0, "cover_em": 0.0,
-         "n_retrievals": 3, "n_steps": 5, "format_error": None},
+         "n_retrievals": 3, "n_steps": 5, "format_error": None, "is_seen": False},
     ]
     assert aggregate(rows) == [
         {"model_id": "a", "dataset": "d", "mode": "rag", "n_questions": 2, "em": 0.5, "f1": 0.75,
-         "cover_em": 1.0, "n_retrievals": 1.0, "n_steps": 1.0, "n_format_errors": 1},
+         "cover_em": 1.0, "n_retrievals": 1.0, "n_steps": 1.0, "n_format_errors": 1, "n_seen": 1},
         {"model_id": "b", "dataset": "d", "mode": "rag", "n_questions": 1, "em": 0.0, "f1": 0.0,
-         "cover_em": 0.0, "n_retrievals": 3.0, "n_steps": 5.0, "n_format_errors": 0},
+         "cover_em": 0.0, "n_retrievals": 3.0, "n_steps": 5.0, "n_format_errors": 0, "n_seen": 0},
     ]
 
 

@@ -37,6 +37,7 @@ def test_apex_plans_are_scored_executed_and_joined(tmp_path, scripted):
         "name": "apex-test",
         "warehouse": {"root": str(root)},
         "datasets": [{"name": "musique", "limit": 2}],
+        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},  # both questions expanded
         "retrieval": {"dense": {"enabled": False}},
         "search": {"strategies": ["apex"], "apex": {"n_plans": 2, "max_hops": 1}},
     })

@@ -43,6 +43,9 @@ def _config(root, **decex) -> BuildConfig:
         "name": "decex-test",
         "warehouse": {"root": str(root)},
         "datasets": [{"name": "hotpotqa", "limit": 3}],
+        # every question in train: this test is about DecEx itself (tests/flows/test_honest_loop.py
+        # is about partitions)
+        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
         "retrieval": {"dense": {"enabled": False}},
         "llm": {"max_in_flight": 3},
         "search": {"strategies": ["decex"], "shard_size": 2,

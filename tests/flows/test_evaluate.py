@@ -1,4 +1,4 @@
-"""The evaluate flow on 20 bundled HotpotQA questions: a base and a trained model, compared in SQL.
+"""The evaluate flow on 20 bundled HotpotQA test questions: a base and a trained model, compared in SQL.
 
 The engine is the only double (a scripted backend per model, picked by the model the flow
 loads): the real flow, tasks, ingest, BM25 index, batcher, call cache and warehouse run. The
@@ -24,7 +24,7 @@ from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend
 
-GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=20).questions}
+GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa").questions}
 TRAINED = "sft-test"
 
 
@@ -141,6 +141,31 @@ def test_cli_evaluates_and_prints_the_aggregates(root, engines):
                                       "--limit", "5", "--mode", "direct", "--root", str(root[0])])
     assert result.exit_code == 0, result.output
     assert TRAINED in result.output and "direct" in result.output and "eval_summary" in result.output
+
+
+def test_compare_scores_both_models_on_the_same_questions(root, engines):
+    """The trained model answers all 6 test questions right and the base none: EM delta 1, a point
+    interval [1, 1] (every pair differs by 1), McNemar 6 vs 0 discordant: p = 2 * (1/2)^6."""
+    result = CliRunner().invoke(app, ["evaluate", "--model", TRAINED, "--compare", "embedded", "--limit", "6",
+                                      "--mode", "direct", "--root", str(root[0])])
+    assert result.exit_code == 0, result.output
+    assert "a = sft-test vs b = embedded" in " ".join(result.output.split())
+    rows = query(Warehouse(root[0]), "select * from eval_compare").to_pylist()
+    assert [(r["model_a"], r["model_b"], r["dataset"], r["mode"], r["partition"], r["n"]) for r in rows] == [
+        (TRAINED, "embedded", "hotpotqa", "direct", "test", 6)]
+    row = rows[0]
+    assert (row["em_a"], row["em_b"], row["em_delta"], row["em_delta_low"], row["em_delta_high"]) == (1, 0, 1, 1, 1)
+    assert (row["n_a_only"], row["n_b_only"], row["mcnemar_p"]) == (6, 0, 2 / 64)
+    evaluated = query(Warehouse(root[0]), """
+        select model_id, list(question_id order by question_id) as ids from evals
+        where run_id in ($a, $b) group by 1 order by 1""", {"a": row["run_a"], "b": row["run_b"]}).to_pylist()
+    assert len(evaluated) == 2 and evaluated[0]["ids"] == evaluated[1]["ids"]
+
+
+def test_compare_from_the_flow_parameter(root, engines):
+    summary = evaluate(_config(root[0], TRAINED, modes=["direct", "rag"], limit=3, compare="embedded"))
+    assert summary["status"] == "completed" and summary["base"]["model_id"] == "embedded"
+    assert [(r["mode"], r["n"], r["n_a_only"]) for r in summary["comparison"]] == [("direct", 3, 3), ("rag", 3, 3)]
 
 
 @pytest.mark.parametrize("args,message", [
