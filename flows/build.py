@@ -48,7 +48,7 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
     storage = result_storage(wh)
     wanted = config.search.datasets or datasets
     id_shards = plan_shards(root, wanted, config.search.questions_per_dataset, config.search.shard_size,
-                            config.search.partition)
+                            config.search.partition, config.search.question_ids)
     for strategy in config.search.strategies:
         for index, ids in enumerate(id_shards):
             name = shard_name(strategy, index)

@@ -225,6 +225,10 @@ class SearchConfig(Section):
         None, ge=1, description="Expand the first N questions of each dataset's partition, in "
         "sample_key (hash) order: a uniform sample that a larger N extends",
     )
+    question_ids: list[str] | None = Field(
+        None, description="Expand exactly these questions, in this order, instead of a sample "
+        "(questions_per_dataset); each must be ingested and in `partition`",
+    )
     shard_size: int = Field(
         16, ge=1, description="Questions per shard task: the unit of retries and of failure"
     )

@@ -42,12 +42,29 @@ order by dataset, rank
 
 @task(task_run_name="plan-shards")
 def plan_shards(root: str, datasets: list[str], per_dataset: int | None, shard_size: int,
-                partition: str = "train") -> list[list[str]]:
+                partition: str = "train", question_ids: list[str] | None = None) -> list[list[str]]:
     """The question ids to expand (the first ``per_dataset`` of each dataset's ``partition`` in
-    sample-key order), cut into shards of ``shard_size``."""
+    sample-key order, or ``question_ids`` as listed), cut into shards of ``shard_size``."""
+    if question_ids is not None:
+        return split_shards(checked_question_ids(Warehouse(root), question_ids, partition), shard_size)
     params = {"datasets": datasets, "per_dataset": per_dataset, "partition": partition}
     rows = query(Warehouse(root), QUESTIONS_SQL, params)
     return split_shards(rows.column("question_id").to_pylist(), shard_size)
+
+
+def checked_question_ids(wh: Warehouse, question_ids: list[str], partition: str) -> list[str]:
+    """``question_ids`` as given, once each is known to be ingested and in ``partition``."""
+    rows = query(wh, "select question_id, partition from questions where list_contains($ids, question_id)",
+                 {"ids": question_ids}).to_pylist()
+    found = {row["question_id"]: row["partition"] for row in rows}
+    missing = [q for q in question_ids if q not in found]
+    if missing:
+        raise ValueError(f"search.question_ids: not in the warehouse's questions: {missing}")
+    outside = [f"{q} ({found[q]})" for q in question_ids if found[q] != partition]
+    if outside:
+        raise ValueError(f"search.question_ids: not in the {partition!r} partition the build expands: "
+                         f"{outside}; pick {partition} questions or set search.partition")
+    return list(dict.fromkeys(question_ids))
 
 
 def read_questions(wh: Warehouse, question_ids: list[str]) -> list[dict]:

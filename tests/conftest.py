@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The embedded model is converted once into the checkout's pytest cache, never into ~/.cache;
+# every warehouse root a test (or a worker it starts) makes links its files from there.
+os.environ.setdefault(
+    "RAGFACTORY_MODEL_CACHE", str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "ragfactory-model-cache")
+)
 
 
 @pytest.fixture

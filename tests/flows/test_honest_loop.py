@@ -155,3 +155,38 @@ def test_an_evaluation_only_dataset_has_no_train_questions_and_says_so(loop, scr
     assert any("bamboogle: no train questions" in w for w in summary["warnings"]), summary["warnings"]
     counts = query(Warehouse(root), "select * from question_partitions where dataset = 'bamboogle'").to_pylist()
     assert counts == [{"dataset": "bamboogle", "n_train": 0, "n_valid": 0, "n_test": 125, "n_questions": 125}]
+
+
+def _train_ids(root, n: int) -> list[str]:
+    rows = query(Warehouse(root), "select question_id from questions where partition = 'train' "
+                 "order by sample_key desc limit $n", {"n": n}).to_pylist()
+    return [r["question_id"] for r in rows]
+
+
+def test_a_build_expands_exactly_the_listed_questions(loop, tmp_path):
+    """search.question_ids picks the questions (here the last two train ones in sample-key
+    order, which a sample of three would never reach), in the order listed."""
+    root, _, _ = loop
+    wanted = _train_ids(root, 2)
+    with pytest.MonkeyPatch.context() as patch:
+        use_engine(patch, ScriptedBackend(decex_policy(GOLD)))
+        built = build(_build_config(root, question_ids=wanted))
+    assert built["status"] == "completed", built
+    expanded = query(Warehouse(root), "select distinct question_id from nodes where run_id = $r",
+                     {"r": built["run_id"]}).column("question_id").to_pylist()
+    assert sorted(expanded) == sorted(wanted)
+
+
+@pytest.mark.parametrize("pick,message", [("test", "not in the 'train' partition"),
+                                          ("missing", "not in the warehouse's questions")])
+def test_listed_questions_outside_the_partition_or_unknown_are_refused(loop, pick, message):
+    root, _, _ = loop
+    if pick == "test":
+        ids = query(Warehouse(root), "select question_id from questions where partition = 'test' limit 1"
+                    ).column("question_id").to_pylist()
+    else:
+        ids = ["hotpotqa:no-such-question"]
+    with pytest.MonkeyPatch.context() as patch:
+        use_engine(patch, ScriptedBackend(decex_policy(GOLD)))
+        with pytest.raises(ValueError, match=message):
+            build(_build_config(root, question_ids=ids))

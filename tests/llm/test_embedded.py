@@ -65,3 +65,31 @@ def test_concurrent_preparers_convert_once_into_a_loadable_checkpoint(tmp_path):
     ids = tokenizer("Paris is the capital of", return_tensors="pt")
     assert model(**ids).logits.shape[-1] == config["vocab_size"]
     assert tokenizer.chat_template and tokenizer.eos_token == "<|im_end|>"
+
+
+def test_a_new_root_links_the_machine_copy_instead_of_converting(tmp_path, monkeypatch):
+    """The per-user cache already holds the converted model: a new root gets hard links of its
+    files, so nothing is converted and nothing is copied."""
+    from ragfactory.tasks.llm.embedded import MODEL_CACHE_ENV, _gguf_key
+
+    shared = tmp_path / "machine"
+    monkeypatch.setenv(MODEL_CACHE_ENV, str(shared))
+    converted = shared / _gguf_key(gguf_path()) / EMBEDDED_DIRNAME
+    converted.mkdir(parents=True)
+    (converted / "config.json").write_text('{"model_type": "llama"}')
+    (converted / "model.safetensors").write_bytes(b"weights")
+    started = time.perf_counter()
+    target = embedded_model_path(tmp_path / "root" / "models")
+    assert time.perf_counter() - started < 1.0
+    assert target == tmp_path / "root" / "models" / EMBEDDED_DIRNAME
+    assert (target / "model.safetensors").stat().st_ino == (converted / "model.safetensors").stat().st_ino
+    assert json.loads((target / "config.json").read_text()) == {"model_type": "llama"}
+
+
+def test_an_empty_model_cache_setting_converts_in_place(monkeypatch):
+    from ragfactory.tasks.llm.embedded import MODEL_CACHE_ENV, model_cache_dir
+
+    monkeypatch.setenv(MODEL_CACHE_ENV, "")
+    assert model_cache_dir() is None
+    monkeypatch.setenv(MODEL_CACHE_ENV, "~/models")
+    assert str(model_cache_dir()).endswith("/models") and "~" not in str(model_cache_dir())
