@@ -29,9 +29,6 @@ SETTINGS = (
     ("allow_persistent_secrets", False),
     ("python_enable_replacements", False),  # no scanning of Python variables by name
     ("temp_directory", ""),  # no spill files: a query that outgrows memory fails instead
-    # DuckDB reads a Python file system's handles as seek-then-read from its worker threads:
-    # two threads on one handle read each other's offsets (torn reads, "missing dictionary").
-    ("threads", 1),
     ("allowed_directories", [PREFIX]),
     ("enable_external_access", False),
     ("disabled_filesystems", "LocalFileSystem"),

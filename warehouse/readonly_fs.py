@@ -11,6 +11,7 @@ writes a file" a property of the connection, not only of the statement checks in
 from __future__ import annotations
 
 import os
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -101,7 +102,7 @@ class WarehouseFileSystem(AbstractFileSystem):
         if mode != "rb":
             raise ReadOnlyError(f"{PREFIX}{self._strip_protocol(path)}: the warehouse is read-only here "
                                 f"(asked to open it with mode {mode!r})")
-        return open(self.local_path(path), "rb")  # noqa: SIM115 - the caller closes the handle
+        return PositionalFile(self.local_path(path))
 
     def _refuse(self, path, *args, **kwargs):
         raise ReadOnlyError(f"{PREFIX}{self._strip_protocol(path)}: the warehouse is read-only here")
@@ -110,6 +111,81 @@ class WarehouseFileSystem(AbstractFileSystem):
     # or fall back to copy-and-delete (mv); here each one is refused, naming the path.
     mkdir = makedirs = rmdir = rm = rm_file = _rm = touch = _refuse
     mv = cp_file = copy = put = put_file = pipe = pipe_file = _refuse
+
+
+class PositionalFile:
+    """A read-only file whose position belongs to the thread that moved it.
+
+    DuckDB reads a Python file system's handle as ``seek(offset)`` then ``read(n)``, from several
+    threads at once (its scan and I/O threads, whatever its ``threads`` setting): with one shared
+    position, a thread reads at another's offset and the Parquet reader sees torn pages ("Snappy
+    decompression failure", "Invalid data"). Here each thread's seek moves only its own position
+    and every read is a positional ``pread``, so a seek-then-read pair is whole whatever the
+    other threads do.
+    """
+
+    mode = "rb"
+
+    def __init__(self, path: str):
+        self.name = path
+        self._fd = os.open(path, os.O_RDONLY)
+        self._size = os.fstat(self._fd).st_size
+        self._local = threading.local()
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def _position(self) -> int:
+        return getattr(self._local, "position", 0)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position(), os.SEEK_END: self._size}[whence]
+        self._local.position = max(0, base + offset)
+        return self._local.position
+
+    def tell(self) -> int:
+        return self._position()
+
+    def read(self, size: int = -1) -> bytes:
+        if self._fd < 0:
+            raise ValueError(f"read of closed file {self.name}")
+        position = self._position()
+        if size is None or size < 0:
+            size = max(0, self._size - position)
+        chunks = []
+        while size > 0:
+            chunk = os.pread(self._fd, size, position)
+            if not chunk:
+                break  # end of file
+            chunks.append(chunk)
+            position += len(chunk)
+            size -= len(chunk)
+        self._local.position = position
+        return b"".join(chunks)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> PositionalFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def warehouse_url(root: Path, local: Path) -> str:
