@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from ragfactory.schemas.tables import TABLES
 from ragfactory.warehouse.confined import close, confined_duckdb, refusal
-from ragfactory.warehouse.guard import ReadRefused, Refused, WriteRefused, check_read_only
+from ragfactory.warehouse.guard import ReadRefused, Refused, WriteRefused, check_read_only, parser_connection
 from ragfactory.warehouse.readonly_fs import PROTOCOL, warehouse_url
 from ragfactory.warehouse.store import Warehouse
 
@@ -50,7 +50,7 @@ def _quote(path: str) -> str:
 
 
 def _empty_select(schema: pa.Schema) -> str:
-    types = duckdb.from_arrow(schema.empty_table()).types
+    types = parser_connection().from_arrow(schema.empty_table()).types
     columns = ", ".join(f'cast(null as {t}) as "{f.name}"' for f, t in zip(schema, types))
     return f"select {columns} where false"
 

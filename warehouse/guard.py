@@ -15,6 +15,7 @@ runs (a computed one is refused). Keywords inside string literals are just text.
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import duckdb
@@ -117,9 +118,26 @@ def _explained(text: str) -> tuple[str, object]:
     return label, inner[0]
 
 
+_PARSERS = threading.local()
+
+
+def parser_connection() -> duckdb.DuckDBPyConnection:
+    """This thread's in-memory connection for parsing and type names, never for data.
+
+    DuckDB's module-level functions (``duckdb.extract_statements``, ``duckdb.from_arrow``) share
+    one default connection per process, and a connection used by two threads at once refuses the
+    second ("connection is busy"): the build's shards run in threads, so each thread parses on
+    its own connection.
+    """
+    con = getattr(_PARSERS, "con", None)
+    if con is None:
+        con = _PARSERS.con = duckdb.connect()
+    return con
+
+
 def _parse(text: str) -> list:
     try:
-        return duckdb.extract_statements(text)
+        return parser_connection().extract_statements(text)
     except duckdb.Error as exc:
         # What DuckDB cannot parse it cannot classify either: refused, with the parser's reason.
         raise Refused(f"refused: the parser cannot classify this query ({first_line(exc)})") from exc

@@ -78,3 +78,17 @@ def test_numeric_looking_run_ids_stay_strings(warehouse):
     warehouse.write("nodes", [{"node_id": "n", "run_id": "20261121"}], "s0")
     refresh_catalog(warehouse)
     assert query(warehouse, "select run_id from nodes").to_pylist() == [{"run_id": "20261121"}]
+
+
+def test_queries_from_many_threads_at_once_each_parse_on_their_own_connection(warehouse):
+    """The build's shards query from threads: DuckDB's module-level functions share one default
+    connection, which refuses a second thread while it is busy ("connection is busy")."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> int:
+        for _ in range(8):
+            assert query(warehouse, "select count(*) as n from nodes").column("n").to_pylist() == [0]
+        return i
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        assert sorted(pool.map(one, range(6))) == list(range(6))
