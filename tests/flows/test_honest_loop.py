@@ -163,14 +163,16 @@ def _train_ids(root, n: int) -> list[str]:
     return [r["question_id"] for r in rows]
 
 
-def test_a_build_expands_exactly_the_listed_questions(loop, tmp_path):
+@pytest.mark.parametrize("per_strategy", [False, True])
+def test_a_build_expands_exactly_the_listed_questions(loop, per_strategy):
     """search.question_ids picks the questions (here the last two train ones in sample-key
-    order, which a sample of three would never reach), in the order listed."""
+    order, which a sample of three would never reach), as one list or per strategy."""
     root, _, _ = loop
     wanted = _train_ids(root, 2)
+    listed = {"decex": wanted} if per_strategy else wanted
     with pytest.MonkeyPatch.context() as patch:
         use_engine(patch, ScriptedBackend(decex_policy(GOLD)))
-        built = build(_build_config(root, question_ids=wanted))
+        built = build(_build_config(root, question_ids=listed))
     assert built["status"] == "completed", built
     expanded = query(Warehouse(root), "select distinct question_id from nodes where run_id = $r",
                      {"r": built["run_id"]}).column("question_id").to_pylist()
@@ -190,3 +192,8 @@ def test_listed_questions_outside_the_partition_or_unknown_are_refused(loop, pic
         use_engine(patch, ScriptedBackend(decex_policy(GOLD)))
         with pytest.raises(ValueError, match=message):
             build(_build_config(root, question_ids=ids))
+
+
+def test_question_ids_for_a_strategy_the_build_does_not_run_are_refused():
+    with pytest.raises(ValueError, match=r"strategies the build does not run: \['treeps'\]"):
+        _build_config("/tmp/unused", question_ids={"treeps": ["hotpotqa:x"]})
