@@ -3,11 +3,14 @@
 Composition only: every stage is a task in ``tasks/*.py``; tasks exchange the warehouse root,
 source names and question-id shards, never rows. A shard (a dataset file, or a slice of
 questions for one strategy) that still fails after its retries is recorded in the run's
-``failed_shards`` and the other shards go on. Expansion shards run one after another: each
-already fills the engine with the batched requests of all its in-flight questions.
+``failed_shards`` and the other shards go on. Expansion shards of every strategy run at once,
+``search.max_concurrent_shards`` at a time: they share the worker's engine, whose calls from
+different shards merge into one batch (``tasks/llm/coalesce.py``).
 """
 
 from __future__ import annotations
+
+import time
 
 from prefect import flow, get_run_logger
 from prefect.futures import PrefectFuture
@@ -43,25 +46,47 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
     A shard whose inputs are unchanged since an earlier run is a cache hit (its rows are already
     in the warehouse) and does no work; a shard whose rows are gone runs again.
     """
-    shards, exports, failed = [], [], []
-    wh = Warehouse(root)
+    search, wh = config.search, Warehouse(root)
     storage = result_storage(wh)
-    wanted = config.search.datasets or datasets
-    id_shards = plan_shards(root, wanted, config.search.questions_per_dataset, config.search.shard_size,
-                            config.search.partition, config.search.question_ids)
-    for strategy in config.search.strategies:
-        for index, ids in enumerate(id_shards):
-            name = shard_name(strategy, index)
-            expand = expand_trees.with_options(result_storage=storage,
-                                               refresh_cache=not shard_written(wh, run_id, name))
-            state = expand(root, run_id, config, strategy, name, ids, sources, return_state=True)
-            if state.is_completed():
-                shards.append({**state.result(), "cached": state.name == "Cached"})
-            else:
-                failed.append(name)
-        exports.append(write_training_data(root, run_id, tree_strategy(config, strategy),
-                                           config.export, config.seed, config.llm))
+    wanted = search.datasets or datasets
+    planned = [
+        (strategy, shard_name(strategy, index), ids)
+        for strategy in search.strategies
+        for index, ids in enumerate(plan_shards(root, wanted, search.questions_per_dataset, search.shard_size,
+                                                search.partition, search.listed_questions(strategy)))
+    ]
+
+    def submit(job: tuple[str, str, list[str]]) -> PrefectFuture:
+        strategy, name, ids = job
+        expand = expand_trees.with_options(result_storage=storage, refresh_cache=not shard_written(wh, run_id, name))
+        return expand.submit(root, run_id, config, strategy, name, ids, sources)
+
+    shards, failed = [], []
+    for (_, name, _), future in _bounded(submit, planned, search.max_concurrent_shards):
+        if future.state.is_completed():
+            shards.append({**future.result(), "cached": future.state.name == "Cached"})
+        else:
+            failed.append(name)
+    exports = [write_training_data(root, run_id, tree_strategy(config, strategy), config.export, config.seed, config.llm)
+               for strategy in search.strategies]
     return shards, exports, failed
+
+
+def _bounded(submit, jobs: list, limit: int, poll_s: float = 0.2) -> list[tuple[object, PrefectFuture]]:
+    """(job, finished future) for every job, ``limit`` submitted at a time, in job order."""
+    running: list[tuple[object, PrefectFuture]] = []
+    finished: dict[int, tuple[object, PrefectFuture]] = {}
+    queue = list(enumerate(jobs))
+    while queue or running:
+        while queue and len(running) < limit:
+            index, job = queue.pop(0)
+            running.append((index, (job, submit(job))))
+        still = [(i, item) for i, item in running if not item[1].state.is_final()]
+        finished.update((i, item) for i, item in running if item[1].state.is_final())
+        running = still
+        if running:
+            time.sleep(poll_s)
+    return [finished[i] for i in sorted(finished)]
 
 
 def tree_strategy(config: BuildConfig, strategy: str) -> str:

@@ -9,6 +9,10 @@ never imports vllm or opens a connection it does not need.
 
 Retries: the OpenAI backend retries HTTP failures itself (honouring Retry-After); the others are
 wrapped in ``RetryingBackend``. An error that survives the retries reaches the shard task.
+
+One engine per process: ``make_backends`` keeps each engine it builds, keyed by its settings and
+cache folder, behind a ``CoalescingBackend``, so the shards a worker expands at once share one
+model in memory and their engine calls merge into the same batches (``tasks/llm/coalesce.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import json
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,10 +30,15 @@ from typing import Any
 from ragfactory.schemas.config import LLMConfig, LLMRoleConfig
 from ragfactory.tasks.llm.batcher import Batcher, BatcherConfig
 from ragfactory.tasks.llm.cache import CallCache
+from ragfactory.tasks.llm.coalesce import CoalescingBackend
 from ragfactory.tasks.llm.embedded import resolve_model
 from ragfactory.tasks.llm.types import Backend, Completion, Request, RetryPolicy
 
 ROLES = ("policy", "judge")
+# The engines this process built, by settings and cache folder: a process-wide pool, as a
+# database driver keeps its connections, because a model loaded per shard would be loaded N times.
+_ENGINES: dict[str, CoalescingBackend] = {}
+_ENGINES_LOCK = threading.Lock()
 
 
 class RetryingBackend:
@@ -94,16 +105,18 @@ def make_backends(llm: LLMConfig, cache_dir: str | Path | None) -> dict[str, Bac
     ``structured`` is not an engine setting (the batcher applies it per role), so a free judge
     and a constrained policy on the same model still share it.
     """
-    built: list[tuple[dict, Backend]] = []
-    backends = {}
-    for name in ROLES:
-        config = llm.role(name)
-        engine = config.model_dump(exclude={"structured"})
-        shared = next((backend for seen, backend in built if seen == engine), None)
-        backends[name] = shared if shared is not None else make_backend(config, cache_dir)
-        if shared is None:
-            built.append((engine, backends[name]))
-    return backends
+    return {name: shared_backend(llm.role(name), cache_dir) for name in ROLES}
+
+
+def shared_backend(role: LLMRoleConfig, cache_dir: str | Path | None) -> CoalescingBackend:
+    """This process's engine for ``role``'s settings, built on first use."""
+    engine = role.model_dump(mode="json", exclude={"structured"})
+    key = json.dumps({"engine": engine, "cache": str(Path(cache_dir).resolve()) if cache_dir else None},
+                     sort_keys=True)
+    with _ENGINES_LOCK:
+        if key not in _ENGINES:
+            _ENGINES[key] = CoalescingBackend(make_backend(role, cache_dir))
+        return _ENGINES[key]
 
 
 def make_batcher(

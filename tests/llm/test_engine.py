@@ -97,3 +97,13 @@ def test_make_batcher_uses_given_backends_and_config():
 
     asyncio.run(main())
     assert [len(b) for b in backend.batches] == [2, 2, 1]
+
+
+def test_a_process_builds_one_engine_per_setting(checkpoint):
+    """Two shards' batchers with the same engine settings get the same engine; a judge that
+    only turns structured generation off still shares the policy's."""
+    policy = LLMRoleConfig(model=str(checkpoint), device="cpu", max_batch_size=5)
+    first = make_backends(LLMConfig(policy=policy), cache_dir=None)
+    second = make_backends(LLMConfig(policy=policy, judge=policy.model_copy(update={"structured": False})),
+                           cache_dir=None)
+    assert first["policy"] is second["policy"] is second["judge"]
