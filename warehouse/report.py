@@ -16,9 +16,10 @@ from ragfactory.schemas.tables import TABLES
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 
-STRATEGY_COLUMNS = {"nodes": "n_nodes", "format errors": "n_format_errors", "sft rows": "n_sft_examples",
-                    "pairs": "n_preference_pairs", "trajectories": "n_trajectories",
-                    "step labels": "n_step_labels"}
+STRATEGY_COLUMNS = {"nodes": "n_nodes", "format errors": "n_format_errors", "well-formed": "well_formed",
+                    "sft rows": "n_sft_examples", "pairs": "n_preference_pairs",
+                    "trajectories": "n_trajectories", "rewarded trajectories": "n_rewarded_trajectories",
+                    "step labels": "n_step_labels", "scored plans": "n_scored_plans"}
 
 
 def artifact_key(name: str, suffix: str = "") -> str:

@@ -6,7 +6,8 @@ with node_counts as (
         count(*) as n_nodes,
         count(*) filter (where is_selected) as n_kept,
         count(*) filter (where not is_selected) as n_pruned,
-        count(*) filter (where is_format_error) as n_format_errors
+        count(*) filter (where is_format_error) as n_format_errors,
+        round(avg(case when is_format_error then 0.0 else 1.0 end), 3) as well_formed
     from nodes
     group by run_id, strategy
 ), rollout_counts as (
@@ -23,9 +24,14 @@ with node_counts as (
     from preference_pairs
     group by run_id, strategy
 ), trajectory_counts as (
-    select run_id, strategy, count(*) as n_trajectories
+    select run_id, strategy, count(*) as n_trajectories,
+           count(*) filter (where reward > 0) as n_rewarded_trajectories
     from trajectories
     group by run_id, strategy
+), plan_counts as (
+    select run_id, 'apex' as strategy, count(*) as n_scored_plans, round(avg(f1), 3) as mean_plan_f1
+    from plan_scores
+    group by run_id
 ), label_counts as (
     select run_id, strategy, count(*) as n_step_labels
     from step_labels
@@ -37,11 +43,15 @@ select
     coalesce(sft_counts.n_sft_examples, 0) as n_sft_examples,
     coalesce(pair_counts.n_preference_pairs, 0) as n_preference_pairs,
     coalesce(trajectory_counts.n_trajectories, 0) as n_trajectories,
-    coalesce(label_counts.n_step_labels, 0) as n_step_labels
+    coalesce(trajectory_counts.n_rewarded_trajectories, 0) as n_rewarded_trajectories,
+    coalesce(label_counts.n_step_labels, 0) as n_step_labels,
+    coalesce(plan_counts.n_scored_plans, 0) as n_scored_plans,
+    plan_counts.mean_plan_f1
 from node_counts
 left join rollout_counts using (run_id, strategy)
 left join sft_counts using (run_id, strategy)
 left join pair_counts using (run_id, strategy)
 left join trajectory_counts using (run_id, strategy)
 left join label_counts using (run_id, strategy)
+left join plan_counts using (run_id, strategy)
 order by run_id, strategy
