@@ -91,10 +91,17 @@ class TransformersBackend:
             return
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
         tokenizer = AutoTokenizer.from_pretrained(self.model_ref)
         dtype = getattr(torch, self.dtype)
-        model = AutoModelForCausalLM.from_pretrained(self.model_ref, dtype=dtype)
+        bar = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # a one-second bar per shard, in the middle of the build's log
+        try:
+            model = AutoModelForCausalLM.from_pretrained(self.model_ref, dtype=dtype)
+        finally:
+            if bar:
+                hf_logging.enable_progress_bar()
         eos = {tokenizer.eos_token_id}
         configured = getattr(model.generation_config, "eos_token_id", None)
         eos.update(configured if isinstance(configured, list) else [configured])
