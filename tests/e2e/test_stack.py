@@ -3,12 +3,11 @@
 The module starts everything the way `ragfactory serve` does (``ragfactory/serve.py``), with a
 temporary PREFECT_HOME (the developer's profile and database are never touched), a temporary
 warehouse and a free port, then triggers deployments through ``run_deployment``: the API call
-the UI's Run button makes. The nightly build runs with tiny parameters; it generates through
-the ``openai`` backend against a scripted DecEx policy (tests/e2e/scripted_engine.py says why),
-and train-sft trains the embedded SmolLM2 on its export on CPU. The build expands train
-questions and the evaluate deployment answers test ones: the trained model's questions and the
-evaluated ones do not overlap. One more nightly run generates
-with the deployment's default policy, the embedded model, on the cpu worker.
+the UI's Run button makes. The nightly build runs the deployment's own parameters (the demo
+build) with DecEx only: the embedded SmolLM2 generates on the cpu worker, held to the prompts'
+grammars, and train-sft and train-dpo train it on that build's own SFT examples and preference
+pairs, on CPU. The build expands train questions and the evaluate deployment answers test ones:
+the trained model's questions and the evaluated ones do not overlap.
 
 This machine has no GPU, yet the training deployments live on the ``gpu`` pool, whose job
 variables ask for CUDA and vLLM. The test runs a worker for that pool and overrides the job
@@ -25,6 +24,7 @@ docs/images/ for the README.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import os
@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ragfactory.serve import Stack, create_pools, deploy, set_timezone, start_stack
 from ragfactory.tasks.llm.embedded import EMBEDDED_DIRNAME
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
-from tests.e2e.scripted_engine import MODEL_NAME, scripted_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -60,31 +60,24 @@ RUN_TIMEOUT_S = 900
 CPU_JOB = {"env": {"RAGFACTORY_DEVICE": "cpu", "RAGFACTORY_ENGINE": "transformers"}}
 
 
-def nightly_parameters(base_url: str) -> dict:
-    """The nightly build's parameters, shrunk: two HotpotQA questions, BM25, DecEx, one shard.
+def nightly_parameters() -> dict:
+    """The deployed nightly build's parameters (the demo build), DecEx only, under its own name.
 
-    The config names no policy model; the ``policy_model`` parameter picks the served one (the
-    server answers no other name, so a run that ignored the parameter would fail).
+    The same questions, retrieval and DecEx settings as ``make demo``, so the same trees: the
+    embedded model's kept answers (SFT examples) and pruned siblings (DPO pairs).
     """
-    return {
-        "config": {
-            "name": "e2e-nightly",
-            "datasets": [{"name": "hotpotqa", "limit": 10}],
-            "retrieval": {"default": "bm25", "dense": {"enabled": False}},
-            "llm": {"policy": {"backend": "openai", "base_url": base_url},
-                    "max_in_flight": 2},
-            "search": {
-                "strategies": ["decex"], "datasets": ["hotpotqa"], "questions_per_dataset": 2,
-                "shard_size": 2,
-                "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1,
-                          "max_tokens": 32, "rollout_max_turns": 1},
-            },
-        },
-        "policy_model": MODEL_NAME,
-    }
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    [deployment] = [d for d in spec["deployments"] if d["name"] == "nightly-build"]
+    parameters = copy.deepcopy(deployment["parameters"])
+    search = parameters["config"]["search"]
+    search["strategies"] = ["decex"]
+    search["question_ids"] = {"decex": search["question_ids"]["decex"]}
+    parameters["config"]["name"] = "e2e-nightly"
+    assert parameters["policy_model"] == "embedded"
+    return parameters
 
 
-TRAIN_SFT = {"method": "sft", "trl": {"max_steps": 1, "per_device_train_batch_size": 1, "max_length": 512}}
+TRL = {"max_steps": 1, "per_device_train_batch_size": 1, "max_length": 512}
 
 
 @dataclass
@@ -166,16 +159,8 @@ def _build_run_id(root: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def engine():
-    with scripted_engine("hotpotqa", limit=10) as served:
-        yield served
-
-
-@pytest.fixture(scope="module")
-def first_build(running, engine):
-    base_url, backend = engine
-    flow_run = _run(running, "build/nightly-build", nightly_parameters(base_url))
-    assert backend.calls > 0, "the build never reached the engine"
+def first_build(running):
+    flow_run = _run(running, "build/nightly-build", nightly_parameters())
     return flow_run, _build_run_id(running.root)
 
 
@@ -217,31 +202,38 @@ def test_nightly_build_lands_rows_and_publishes_its_artifacts(running, first_bui
     flow_run, run_id = first_build
     wh = Warehouse(running.root)
     counts = query(wh, """
-        select (select count(*) from questions where dataset = 'hotpotqa') as questions,
-               (select count(*) from nodes where run_id = $run) as nodes,
+        select (select count(*) from nodes where run_id = $run) as nodes,
+               (select count(*) from nodes where run_id = $run and format_error is not null) as format_errors,
                (select count(*) from llm_calls where run_id = $run) as llm_calls,
-               (select count(*) from sft_examples where run_id = $run) as sft_examples""",
+               (select count(distinct model_fingerprint) from llm_calls where run_id = $run) as models,
+               (select count(*) from sft_examples where run_id = $run) as sft_examples,
+               (select count(*) from preference_pairs where run_id = $run) as pairs""",
                    {"run": run_id}).to_pylist()[0]
-    assert counts["questions"] == 10 and counts["nodes"] > 0 and counts["llm_calls"] > 0, counts
-    assert counts["sft_examples"] > 0, counts
+    assert counts["nodes"] > 0 and counts["format_errors"] == 0, counts
+    assert counts["llm_calls"] > 0 and counts["models"] == 1, counts
+    assert counts["sft_examples"] > 0 and counts["pairs"] > 0, counts
 
     artifacts = _artifacts(flow_run)
     assert {"build-e2e-nightly", "build-e2e-nightly-sql"} <= artifacts.keys(), sorted(artifacts)
     table = _table(artifacts["build-e2e-nightly"])
     assert table["rows nodes"] == counts["nodes"]
     assert table["decex nodes"] == counts["nodes"] and table["decex sft rows"] == counts["sft_examples"]
+    assert table["decex pairs"] == counts["pairs"]
     assert table["shards"] == 1 and table["cached shards"] == 0
-    assert table["engine calls"] > 0 and "rejects" in table and "decex pairs" in table
+    assert table["engine calls"] > 0 and "rejects" in table
     markdown = artifacts["build-e2e-nightly-sql"].data
     assert f"where run_id = '{run_id}'" in markdown
 
 
-def test_train_sft_runs_on_the_build_export(running, first_build):
+@pytest.mark.parametrize("method", ["sft", "dpo"])
+def test_training_runs_on_the_build_export(running, first_build, method):
+    """train-sft and train-dpo, through their deployments, on the embedded model's own data."""
     _, run_id = first_build
-    flow_run = _run(running, "train/train-sft", {"config": {**TRAIN_SFT, "run_id": run_id}}, CPU_JOB)
+    flow_run = _run(running, f"train/train-{method}", {"config": {"method": method, "trl": TRL, "run_id": run_id}},
+                    CPU_JOB)
     models = [row for row in Warehouse(running.root).read("models").to_pylist()
-              if json.loads(row["lineage"])["run_id"] == run_id]
-    assert [row["method"] for row in models] == ["sft"], models
+              if json.loads(row["lineage"])["run_id"] == run_id and row["method"] == method]
+    assert len(models) == 1, models
     assert Path(models[0]["path"]).is_dir()
     artifact = _artifacts(flow_run)[f"train-{models[0]['model_id']}"]
     metrics = {row["metric"]: row["value"] for row in _rows(artifact)}
@@ -253,10 +245,11 @@ def test_evaluate_answers_test_questions_the_trained_model_never_saw(running, fi
     its export, and the evaluate deployment answers the test partition; the two never meet."""
     _, run_id = first_build
     wh = Warehouse(running.root)
-    models = [row for row in wh.read("models").to_pylist() if json.loads(row["lineage"])["run_id"] == run_id]
-    assert models, "train-sft registered no model (test_train_sft_runs_on_the_build_export runs first)"
+    models = [row for row in wh.read("models").to_pylist()
+              if json.loads(row["lineage"])["run_id"] == run_id and row["method"] == "sft"]
+    assert models, "train-sft registered no model (test_training_runs_on_the_build_export runs first)"
     model_id, trained = models[0]["model_id"], set(models[0]["question_ids"])
-    config = {"model": model_id, "datasets": ["hotpotqa"], "modes": ["direct"], "max_tokens": 8}
+    config = {"model": model_id, "datasets": ["hotpotqa"], "modes": ["direct"], "max_tokens": 8, "limit": 4}
     _run(running, "evaluate/evaluate", {"config": config})
     evaluated = query(wh, "select question_id, partition, is_seen from evals where model_id = $m",
                       {"m": model_id}).to_pylist()
@@ -269,31 +262,11 @@ def test_evaluate_answers_test_questions_the_trained_model_never_saw(running, fi
     assert seen.to_pylist() == [{"n": 0}]
 
 
-def test_second_nightly_run_is_all_cache_hits(running, engine, first_build):
-    base_url, backend = engine
-    calls = backend.calls
-    flow_run = _run(running, "build/nightly-build", nightly_parameters(base_url))
+def test_second_nightly_run_is_all_cache_hits(running, first_build):
+    flow_run = _run(running, "build/nightly-build", nightly_parameters())
     table = _table(_artifacts(flow_run)["build-e2e-nightly"])
     assert table["engine calls"] == 0, table
     assert table["cached shards"] == table["shards"] > 0, table
-    assert backend.calls == calls, "the second run called the engine"
-
-
-def test_nightly_build_generates_with_the_embedded_cpu_model(running, first_build):
-    """The deployment's default policy, for real: SmolLM2 on the cpu pool's worker, one question."""
-    parameters = nightly_parameters("unused")
-    config = parameters["config"] | {"name": "e2e-embedded", "llm": {"max_in_flight": 2}}
-    config["search"] = config["search"] | {
-        "questions_per_dataset": 1, "shard_size": 1,
-        "decex": {"k": 2, "n_rollouts": 1, "t_max": 1, "termination_samples": 1, "max_tokens": 16,
-                  "rollout_max_turns": 1}}
-    flow_run = _run(running, "build/nightly-build", {"config": config, "policy_model": "embedded"})
-    table = _table(_artifacts(flow_run)["build-e2e-embedded"])
-    assert table["decex nodes"] > 0 and table["engine calls"] > 0 and table["cached shards"] == 0, table
-    calls = query(Warehouse(running.root), """
-        select count(*) as n, count(distinct model_fingerprint) as models from llm_calls
-        where run_id like 'e2e-embedded-%'""").to_pylist()[0]
-    assert calls["n"] > 0 and calls["models"] == 1, calls
 
 
 def test_ui_opens_the_custom_run_form_of_train_dpo(running, first_build):

@@ -4,6 +4,9 @@ Two bundled questions per strategy, small trees, the real SmolLM2-135M on CPU an
 questions' own paragraphs. Held to its prompts' grammars the model writes no malformed node; the
 same trees generated freely (the role listed in ``free_roles``, as ``llm.policy.structured:
 false`` does) record the 135M model's broken formats as format-error nodes, and still finish.
+
+The six expansions (three strategies, grammars on and off) run at once on one engine behind a
+``CoalescingBackend``, as a build's shards do, so their calls share decode batches.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from ragfactory.warehouse.store import conform
 pytestmark = pytest.mark.slow
 
 CONFIGS = {
-    "decex": DecExConfig(k=2, n_rollouts=1, t_max=1, termination_samples=1, max_tokens=96,
+    "decex": DecExConfig(k=2, n_rollouts=1, t_max=1, termination_samples=1, max_tokens=72,
                          rollout_max_turns=1),
     "treeps": TreePSConfig(n=3, depth=2, max_tokens=80, temperature=0.7),
     "apex": ApexConfig(n_plans=2, max_steps=2, plan_max_tokens=128, max_hops=1, exec_max_tokens=64,
@@ -35,29 +38,39 @@ DATASETS = {"decex": "hotpotqa", "treeps": "hotpotqa", "apex": "musique"}
 
 @pytest.fixture(scope="module")
 def backend(embedded_model):
+    from ragfactory.tasks.llm.coalesce import CoalescingBackend
     from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
 
-    return TransformersBackend(embedded_model, TransformersSettings(device="cpu"))
+    return CoalescingBackend(TransformersBackend(embedded_model, TransformersSettings(device="cpu")))
 
 
 @pytest.fixture(scope="module")
 def runs(backend, tmp_path_factory):
     """strategy -> {structured: rows} for both settings."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from ragfactory.tasks.rewards.sepr import load_plan_scorer
 
-    results = {}
+    inputs = {}
     for strategy, config in CONFIGS.items():
         data = load_bundled(DATASETS[strategy], limit=2)
         retriever = BM25Retriever.build(conform("passages", data.passages))
         scorer = None
         if strategy == "apex":
             scorer = load_plan_scorer(config.sepr, tmp_path_factory.mktemp("emb"), device="cpu")
-        results[strategy] = {}
-        for structured in (True, False):
-            batcher = Batcher(backend, free_roles=frozenset() if structured else frozenset({"policy"}))
-            rows = asyncio.run(expand_shard(strategy, data.questions, batcher, retriever, config,
-                                            "slow", 7, 2, scorer))
-            results[strategy][structured] = rows
+        inputs[strategy] = (data.questions, retriever, config, scorer)
+
+    def expand(strategy: str, structured: bool):
+        questions, retriever, config, scorer = inputs[strategy]
+        batcher = Batcher(backend, free_roles=frozenset() if structured else frozenset({"policy"}))
+        return asyncio.run(expand_shard(strategy, questions, batcher, retriever, config, "slow", 7, 2, scorer))
+
+    jobs = [(strategy, structured) for strategy in CONFIGS for structured in (True, False)]
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        done = {job: pool.submit(expand, *job) for job in jobs}
+    results = {strategy: {} for strategy in CONFIGS}
+    for (strategy, structured), future in done.items():
+        results[strategy][structured] = future.result()
     return results
 
 
