@@ -484,6 +484,14 @@ class EvalConfig(Section):
             if len(set(values)) != len(values):
                 raise ValueError(f"evaluate: {name} lists a value twice: {values}")
 
+    @model_validator(mode="after")
+    def _max_tokens_fit_the_grammars(self) -> EvalConfig:
+        if self.llm.policy.structured:
+            from ragfactory.tasks.eval.inference import check_max_tokens
+
+            check_max_tokens(self.modes, self.max_tokens)
+        return self
+
     def inference(self) -> InferenceConfig:
         return InferenceConfig(
             max_rounds=self.max_rounds, top_k=self.top_k or self.retrieval.top_k,

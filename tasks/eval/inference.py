@@ -11,7 +11,7 @@ answered from the call cache.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ragfactory.tasks.llm.seeds import derive_seed
@@ -43,8 +43,21 @@ class InferenceConfig:
             raise ValueError(f"InferenceConfig.temperature must be >= 0, got {self.temperature}")
 
 
+# The prompts whose output grammars hold each evaluation mode's answers.
+MODE_GRAMMARS = {"agentic": ("reasonrag_reasoning", "reasonrag_grounding"), "direct": ("flashrag_direct",),
+                 "rag": ("flashrag_rag",)}
+
+
 def output_grammar(prompt: str, max_tokens: int) -> Grammar:
     return load_grammar(prompt, max_tokens, "evaluation max_tokens")
+
+
+def check_max_tokens(modes: Iterable[str], max_tokens: int) -> None:
+    """Raise ``GrammarError`` (naming the setting and the smallest that fits) when ``max_tokens``
+    cannot hold a mode's output grammar: refused with the request, not by every question's call."""
+    for mode in modes:
+        for prompt in MODE_GRAMMARS.get(mode, ()):
+            output_grammar(prompt, max_tokens)
 
 
 @dataclass(frozen=True)

@@ -249,7 +249,7 @@ def test_evaluate_answers_test_questions_the_trained_model_never_saw(running, fi
               if json.loads(row["lineage"])["run_id"] == run_id and row["method"] == "sft"]
     assert models, "train-sft registered no model (test_training_runs_on_the_build_export runs first)"
     model_id, trained = models[0]["model_id"], set(models[0]["question_ids"])
-    config = {"model": model_id, "datasets": ["hotpotqa"], "modes": ["direct"], "max_tokens": 8, "limit": 4}
+    config = {"model": model_id, "datasets": ["hotpotqa"], "modes": ["direct"], "max_tokens": 16, "limit": 4}
     _run(running, "evaluate/evaluate", {"config": config})
     evaluated = query(wh, "select question_id, partition, is_seen from evals where model_id = $m",
                       {"m": model_id}).to_pylist()

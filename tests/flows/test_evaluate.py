@@ -222,3 +222,19 @@ def test_the_embedded_model_and_a_trained_one_are_evaluated_and_compared(tmp_pat
     assert [(r["mode"], r["n_questions"]) for r in table] == [(m, 20) for m in ("agentic", "direct", "rag")
                                                               for _ in range(2)]
     assert {r["model_id"] for r in table} == {str(embedded_model.resolve()), trained["model_id"]}
+
+
+@pytest.mark.parametrize("modes,max_tokens,smallest", [(["direct"], 8, 13), (["rag"], 12, 13),
+                                                       (["direct", "agentic"], 49, 50)])
+def test_a_max_tokens_too_small_for_a_modes_grammar_is_refused_with_the_request(modes, max_tokens, smallest):
+    """Refused by the config (the UI's run form, the CLI), not by every question's engine call.
+
+    flashrag_direct's output is one short answer line, capped at 12 tokens, plus 1 to end: 13."""
+    from pydantic import ValidationError
+
+    config = {"model": "embedded", "datasets": ["hotpotqa"], "modes": modes}
+    with pytest.raises(ValidationError, match=f"evaluation max_tokens={max_tokens}: .* needs max_tokens >= {smallest}"):
+        EvalConfig.model_validate(config | {"max_tokens": max_tokens})
+    assert EvalConfig.model_validate(config | {"max_tokens": smallest}).max_tokens == smallest
+    free = config | {"max_tokens": max_tokens, "llm": {"policy": {"structured": False}}}
+    assert EvalConfig.model_validate(free).max_tokens == max_tokens
