@@ -137,8 +137,11 @@ def main() -> None:
     backend.load()
     backend.generate_batch([Request(_user("Hello"), Sampling(max_tokens=4))])  # warm-up
     rows = []
-    for kind in args.kinds:
+    for number, kind in enumerate(args.kinds, 1):
         free, held = measure(backend, kind, args.samples, False), measure(backend, kind, args.samples, True)
+        print(f"[{number}/{len(args.kinds)}] {kind}: well-formed {free['well_formed']:.2f} free, "
+              f"{held['well_formed']:.2f} held; {free['tok_per_s']} vs {held['tok_per_s']} tok/s",
+              file=sys.stderr, flush=True)
         held["share_ratio"] = round(held["well_formed"] / GOAL_SHARE, 3)
         held["speed_vs_free"] = round(held["tok_per_s"] / free["tok_per_s"], 3)
         held["speed_ratio"] = round(held["speed_vs_free"] / GOAL_SPEED, 3)
