@@ -57,21 +57,17 @@ class ReadRefused(Refused):
 def check_read_only(sql: str, con: duckdb.DuckDBPyConnection | None = None, root: Path | None = None) -> list:
     """The parsed statements of ``sql`` if every one may run; otherwise raise ``Refused``.
 
-    ``con`` serializes SELECTs to JSON for the function checks (any connection will do; one is
-    opened when none is given). With ``root``, a literal ``warehouse://`` path that resolves
-    outside it (``..``, a link out) is refused here too, even where only a plan would be made.
+    ``con`` serializes SELECTs to JSON for the function checks (any connection will do; this
+    thread's parser connection when none is given). With ``root``, a literal ``warehouse://``
+    path that resolves outside it (``..``, a link out) is refused here too, even where only a
+    plan would be made.
     """
     statements = _parse(sql)
     if not statements:
         raise ValueError("the query is empty")
-    owned = con is None
-    con = duckdb.connect() if owned else con
-    try:
-        for statement in statements:
-            _check_statement(statement, con, WarehouseFileSystem(root) if root else None)
-    finally:
-        if owned:
-            con.close()
+    con = con if con is not None else parser_connection()
+    for statement in statements:
+        _check_statement(statement, con, WarehouseFileSystem(root) if root else None)
     return statements
 
 
