@@ -1,7 +1,9 @@
 """The warehouse: one folder per table, hive partitions, one Parquet file per shard (DESIGN.md).
 
 A shard is written to a temporary name in its partition folder and renamed over the final name,
-so a crash never leaves a torn file and rewriting a shard replaces it exactly. Writers conform
+so a crash never leaves a torn file and rewriting a shard replaces it exactly. Each committed
+file gets a manifest entry (rows, bytes, sha256) in a sidecar beside it (``warehouse.integrity``),
+so a file changed afterwards is told apart from the one the warehouse wrote. Writers conform
 rows to the table's pyarrow schema (``schemas.tables``) and refuse what does not fit with an
 error naming the table and column.
 """
@@ -20,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ragfactory.schemas.tables import TABLES, table_spec
+from ragfactory.warehouse.integrity import record_commit
 
 ROOT_ENV = "RAGFACTORY_HOME"
 DEFAULT_ROOT = Path("~/.ragfactory")
@@ -113,7 +116,8 @@ class Warehouse:
         shard: str,
         partition: Mapping[str, str] | None = None,
     ) -> Path:
-        """Write one shard atomically; an existing shard of the same name is replaced whole.
+        """Write one shard atomically, with its manifest entry; an existing shard of the same
+        name is replaced whole.
 
         The partition comes from the rows' partition columns; pass ``partition`` to write an
         empty shard (so a rerun that yields no rows still replaces what an earlier run wrote).
@@ -130,7 +134,7 @@ class Warehouse:
         tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex}.tmp")
         try:
             pq.write_table(rows, tmp, compression="zstd")
-            os.replace(tmp, path)
+            record_commit(self.root, tmp, path, rows.num_rows)
         finally:
             tmp.unlink(missing_ok=True)
         return path
