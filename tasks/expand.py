@@ -25,6 +25,7 @@ from ragfactory.tasks.llm.engine import make_batcher
 from ragfactory.tasks.rewards.sepr import load_plan_scorer
 from ragfactory.tasks.search.shard import expand_shard, split_shards
 from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.integrity import is_intact
 from ragfactory.warehouse.store import Warehouse
 
 QUESTIONS_SQL = """
@@ -105,9 +106,15 @@ def result_storage(wh: Warehouse) -> Path | str:
     return configured
 
 
+SHARD_TABLES = ("nodes", "rollouts", "plans", "plan_scores", "llm_calls")
+
+
 def shard_written(wh: Warehouse, run_id: str, shard: str) -> bool:
-    """Whether a shard's rows are in the warehouse (a cached result without them is useless)."""
-    return wh.shard_path("nodes", {"run_id": run_id}, shard).exists()
+    """Whether a shard's rows are in the warehouse as ``expand_trees`` wrote them (a cached
+    result without them is useless): each of its files exists and matches its manifest entry
+    (size and content hash). A file rewritten, truncated or put there by hand runs the shard again.
+    """
+    return all(is_intact(wh.root, wh.shard_path(table, {"run_id": run_id}, shard)) for table in SHARD_TABLES)
 
 
 @task(retries=2, retry_delay_seconds=[5, 30], task_run_name="expand-{shard}",

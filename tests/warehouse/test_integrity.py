@@ -8,6 +8,7 @@ import json
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from ragfactory.tasks.expand import SHARD_TABLES, shard_written
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.integrity import check, manifest_path
 
@@ -25,7 +26,7 @@ def _keep_rows(path, n: int) -> None:
 def _expand_shard(wh, run_id: str, shard: str, nodes: int) -> None:
     """The files ``expand_trees`` leaves for one shard: nodes rows, the other tables empty."""
     wh.write("nodes", _nodes(run_id, nodes), shard)
-    for table in ("rollouts", "plans", "plan_scores", "llm_calls"):
+    for table in SHARD_TABLES[1:]:
         wh.write(table, [], shard, partition={"run_id": run_id})
 
 
@@ -48,6 +49,30 @@ def test_manifest_sidecars_are_not_read_as_data(warehouse):
     assert warehouse.read("nodes").num_rows == 5
     assert query(warehouse, "select count(*) as n from nodes").to_pylist() == [{"n": 5}]
     assert ds.dataset(warehouse.root / "nodes", format="parquet", partitioning="hive").count_rows() == 5
+
+
+def test_shard_written_trusts_only_files_that_match_their_manifest(warehouse):
+    assert not shard_written(warehouse, "r1", "decex-0000")
+    _expand_shard(warehouse, "r1", "decex-0000", nodes=3)
+    assert shard_written(warehouse, "r1", "decex-0000")
+
+    nodes = warehouse.shard_path("nodes", {"run_id": "r1"}, "decex-0000")
+    _keep_rows(nodes, 1)  # 1 of its 3 rows: the file exists but is not the one written
+    assert pq.read_table(nodes).num_rows == 1
+    assert not shard_written(warehouse, "r1", "decex-0000")
+
+    _expand_shard(warehouse, "r1", "decex-0000", nodes=3)  # the shard runs again
+    assert shard_written(warehouse, "r1", "decex-0000")
+
+
+def test_shard_written_wants_every_table_of_the_shard(warehouse):
+    _expand_shard(warehouse, "r1", "decex-0000", nodes=3)
+    calls = warehouse.shard_path("llm_calls", {"run_id": "r1"}, "decex-0000")
+    manifest_path(calls).unlink()  # an unrecorded file is not trusted either
+    assert not shard_written(warehouse, "r1", "decex-0000")
+    _expand_shard(warehouse, "r1", "decex-0000", nodes=3)
+    calls.unlink()
+    assert not shard_written(warehouse, "r1", "decex-0000")
 
 
 def test_check_finds_nothing_in_a_warehouse_it_wrote(warehouse):
