@@ -1,17 +1,19 @@
 """What the warehouse knows about its own files: a manifest entry per shard, and ``check``.
 
 Every shard file ``<table>/<col>=<value>/<shard>.parquet`` that ``Warehouse.write`` commits gets a
-sidecar ``.<shard>.parquet.manifest.json`` beside it, holding the file's path relative to the
-root, its row count, its size in bytes and the sha256 of its bytes. A shard whose file no longer
+sidecar ``_manifest/<table>/<col>=<value>/<shard>.parquet.json`` under the root, holding the
+file's path relative to the root, its row count, its size in bytes and the sha256 of its bytes. A shard whose file no longer
 matches its entry (rows removed, a truncated copy, a file put there by hand) is not trusted: the
 build's shard cache runs it again, and ``check`` names it.
 
 Why a sidecar per file rather than one manifest for the root: shards are written concurrently
 by many tasks (and by workers on other machines sharing the root), and a sidecar is committed with
 the same write-to-temporary-and-rename as its shard, so no lock and no read-modify-write of a
-shared file is needed, and deleting a partition folder takes its entries with it. The name starts
-with a dot and does not end in ``.parquet``, so DuckDB's ``*.parquet`` globs, pyarrow's dataset
-discovery (which skips ``.``/``_`` names) and ``datasets.load_dataset`` never read it as data.
+shared file is needed. The sidecars live in their own tree, not beside the shards, so a table's
+folder still holds nothing but its Parquet: any reader pointed at it (``read_parquet('nodes/**')``,
+polars, ``datasets.load_dataset``) reads data only, and pyarrow's discovery of the whole root skips
+``_manifest`` as it skips every ``_`` name. A partition folder deleted by hand leaves its entries
+behind, which ``check`` reports as missing files: rows the warehouse wrote are gone.
 
 Why sha256 of the whole file: it detects any change to the bytes, whatever tool made it, and is
 independent of Parquet's internals (a rewritten file with the same row count still differs).
@@ -43,19 +45,22 @@ from ragfactory.schemas.tables import TABLES
 if TYPE_CHECKING:
     from ragfactory.warehouse.store import Warehouse
 
-MANIFEST_SUFFIX = ".manifest.json"
+MANIFEST_DIR = "_manifest"
+MANIFEST_SUFFIX = ".json"
 MANIFEST_VERSION = 1
 _CHUNK = 1 << 20
 
 
-def manifest_path(path: Path) -> Path:
-    """The sidecar holding a shard file's manifest entry."""
-    return path.with_name(f".{path.name}{MANIFEST_SUFFIX}")
+def manifest_path(root: Path, path: Path) -> Path:
+    """The sidecar holding the manifest entry of shard file ``path`` under ``root``."""
+    relative = path.relative_to(root)
+    return root / MANIFEST_DIR / relative.parent / f"{relative.name}{MANIFEST_SUFFIX}"
 
 
-def shard_of_manifest(sidecar: Path) -> Path:
+def shard_of_manifest(root: Path, sidecar: Path) -> Path:
     """The shard file a sidecar describes."""
-    return sidecar.with_name(sidecar.name[1:-len(MANIFEST_SUFFIX)])
+    relative = sidecar.relative_to(root / MANIFEST_DIR)
+    return root / relative.parent / relative.name[:-len(MANIFEST_SUFFIX)]
 
 
 def digest(path: Path) -> tuple[int, str]:
@@ -92,16 +97,17 @@ def _write_json(target: Path, payload: dict) -> None:
 def record_commit(root: Path, staged: Path, path: Path, rows: int) -> None:
     """Rename the written temporary file ``staged`` over ``path`` and record its entry."""
     entry = entry_for(root, path, rows, staged=staged)
-    sidecar = manifest_path(path)
+    sidecar = manifest_path(root, path)
     sidecar.unlink(missing_ok=True)
     os.replace(staged, path)
+    sidecar.parent.mkdir(parents=True, exist_ok=True)
     _write_json(sidecar, entry)
 
 
-def read_entry(path: Path) -> dict | None:
+def read_entry(root: Path, path: Path) -> dict | None:
     """A shard file's manifest entry, or None when it has none (or an unreadable one)."""
     try:
-        entry = json.loads(manifest_path(path).read_text(encoding="utf-8"))
+        entry = json.loads(manifest_path(root, path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(entry, dict) or not {"path", "rows", "bytes", "sha256"} <= entry.keys():
@@ -126,7 +132,7 @@ def mismatch(root: Path, path: Path, entry: dict) -> str | None:
 
 def is_intact(root: Path, path: Path) -> bool:
     """Whether a shard file exists and matches its manifest entry (size and hash)."""
-    entry = read_entry(path)
+    entry = read_entry(root, path)
     return entry is not None and path.exists() and mismatch(root, path, entry) is None
 
 
@@ -159,7 +165,7 @@ def _parquet_rows(path: Path) -> tuple[int | None, str | None]:
 def check_file(root: Path, table: str, path: Path) -> Problem | None:
     """The problem with one shard file, or None when it matches its entry and reads back."""
     relative = _relative(root, path)
-    entry = read_entry(path)
+    entry = read_entry(root, path)
     rows, unreadable = _parquet_rows(path)
     if entry is None:
         held = unreadable or f"{rows} rows"
@@ -176,15 +182,12 @@ def check(warehouse: Warehouse) -> list[Problem]:
     root = warehouse.root
     problems = []
     for table in TABLES:
-        folder = warehouse.table_dir(table)
-        if not folder.exists():
-            continue
         for path in warehouse.files(table):
             problem = check_file(root, table, path)
             if problem:
                 problems.append(problem)
-        for sidecar in sorted(folder.rglob(f".*.parquet{MANIFEST_SUFFIX}")):
-            path = shard_of_manifest(sidecar)
+        for sidecar in sorted((root / MANIFEST_DIR / table).rglob(f"*.parquet{MANIFEST_SUFFIX}")):
+            path = shard_of_manifest(root, sidecar)
             if not path.exists():
                 problems.append(Problem(table, _relative(root, path), "missing",
                                         "the manifest records it but the file is gone"))

@@ -9,7 +9,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from ragfactory.tasks.expand import SHARD_TABLES, shard_written
-from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.catalog import query, user_query
 from ragfactory.warehouse.integrity import check, manifest_path
 
 
@@ -32,15 +32,15 @@ def _expand_shard(wh, run_id: str, shard: str, nodes: int) -> None:
 
 def test_a_committed_shard_records_rows_bytes_and_hash(warehouse):
     path = warehouse.write("nodes", _nodes("r1", 3), shard="s0")
-    sidecar = path.parent / ".s0.parquet.manifest.json"
-    assert manifest_path(path) == sidecar
+    sidecar = warehouse.root / "_manifest" / "nodes" / "run_id=r1" / "s0.parquet.json"
+    assert manifest_path(warehouse.root, path) == sidecar
     entry = json.loads(sidecar.read_text())
     data = path.read_bytes()
     assert entry["path"] == "nodes/run_id=r1/s0.parquet"
     assert entry["rows"] == 3
     assert entry["bytes"] == len(data)
     assert entry["sha256"] == hashlib.sha256(data).hexdigest()
-    assert sorted(p.name for p in path.parent.iterdir()) == [".s0.parquet.manifest.json", "s0.parquet"]
+    assert [p.name for p in (warehouse.root / "nodes").rglob("*")] == ["run_id=r1", "s0.parquet"]
 
 
 def test_manifest_sidecars_are_not_read_as_data(warehouse):
@@ -48,7 +48,10 @@ def test_manifest_sidecars_are_not_read_as_data(warehouse):
     warehouse.write("nodes", _nodes("r2", 2), shard="s0")
     assert warehouse.read("nodes").num_rows == 5
     assert query(warehouse, "select count(*) as n from nodes").to_pylist() == [{"n": 5}]
+    everything = user_query(warehouse, "select count(*) as n from read_parquet('warehouse://nodes/**')")
+    assert everything.to_pylist() == [{"n": 5}]
     assert ds.dataset(warehouse.root / "nodes", format="parquet", partitioning="hive").count_rows() == 5
+    assert ds.dataset(warehouse.root, format="parquet", partitioning="hive").count_rows() == 5
 
 
 def test_shard_written_trusts_only_files_that_match_their_manifest(warehouse):
@@ -68,7 +71,7 @@ def test_shard_written_trusts_only_files_that_match_their_manifest(warehouse):
 def test_shard_written_wants_every_table_of_the_shard(warehouse):
     _expand_shard(warehouse, "r1", "decex-0000", nodes=3)
     calls = warehouse.shard_path("llm_calls", {"run_id": "r1"}, "decex-0000")
-    manifest_path(calls).unlink()  # an unrecorded file is not trusted either
+    manifest_path(warehouse.root, calls).unlink()  # an unrecorded file is not trusted either
     assert not shard_written(warehouse, "r1", "decex-0000")
     _expand_shard(warehouse, "r1", "decex-0000", nodes=3)
     calls.unlink()
@@ -120,7 +123,7 @@ def test_check_names_unrecorded_and_missing_files(warehouse):
 def test_a_manifest_copied_beside_another_file_does_not_vouch_for_it(warehouse):
     first = warehouse.write("nodes", _nodes("r1", 3), shard="s0")
     second = warehouse.write("nodes", _nodes("r1", 3), shard="s1")
-    manifest_path(second).write_text(manifest_path(first).read_text())
+    manifest_path(warehouse.root, second).write_text(manifest_path(warehouse.root, first).read_text())
     [problem] = check(warehouse)
     assert (problem.path, problem.kind) == ("nodes/run_id=r1/s1.parquet", "damaged")
     assert "manifest entry is for nodes/run_id=r1/s0.parquet" in problem.detail
