@@ -114,6 +114,26 @@ def tables(root: RootOption = None) -> None:
     console.print(f"catalog: {wh.catalog_path}  (open with: duckdb -readonly {wh.catalog_path})")
 
 
+@app.command("check")
+def check_command(root: RootOption = None) -> None:
+    """Verify every shard file of the warehouse against its manifest entry (rows, bytes, sha256).
+
+    Prints one line per damaged, unrecorded or missing file and exits 1 when there is any.
+
+    Example: `ragfactory check --root /data/ragfactory`
+    """
+    from ragfactory.warehouse.integrity import check
+
+    wh = _warehouse(root)
+    problems = check(wh)
+    for problem in problems:
+        console.print(escape(str(problem)), soft_wrap=True, highlight=False)
+    if problems:
+        console.print(f"{len(problems)} file(s) under {wh.root} cannot be trusted", soft_wrap=True, highlight=False)
+        raise typer.Exit(code=1)
+    console.print(f"ok: every shard file under {wh.root} matches its manifest entry", soft_wrap=True, highlight=False)
+
+
 @app.command()
 def build(
     config: Annotated[Path, typer.Option("--config", "-c", help="Build config YAML", exists=True, dir_okay=False)],

@@ -127,3 +127,22 @@ def test_a_manifest_copied_beside_another_file_does_not_vouch_for_it(warehouse):
     [problem] = check(warehouse)
     assert (problem.path, problem.kind) == ("nodes/run_id=r1/s1.parquet", "damaged")
     assert "manifest entry is for nodes/run_id=r1/s0.parquet" in problem.detail
+
+
+def test_check_command_prints_one_line_per_problem_and_exits_1(warehouse):
+    from typer.testing import CliRunner
+
+    from ragfactory.cli import app
+
+    runner = CliRunner()
+    path = warehouse.write("nodes", _nodes("r1", 3), shard="s0")
+    clean = runner.invoke(app, ["check", "--root", str(warehouse.root)])
+    assert clean.exit_code == 0 and clean.output.startswith("ok:")
+    _keep_rows(path, 1)
+    manifest_path(warehouse.root, warehouse.write("nodes", _nodes("r2", 2), shard="s0")).unlink()
+    result = runner.invoke(app, ["check", "--root", str(warehouse.root)])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert lines[0].startswith("damaged: nodes/run_id=r1/s0.parquet (nodes): ")
+    assert lines[1] == "unrecorded: nodes/run_id=r2/s0.parquet (nodes): no manifest entry; 2 rows"
+    assert len(lines) == 3 and lines[2].startswith("2 file(s) under ")
