@@ -27,6 +27,7 @@ import pyarrow as pa
 from ragfactory.schemas.tables import TABLES
 from ragfactory.warehouse.confined import close, confined_duckdb, refusal
 from ragfactory.warehouse.guard import ReadRefused, Refused, WriteRefused, check_read_only, parser_connection
+from ragfactory.warehouse.integrity import damaged_files, first_line
 from ragfactory.warehouse.readonly_fs import PROTOCOL, warehouse_url
 from ragfactory.warehouse.store import Warehouse
 
@@ -69,11 +70,39 @@ def table_view_sql(warehouse: Warehouse, table: str, confined: bool = False) -> 
 
 
 def create_views(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, confined: bool = False) -> None:
-    """Create the table views and the shipped SQL views on a connection."""
+    """Create the table views and the shipped SQL views on a connection.
+
+    A table with a damaged file (``warehouse.integrity.quick_damage``: its size is not the one
+    recorded, or DuckDB cannot read it) gets a view that fails when read, with one line naming
+    the file and the commands that list and repair it; every other table, and the shipped views
+    that do not read that table, keep working.
+    """
     for table in TABLES:
-        con.execute(f'create or replace view "{table}" as {table_view_sql(warehouse, table, confined)}')
+        damaged = damaged_files(warehouse, table)
+        if not damaged:
+            try:
+                con.execute(f'create or replace view "{table}" as {table_view_sql(warehouse, table, confined)}')
+                continue
+            except duckdb.Error as exc:
+                damaged = damaged_files(warehouse, table, footer=True) or [(f"a file of {table}", first_line(exc))]
+        con.execute(f'create or replace view "{table}" as {_failing_select(warehouse, table, damaged)}')
     for name, body in sql_views().items():
         con.execute(f'create or replace view "{name}" as {body}')
+
+
+def damage_message(warehouse: Warehouse, table: str, damaged: list[tuple[str, str]]) -> str:
+    """One line: the table, its first damaged file and why, and the commands that help."""
+    path, why = damaged[0]
+    more = f" and {len(damaged) - 1} more file(s)" if len(damaged) > 1 else ""
+    return (f"table {table} cannot be read: damaged file {path} ({why}){more}; "
+            f"list the damage with `ragfactory check --root {warehouse.root}`, "
+            f"rebuild it with `ragfactory check --repair --root {warehouse.root}`")
+
+
+def _failing_select(warehouse: Warehouse, table: str, damaged: list[tuple[str, str]]) -> str:
+    # Typed like the table, so views over it still bind; reading it raises the message.
+    body = _empty_select(TABLES[table].schema).removesuffix(" where false")
+    return f"{body} from (select 1) where error({_quote(damage_message(warehouse, table, damaged))}) is null"
 
 
 def refresh_catalog(warehouse: Warehouse) -> Path:

@@ -34,6 +34,7 @@ import hashlib
 import json
 import os
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -136,59 +137,211 @@ def is_intact(root: Path, path: Path) -> bool:
     return entry is not None and path.exists() and mismatch(root, path, entry) is None
 
 
+def quick_damage(root: Path, path: Path, footer: bool = False) -> str | None:
+    """Why a shard file cannot be what the warehouse wrote, judged without reading its data: its
+    size differs from its manifest entry's, or (with ``footer``) its Parquet footer does not read.
+    None for a file that passes (or has no entry: a file written before manifests, which
+    ``check`` reports).
+
+    The size test is what every connection pays per file before it reads a table (a ``stat`` and
+    a small JSON read), so a truncated or rewritten file fails its table's queries by name instead
+    of being read; the footer is read only to name the file DuckDB could not read; a same-size
+    change of content is left to ``check``, which hashes every byte.
+    """
+    entry = read_entry(root, path)
+    if entry is not None:
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            return f"cannot be read: {exc}"
+        if size != entry["bytes"]:
+            # a writer replaces the file, then its entry: read the entry again before blaming it
+            again = read_entry(root, path)
+            if again is None or again["bytes"] != entry["bytes"]:
+                return None
+            return f"{size} bytes, recorded {entry['bytes']}"
+    return _footer_problem(path) if footer else None
+
+
+def _footer_problem(path: Path) -> str | None:
+    try:
+        pq.read_metadata(path)
+    except Exception as exc:  # noqa: BLE001 - any reader failure means the file is unusable
+        return f"not readable as Parquet: {first_line(exc)}"
+    return None
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def damaged_files(warehouse: Warehouse, table: str, footer: bool = False) -> list[tuple[str, str]]:
+    """(path relative to the root, why) for each file of ``table`` that ``quick_damage`` refuses."""
+    root = warehouse.root
+    found = []
+    for path in warehouse.files(table):
+        why = quick_damage(root, path, footer)
+        if why:
+            found.append((_relative(root, path), why))
+    return found
+
+
+def folder_files(folder: Path, exclude: tuple[str, ...] = ()) -> dict[str, dict]:
+    """{path relative to the folder: {"bytes", "sha256"}} of every file in it but ``exclude``:
+    what a folder-shaped artifact (a saved index) records of itself in its own manifest."""
+    files = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in exclude):
+        size, sha = digest(path)
+        files[path.relative_to(folder).as_posix()] = {"bytes": size, "sha256": sha}
+    return files
+
+
+def files_damage(folder: Path, recorded: dict | None, full: bool = False) -> str | None:
+    """How a folder differs from the files ``folder_files`` recorded (a file missing, or of
+    another size; with ``full``, of another sha256), or None. Nothing recorded passes."""
+    for name, entry in (recorded or {}).items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        size = path.stat().st_size
+        if size != entry["bytes"]:
+            return f"{name} is {size} bytes, recorded {entry['bytes']}"
+        if full and digest(path)[1] != entry["sha256"]:
+            return f"{name}: its content hash differs from the recorded one"
+    return None
+
+
+INDEX_DIR = ("artifacts", "indexes")
+
+
+def check_indexes(root: Path) -> list[Problem]:
+    """A problem for every saved index folder (``artifacts/indexes/<kind>-<key>/``) whose files
+    differ from those its ``manifest.json`` records; the next build sets it aside and rebuilds it."""
+    problems = []
+    for manifest in sorted(root.joinpath(*INDEX_DIR).glob("*/manifest.json")):
+        try:
+            recorded = json.loads(manifest.read_text(encoding="utf-8")).get("files")
+        except (OSError, ValueError) as exc:
+            recorded, why = None, f"manifest.json unreadable: {first_line(exc)}"
+        else:
+            why = files_damage(manifest.parent, recorded, full=True)
+        if why:
+            problems.append(Problem("index", _relative(root, manifest.parent), "damaged", why))
+    return problems
+
+
 @dataclass(frozen=True)
 class Problem:
     """One file of the warehouse that cannot be trusted.
 
     ``kind`` is ``damaged`` (the file differs from its manifest entry, or is not readable
     Parquet), ``unrecorded`` (a shard file with no manifest entry) or ``missing`` (an entry whose
-    file is gone). ``path`` is relative to the warehouse root.
+    file is gone). ``path`` is relative to the warehouse root. ``readable`` says whether the
+    file's Parquet footer reads (an unrecorded file that reads may be one written before
+    manifests existed: ``adopt`` records it).
     """
 
     table: str
     path: str
     kind: str
     detail: str
+    readable: bool = False
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.path} ({self.table}): {self.detail}"
 
 
 def _parquet_rows(path: Path) -> tuple[int | None, str | None]:
-    """(row count, None) of a readable Parquet file, or (None, why it cannot be read)."""
+    """(row count from the footer, None), or (None, why the file cannot be read as Parquet)."""
     try:
-        return pq.read_table(path).num_rows, None
+        return pq.read_metadata(path).num_rows, None
     except Exception as exc:  # noqa: BLE001 - any reader failure means the file is unusable
-        return None, f"not readable as Parquet: {type(exc).__name__}: {exc}"
+        return None, f"not readable as Parquet: {first_line(exc)}"
 
 
 def check_file(root: Path, table: str, path: Path) -> Problem | None:
-    """The problem with one shard file, or None when it matches its entry and reads back."""
+    """The problem with one shard file, or None when it matches its entry.
+
+    A file whose size and sha256 equal its entry's holds exactly the bytes that were written and
+    read back, so it is not parsed again; any other file's footer is read for its row count.
+    """
     relative = _relative(root, path)
     entry = read_entry(root, path)
+    if entry is not None:
+        differs = mismatch(root, path, entry)
+        if differs is None:
+            return None
     rows, unreadable = _parquet_rows(path)
     if entry is None:
-        held = unreadable or f"{rows} rows"
-        return Problem(table, relative, "unrecorded", f"no manifest entry; {held}")
-    differs = mismatch(root, path, entry)
-    if differs is None and unreadable is None and rows == entry["rows"]:
-        return None
+        return Problem(table, relative, "unrecorded", f"no manifest entry; {unreadable or f'{rows} rows'}",
+                       readable=unreadable is None)
     found = unreadable or (f"{rows} rows, recorded {entry['rows']}" if rows != entry["rows"] else None)
-    return Problem(table, relative, "damaged", "; ".join(p for p in (differs, found) if p))
+    return Problem(table, relative, "damaged", "; ".join(p for p in (differs, found) if p),
+                   readable=unreadable is None)
 
 
-def check(warehouse: Warehouse) -> list[Problem]:
-    """Every damaged, unrecorded or missing shard file of every table, in path order."""
+def check(warehouse: Warehouse, workers: int | None = None) -> list[Problem]:
+    """Every damaged, unrecorded or missing shard file of every table, in path order.
+
+    Files are hashed on ``workers`` threads (default: one per core); sha256 releases the GIL on
+    large buffers, so a check is bound by the disk or by the cores' hashing speed.
+    """
     root = warehouse.root
-    problems = []
+    jobs = [(table, path) for table in TABLES for path in warehouse.files(table)]
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        problems = [p for p in pool.map(lambda job: check_file(root, *job), jobs) if p]
     for table in TABLES:
-        for path in warehouse.files(table):
-            problem = check_file(root, table, path)
-            if problem:
-                problems.append(problem)
         for sidecar in sorted((root / MANIFEST_DIR / table).rglob(f"*.parquet{MANIFEST_SUFFIX}")):
             path = shard_of_manifest(root, sidecar)
             if not path.exists():
                 problems.append(Problem(table, _relative(root, path), "missing",
                                         "the manifest records it but the file is gone"))
+    problems += check_indexes(root)
     return sorted(problems, key=lambda p: p.path)
+
+
+def adopt(warehouse: Warehouse, problems: list[Problem]) -> list[Problem]:
+    """Record a manifest entry for each unrecorded file that reads as Parquet (files written
+    before manifests existed, which the owner vouches for); returns the problems adopted."""
+    adopted = []
+    for problem in problems:
+        if problem.kind == "unrecorded" and problem.readable:
+            path = warehouse.root / problem.path
+            rows = pq.read_metadata(path).num_rows
+            sidecar = manifest_path(warehouse.root, path)
+            sidecar.parent.mkdir(parents=True, exist_ok=True)
+            _write_json(sidecar, entry_for(warehouse.root, path, rows))
+            adopted.append(problem)
+    return adopted
+
+
+QUARANTINE_DIR = "_quarantine"
+
+
+def quarantine(warehouse: Warehouse, problems: list[Problem], stamp: str) -> list[Problem]:
+    """Move every damaged file, and every unrecorded one that does not read as Parquet, with its
+    manifest entry, to ``<root>/_quarantine/<stamp>/`` (same relative paths), and the entries of
+    missing files too, so the warehouse holds only files it can vouch for. Returns what was moved.
+
+    Nothing is deleted: the person on call can still look at the bytes.
+    """
+    root = warehouse.root
+    moved = []
+    for problem in problems:
+        if problem.kind == "unrecorded" and problem.readable:
+            continue
+        path = root / problem.path
+        if problem.table == "index":
+            target = root / QUARANTINE_DIR / stamp / problem.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+            moved.append(problem)
+            continue
+        for source in (path, manifest_path(root, path)):
+            if source.exists():
+                target = root / QUARANTINE_DIR / stamp / source.relative_to(root)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(source, target)
+        moved.append(problem)
+    return moved
