@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -93,45 +94,125 @@ def sql(
 def tables(root: RootOption = None) -> None:
     """List the warehouse tables and views with their row counts, and the catalog path.
 
+    A table with a damaged file shows `damaged` and the file; the others are still counted (exit
+    code 1 when any is damaged). On a root this user cannot write, the catalog file is left as it
+    is and the counts come from the Parquet files.
+
     Example: `ragfactory tables --root /data/ragfactory`
     """
+    import duckdb
+
     from ragfactory.schemas.tables import TABLES
-    from ragfactory.warehouse.catalog import query, refresh_catalog, sql_views
+    from ragfactory.warehouse.catalog import connect, refresh_catalog, sql_views
+    from ragfactory.warehouse.guard import first_line
 
     wh = _warehouse(root)
-    refresh_catalog(wh)
-    counts = query(wh, " union all ".join(f"select '{name}' as name, count(*) as n from \"{name}\""
-                                          for name in TABLES))
-    rows = dict(zip(counts.column("name").to_pylist(), counts.column("n").to_pylist()))
+    if not wh.root.is_dir():
+        _fail(f"no warehouse at {wh.root} (build one with `ragfactory build --config <file>`)")
+    try:
+        refresh_catalog(wh)
+        refreshed = True
+    except PermissionError:
+        refreshed = False
+    except OSError as exc:
+        if exc.errno != errno.EROFS:
+            raise
+        refreshed = False
     view = Table(title=f"warehouse {wh.root}")
     for column in ("name", "kind", "rows", "files"):
         view.add_column(column)
-    for name in TABLES:
-        view.add_row(name, "table", f"{rows[name]:,}", str(len(wh.files(name))))
+    damaged = []
+    con = connect(wh)
+    try:
+        for name in TABLES:
+            try:
+                count = con.sql(f'select count(*) from "{name}"').fetchall()[0][0]
+                rows = f"{count:,}"
+            except duckdb.Error as exc:  # a damaged file: this table only, named in the line below
+                rows = "[red]damaged[/red]"
+                damaged.append(first_line(exc).removeprefix("Invalid Input Error: "))
+            view.add_row(name, "table", rows, str(len(wh.files(name))))
+    finally:
+        con.close()
     for name in sql_views():
         view.add_row(name, "view", "", "")
     console.print(view)
-    console.print(f"catalog: {wh.catalog_path}  (open with: duckdb -readonly {wh.catalog_path})")
+    if refreshed:
+        console.print(f"catalog: {wh.catalog_path}  (open with: duckdb -readonly {wh.catalog_path})")
+    else:
+        console.print(f"catalog: {wh.catalog_path} not refreshed: {wh.root} is read-only for this user", soft_wrap=True)
+    for message in damaged:
+        console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+    if damaged:
+        raise typer.Exit(code=1)
 
 
 @app.command("check")
-def check_command(root: RootOption = None) -> None:
+def check_command(
+    repair: Annotated[bool, typer.Option("--repair", help="Quarantine damaged files and rebuild what they held")] = False,
+    adopt: Annotated[bool, typer.Option("--adopt", help="Record entries for unrecorded files that read as Parquet "
+                                        "(a warehouse written before manifests)")] = False,
+    root: RootOption = None,
+) -> None:
     """Verify every shard file of the warehouse against its manifest entry (rows, bytes, sha256).
 
     Prints one line per damaged, unrecorded or missing file and exits 1 when there is any.
+    `--repair` moves damaged files (and their entries) to `<root>/_quarantine/<time>/`, runs again
+    the builds and evaluations that wrote them (only their lost shards do work), and checks again.
+    `--adopt` vouches for files written before the warehouse kept manifests.
 
-    Example: `ragfactory check --root /data/ragfactory`
+    Example: `ragfactory check --root /data/ragfactory` then `ragfactory check --repair --root /data/ragfactory`
     """
+    import datetime as dt
+
+    from ragfactory.warehouse.integrity import adopt as adopt_files
     from ragfactory.warehouse.integrity import check
 
     wh = _warehouse(root)
+    if not wh.root.is_dir():
+        _fail(f"no warehouse at {wh.root}")
     problems = check(wh)
     for problem in problems:
         console.print(escape(str(problem)), soft_wrap=True, highlight=False)
+    if adopt:
+        adopted = adopt_files(wh, problems)
+        problems = [p for p in problems if p not in adopted]
+        console.print(f"adopted {len(adopted)} unrecorded file(s) that read as Parquet", soft_wrap=True)
+    if problems and repair:
+        _repair(wh, problems, dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+        problems = check(wh)
+        for problem in problems:
+            console.print(escape(f"still: {problem}"), soft_wrap=True, highlight=False)
     if problems:
-        console.print(f"{len(problems)} file(s) under {wh.root} cannot be trusted", soft_wrap=True, highlight=False)
+        hint = ""
+        if not repair and any(not (p.kind == "unrecorded" and p.readable) for p in problems):
+            hint += f"; `ragfactory check --repair --root {wh.root}` rebuilds the damaged ones"
+        if any(p.kind == "unrecorded" and p.readable for p in problems):
+            hint += (f"; `ragfactory check --adopt --root {wh.root}` records the unrecorded ones "
+                     "if they were written before manifests")
+        console.print(f"{len(problems)} file(s) under {wh.root} cannot be trusted{hint}", soft_wrap=True,
+                      highlight=False)
         raise typer.Exit(code=1)
     console.print(f"ok: every shard file under {wh.root} matches its manifest entry", soft_wrap=True, highlight=False)
+
+
+def _repair(wh, problems, stamp: str) -> None:
+    from ragfactory.flows.repair import plan_repair
+    from ragfactory.flows.repair import repair as repair_flow
+    from ragfactory.warehouse.integrity import QUARANTINE_DIR, quarantine
+
+    plan = plan_repair(wh, [p for p in problems if not (p.kind == "unrecorded" and p.readable)])
+    moved = quarantine(wh, problems, stamp)
+    console.print(f"quarantined {len(moved)} file(s) in {wh.root / QUARANTINE_DIR / stamp}", soft_wrap=True)
+    for line in plan["manual"]:
+        console.print(f"[yellow]cannot rebuild:[/yellow] {escape(line)}", soft_wrap=True)
+    if plan["runs"] or plan["ingest"]:
+        console.print(f"rebuilding: runs {', '.join(plan['runs']) or '-'}; ingest {', '.join(plan['ingest']) or '-'}",
+                      soft_wrap=True)
+        _prefect_local_defaults()
+        result = repair_flow(str(wh.root), plan["runs"], plan["ingest"])
+        for run_id, status in result["runs"].items():
+            console.print(f"run {run_id}: {status}", soft_wrap=True)
 
 
 @app.command()
