@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -26,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ragfactory.tasks.retrieval.types import Hit
+from ragfactory.warehouse.integrity import files_damage, folder_files
 
 PASSAGE_COLUMNS = ("passage_id", "title", "text")
 PASSAGES_FILE = "passages.parquet"
@@ -114,6 +116,19 @@ def index_folder(root: str | os.PathLike, kind: str, key: str) -> Path:
     return Path(root) / f"{kind}-{key}"
 
 
+def folder_damage(folder: Path) -> str | None:
+    """How a saved index folder differs from the files its manifest records, or None."""
+    return files_damage(folder, read_manifest(folder).get("files"))
+
+
+def set_aside(folder: Path) -> Path:
+    """Move a damaged index folder out of the way (``_quarantine/`` beside it); returns where."""
+    target = folder.parent / "_quarantine" / f"{folder.name}-{uuid.uuid4().hex[:8]}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(folder, target)
+    return target
+
+
 def load_or_build(
     folder: Path,
     build: Callable[[], T],
@@ -125,16 +140,23 @@ def load_or_build(
 
     Returns the index and whether it was loaded. If another process finishes the same folder
     first, its copy is kept and ours is discarded: both hold the same content by construction.
+    The manifest records every file's size and sha256; a saved folder with a file missing or of
+    another size is set aside (``set_aside``, with a warning naming the file) and built again.
     """
     if (folder / MANIFEST_FILE).is_file():
-        return load(folder), True
+        damage = folder_damage(folder)
+        if damage is None:
+            return load(folder), True
+        aside = set_aside(folder)
+        logging.getLogger(__name__).warning("index %s is damaged (%s): moved to %s and built again",
+                                            folder, damage, aside)
     index = build()
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.with_name(f".{folder.name}.{uuid.uuid4().hex}.tmp")
     try:
         tmp.mkdir()
         save(index, tmp)
-        stamp = {**manifest, "created_at": datetime.now(UTC).isoformat()}
+        stamp = {**manifest, "created_at": datetime.now(UTC).isoformat(), "files": folder_files(tmp, exclude=(MANIFEST_FILE,))}
         text = json.dumps(stamp, indent=2, sort_keys=True)
         (tmp / MANIFEST_FILE).write_text(text, encoding="utf-8")
         try:
