@@ -46,9 +46,11 @@ def recorded_ingest(wh: Warehouse, dataset: str, version: str) -> dict | None:
 
 def record_ingest(wh: Warehouse, row: dict) -> dict:
     """Write a version's ``ingests`` row (the commit marker of its ingest); returns the summary
-    the build flow reads (source, version, counts, warnings)."""
+    the build flow reads (source, version, counts, warnings). Under the shard's lock, like the
+    rows it describes: two processes ingesting one version at once must not interleave the
+    renames of the file and its manifest entry."""
     row = {**row, "created_at": dt.datetime.now(dt.timezone.utc)}
-    wh.write("ingests", [row], row["version"], partition={"dataset": row["dataset"]})
+    wh.merge("ingests", [row], row["version"], partition={"dataset": row["dataset"]})
     return summary(row, cached=False)
 
 

@@ -159,3 +159,30 @@ def test_an_oversize_passage_lands_in_rejects_with_its_id_and_size(tmp_path):
     assert rejects[1]["line"] == 3 and rejects[1]["reason"].startswith("line of 20,032 bytes, over the 12,800-byte")
     assert rejects[1]["raw"].startswith('{"id": "huge-9"')  # the head of the line names it
     assert len(pq.read_table(next(wh.root.glob("rejects/**/*.parquet"))).column("raw")[1].as_py()) <= 2000
+
+
+MERGE_LOOP = """
+import sys
+from ragfactory.warehouse.store import Warehouse
+wh, writer = Warehouse(sys.argv[1]), sys.argv[2]
+for i in range(25):
+    rows = [{"passage_id": f"{writer}-{i}", "source": "shared", "title": "t", "text": f"{writer} {i}"}]
+    wh.merge("passages", rows, "dev", partition={"source": "shared"})
+"""
+
+
+def test_two_processes_merging_one_shard_lose_no_row(tmp_path):
+    """Each merge is a read-union-write of the same file; without the shard's lock the second
+    writer's union misses the first's rows."""
+    import subprocess
+    import sys
+
+    from ragfactory.warehouse.integrity import check
+
+    root = tmp_path / "wh"
+    procs = [subprocess.Popen([sys.executable, "-c", MERGE_LOOP, str(root), name]) for name in ("a", "b")]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    wh = Warehouse(root)
+    ids = sorted(wh.read("passages").column("passage_id").to_pylist())
+    assert ids == sorted(f"{w}-{i}" for w in "ab" for i in range(25))
+    assert check(wh) == []
