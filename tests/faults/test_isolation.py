@@ -186,3 +186,22 @@ def test_two_processes_merging_one_shard_lose_no_row(tmp_path):
     ids = sorted(wh.read("passages").column("passage_id").to_pylist())
     assert ids == sorted(f"{w}-{i}" for w in "ab" for i in range(25))
     assert check(wh) == []
+
+
+def test_an_oversize_paragraph_of_a_dataset_is_a_reject_and_its_question_loads(tmp_path):
+    import json
+
+    from ragfactory.tasks.data.jsonl import JsonlLimits
+    from ragfactory.tasks.data.loaders import load_questions
+    from ragfactory.tasks.data.passages import passage_id
+
+    row = {"_id": "q1", "question": "Who?", "answer": "Ann",
+           "context": [["Small", ["Ann wrote it."]], ["Blob", ["z" * 200]]]}
+    path = tmp_path / "dev.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    result = load_questions(path, "mine", "hotpotqa", limits=JsonlLimits.for_passages(100))
+    assert [q["question_id"] for q in result.questions] == ["mine:q1"]
+    assert [p["title"] for p in result.passages] == ["Small"]
+    [reject] = result.rejects
+    assert reject["line"] == 1
+    assert reject["reason"] == f"passage {passage_id('Blob', 'z' * 200)} is 204 chars, over max_passage_chars 100"
