@@ -164,8 +164,7 @@ class Warehouse:
         spec = table_spec(table)
         rows = conform(table, data)
         path = self.shard_path(table, partition, shard)
-        names = [safe_name(partition[col]) for col in spec.partition_by]
-        with exclusive(lock_path(self.root, table, *names, safe_name(shard))):
+        with self.locked(table, partition, shard):
             old = conform(table, pq.read_table(path)) if path.exists() else spec.schema.empty_table()
             merged = union_rows(old, rows, spec.key, keep)
             if merged.changed:
