@@ -3,7 +3,9 @@
 Composition only: every stage is a task in ``tasks/*.py``; tasks exchange the warehouse root,
 source names and question-id shards, never rows. A shard (a dataset file, or a slice of
 questions for one strategy) that still fails after its retries is recorded in the run's
-``failed_shards`` and the other shards go on. Expansion shards of every strategy run at once,
+``failed_shards`` and the other shards go on. Ingest only adds to the input tables; the run
+records the versions it ingested (``runs.inputs``) and expands only their questions, so builds
+with different configs into one root, even at the same time, leave each other's inputs intact. Expansion shards of every strategy run at once,
 ``search.max_concurrent_shards`` at a time: they share the worker's engine, whose calls from
 different shards merge into one batch (``tasks/llm/coalesce.py``).
 """
