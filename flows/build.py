@@ -3,7 +3,9 @@
 Composition only: every stage is a task in ``tasks/*.py``; tasks exchange the warehouse root,
 source names and question-id shards, never rows. A shard (a dataset file, or a slice of
 questions for one strategy) that still fails after its retries is recorded in the run's
-``failed_shards`` and the other shards go on. Expansion shards of every strategy run at once,
+``failed_shards`` and the other shards go on. Ingest only adds to the input tables; the run
+records the versions it ingested (``runs.inputs``) and expands only their questions, so builds
+with different configs into one root, even at the same time, leave each other's inputs intact. Expansion shards of every strategy run at once,
 ``search.max_concurrent_shards`` at a time: they share the worker's engine, whose calls from
 different shards merge into one batch (``tasks/llm/coalesce.py``).
 """
@@ -40,11 +42,13 @@ def _settle(futures: dict[str, PrefectFuture]) -> tuple[list[dict], list[str]]:
     return done, failed
 
 
-def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], sources: list[str]):
+def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], sources: list[str],
+            versions: list[str]):
     """Expand and export every configured strategy; returns (shard results, exports, failures).
 
     A shard whose inputs are unchanged since an earlier run is a cache hit (its rows are already
-    in the warehouse) and does no work; a shard whose rows are gone runs again.
+    in the warehouse) and does no work; a shard whose rows are gone runs again. A dataset this
+    build ingested contributes only the questions of its ``versions``.
     """
     search, wh = config.search, Warehouse(root)
     storage = result_storage(wh)
@@ -53,7 +57,8 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
         (strategy, shard_name(strategy, index), ids)
         for strategy in search.strategies
         for index, ids in enumerate(plan_shards(root, wanted, search.questions_per_dataset, search.shard_size,
-                                                search.partition, search.listed_questions(strategy)))
+                                                search.partition, search.listed_questions(strategy),
+                                                versions))
     ]
 
     def submit(job: tuple[str, str, list[str]]) -> PrefectFuture:
@@ -70,6 +75,15 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
     exports = [write_training_data(root, run_id, tree_strategy(config, strategy), config.export, config.seed, config.llm)
                for strategy in search.strategies]
     return shards, exports, failed
+
+
+def _ingest(root: str, config: BuildConfig) -> tuple[list[dict], list[str]]:
+    """Ingest every dataset and corpus file at once: (their summaries, the names that failed)."""
+    limit = config.corpus.max_passage_chars
+    futures = {d.name: ingest_dataset.submit(root, d, config.partitions.rule_for(d), limit)
+               for d in config.datasets}
+    futures |= {f: ingest_corpus.submit(root, f, limit) for f in config.corpus.files}
+    return _settle(futures)
 
 
 def _bounded(submit, jobs: list, limit: int, poll_s: float = 0.2) -> list[tuple[object, PrefectFuture]]:
@@ -135,15 +149,16 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
     get_run_logger().info("run %s writing to %s", run_id, root)
     for warning in run["warnings"]:
         get_run_logger().warning(warning)
-    futures = {d.name: ingest_dataset.submit(root, d, config.partitions.rule_for(d)) for d in config.datasets}
-    futures |= {f: ingest_corpus.submit(root, f) for f in config.corpus.files}
-    ingested, failed = _settle(futures)
+    ingested, failed = _ingest(root, config)
+    run["inputs"] = [{"dataset": r["source"], "version": r["version"]} for r in ingested]
+    run["warnings"] += [warning for r in ingested for warning in r["warnings"]]
     if backfilled := backfill_question_partitions(root, config.partitions):
         get_run_logger().info("partitions backfilled in questions shards written before them: %s", backfilled)
     sources = sorted(r["source"] for r in ingested if r["passages"])
     indexes = build_indexes(root, sources, config.retrieval) if sources else {}
     datasets = sorted(r["source"] for r in ingested if r["questions"])
-    shards, exports, expand_failed = _expand(root, run_id, config, datasets, sources)
+    shards, exports, expand_failed = _expand(root, run_id, config, datasets, sources,
+                                             [r["version"] for r in ingested])
     failed += expand_failed
     status = "completed" if not failed else ("partial" if ingested else "failed")
     record_run(wh, status=status, failed_shards=failed,

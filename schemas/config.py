@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ragfactory.tasks.data.jsonl import MAX_PASSAGE_CHARS
 from ragfactory.tasks.data.partitions import PartitionRule
 from ragfactory.tasks.eval.inference import InferenceConfig
 from ragfactory.tasks.export.apex import ApexExportConfig
@@ -109,6 +110,11 @@ class CorpusConfig(Section):
     files: list[str] = Field(
         default_factory=list,
         description='Search-R1 / FlashRAG corpora: JSONL with {"id", "contents": "\\"Title\\"\\ntext"}',
+    )
+    max_passage_chars: int = Field(
+        MAX_PASSAGE_CHARS, ge=1, description="A passage (title and text) longer than this goes to "
+        "rejects, naming its id and size: 32 x the dense retriever's ~1,000-char window, above the "
+        "longest bundled paragraph (7,849); a JSONL line over 128 bytes per char of it is not read",
     )
 
 

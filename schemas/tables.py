@@ -6,8 +6,11 @@ run was written with is kept in its ``runs`` row. Reward and value columns are f
 so DuckDB never hands them back as Decimal.
 
 Each table also names the columns that partition it on disk (hive style). Run-scoped tables are
-partitioned by ``run_id``; the ingested inputs (questions, passages, rejects) by their source, so
-re-ingesting a dataset replaces its shard instead of adding a second copy.
+partitioned by ``run_id``; the ingested inputs (questions, passages, rejects) by their source, and
+an ingest adds its rows to that source's shard by key (``Warehouse.merge``): the shard never holds
+a second copy of a row, and never loses one that an earlier run read. Which rows one ingest
+produced is its ``ingests`` row, named by its version (``tasks/data/versions.py``); a run lists
+the versions it read in ``runs.inputs``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ import pyarrow as pa
 #    models.question_ids (null before: the model_questions view derives them from the lineage),
 #    evals.partition and evals.is_seen; the contamination table (training rows that match an
 #    evaluation question); the eval_compare table (two models on the same questions).
-SCHEMA_VERSION = 3
+# 4: isolation between builds: the ingests table (one row per ingested source version, with its
+#    question ids) and runs.inputs (the versions a run read); ingest adds to the questions,
+#    passages and rejects shards instead of replacing them. Older shards read as they are:
+#    runs.inputs is null there (such a run took every question of its datasets).
+SCHEMA_VERSION = 4
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 MESSAGES = pa.list_(MESSAGE)
@@ -49,6 +56,9 @@ MATCHED_PAIR = pa.struct(
 )
 
 TS = pa.timestamp("us", tz="UTC")
+
+# one ingested source a run read: the dataset (or corpus source) and its version (ingests.version)
+RUN_INPUT = pa.struct([("dataset", pa.string()), ("version", pa.string())])
 
 # character offsets [char_start, char_end) into a response ("end" is an SQL keyword)
 SPAN = pa.struct([("char_start", pa.int32()), ("char_end", pa.int32())])
@@ -107,6 +117,22 @@ TABLES: dict[str, TableSpec] = {
             ("failed_shards", STRINGS),
             ("error", pa.string()),
             ("warnings", STRINGS),
+            ("inputs", pa.list_(RUN_INPUT)),
+        ),
+        _spec(
+            "ingests", ("dataset",), ("version",),
+            ("version", pa.string()),
+            ("dataset", pa.string()),
+            ("kind", pa.string()),
+            ("source_file", pa.string()),
+            ("source_sha256", pa.string()),
+            ("options", pa.string()),
+            ("n_questions", pa.int64()),
+            ("n_passages", pa.int64()),
+            ("n_rejects", pa.int64()),
+            ("question_ids", STRINGS),
+            ("warnings", STRINGS),
+            ("created_at", TS),
         ),
         _spec(
             "questions", ("dataset",), ("question_id",),

@@ -29,11 +29,18 @@ from ragfactory.warehouse.integrity import is_intact
 from ragfactory.warehouse.store import Warehouse
 
 QUESTIONS_SQL = """
-with ranked as (
+with chosen as (
+    select dataset, question_ids from ingests where list_contains($versions, version)
+),
+versioned as (
+    select unnest(question_ids) as question_id from chosen
+),
+ranked as (
     select question_id, dataset,
            row_number() over (partition by dataset order by sample_key, question_id) as rank
     from questions
     where list_contains($datasets, dataset) and partition = $partition
+      and (dataset not in (select dataset from chosen) or question_id in (select question_id from versioned))
 )
 select question_id from ranked
 where $per_dataset is null or rank <= $per_dataset
@@ -43,12 +50,20 @@ order by dataset, rank
 
 @task(task_run_name="plan-shards")
 def plan_shards(root: str, datasets: list[str], per_dataset: int | None, shard_size: int,
-                partition: str = "train", question_ids: list[str] | None = None) -> list[list[str]]:
+                partition: str = "train", question_ids: list[str] | None = None,
+                versions: list[str] | None = None) -> list[list[str]]:
     """The question ids to expand (the first ``per_dataset`` of each dataset's ``partition`` in
-    sample-key order, or ``question_ids`` as listed), cut into shards of ``shard_size``."""
+    sample-key order, or ``question_ids`` as listed), cut into shards of ``shard_size``.
+
+    ``versions`` (``ingests.version``, those the build ingested) confine a dataset to the
+    questions its version produced: the ``questions`` table holds every question any run
+    ingested, and a limit-3 build must expand its 3. A dataset without a listed version (named
+    in ``search.datasets`` but not ingested by this build) offers all its questions.
+    """
     if question_ids is not None:
         return split_shards(checked_question_ids(Warehouse(root), question_ids, partition), shard_size)
-    params = {"datasets": datasets, "per_dataset": per_dataset, "partition": partition}
+    params = {"datasets": datasets, "per_dataset": per_dataset, "partition": partition,
+              "versions": list(versions or [])}
     rows = query(Warehouse(root), QUESTIONS_SQL, params)
     return split_shards(rows.column("question_id").to_pylist(), shard_size)
 

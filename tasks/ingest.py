@@ -1,14 +1,22 @@
 """Prefect tasks for the ingest stage: dataset and corpus files -> questions, passages, rejects.
 
-Each task reads one file, calls the pure loaders in ``tasks/data``, and writes one shard per
-table, returning only counts and locations (DESIGN.md: tasks pass table locations, not rows).
-Every question gets its train / valid / test partition as it lands (``tasks/data/partitions.py``);
-``backfill_partitions`` gives one to the questions a warehouse holds from before partitions
-existed, rewriting those shards in place.
+Each task reads one file, calls the pure loaders in ``tasks/data``, and adds its rows to one
+shard per table, returning only counts, its version and its warnings (DESIGN.md: tasks pass
+table locations, not rows). Every question gets its train / valid / test partition as it lands
+(``tasks/data/partitions.py``); ``backfill_partitions`` gives one to the questions a warehouse
+holds from before partitions existed, rewriting those shards in place.
+
+Ingest never removes a row another run may have read (``tasks/data/versions.py`` says why and
+how): rows are merged into the source's shards by key, and the ``ingests`` row of the version,
+written last, records which questions this ingest produced. An ``ingests`` row already there
+(intact) means the same file with the same options was ingested before: the task does nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -16,59 +24,136 @@ from prefect import get_run_logger, task
 
 from ragfactory.schemas.config import DatasetConfig, PartitionConfig
 from ragfactory.tasks.data.corpus import load_corpus
+from ragfactory.tasks.data.jsonl import MAX_PASSAGE_CHARS, JsonlLimits
 from ragfactory.tasks.data.loaders import bundled_path, load_questions
 from ragfactory.tasks.data.partitions import PartitionRule, backfill_partitions, lacks_partitions, with_partitions
+from ragfactory.tasks.data.versions import empty_source_warning, file_sha256, ingest_version, moved_partitions_warning
+from ragfactory.warehouse.integrity import is_intact
 from ragfactory.warehouse.store import Warehouse, conform, safe_name
+
+PARTITION_COLUMNS = ("partition", "sample_key")  # a question keeps the partition it first got
 
 
 def dataset_file(dataset: DatasetConfig) -> Path:
     return bundled_path(dataset.name) if dataset.path == "bundled" else Path(dataset.path)
 
 
+def recorded_ingest(wh: Warehouse, dataset: str, version: str) -> dict | None:
+    """The ``ingests`` row of a version, when its shard is on disk as the warehouse wrote it."""
+    path = wh.shard_path("ingests", {"dataset": dataset}, version)
+    return pq.read_table(path).to_pylist()[0] if is_intact(wh.root, path) else None
+
+
+def record_ingest(wh: Warehouse, row: dict) -> dict:
+    """Write a version's ``ingests`` row (the commit marker of its ingest); returns the summary
+    the build flow reads (source, version, counts, warnings). Under the shard's lock, like the
+    rows it describes: two processes ingesting one version at once must not interleave the
+    renames of the file and its manifest entry."""
+    row = {**row, "created_at": dt.datetime.now(dt.timezone.utc)}
+    wh.merge("ingests", [row], row["version"], partition={"dataset": row["dataset"]})
+    return summary(row, cached=False)
+
+
+def summary(row: dict, cached: bool) -> dict:
+    return {"source": row["dataset"], "version": row["version"], "questions": row["n_questions"],
+            "passages": row["n_passages"], "rejects": row["n_rejects"],
+            "warnings": list(row["warnings"] or []), "cached": cached}
+
+
+def already_ingested(wh: Warehouse, name: str, version: str, path: Path) -> dict | None:
+    """The summary of a version ingested before (logging it and its warnings again), or None."""
+    row = recorded_ingest(wh, name, version)
+    if row is None:
+        return None
+    logger = get_run_logger()
+    logger.info("%s: version %s of %s already ingested (%d questions); nothing to do",
+                name, version, path, row["n_questions"])
+    for warning in row["warnings"] or []:
+        logger.warning(warning)
+    return summary(row, cached=True)
+
+
 @task(retries=2, retry_delay_seconds=[2, 10], task_run_name="ingest-{dataset.name}")
-def ingest_dataset(root: str, dataset: DatasetConfig, rule: PartitionRule | None = None) -> dict:
-    """Load one dataset file into its questions (partitioned by ``rule``, default the default
-    rule of the dataset), passages and rejects shards."""
-    path = dataset_file(dataset)
-    result = load_questions(path, dataset.name, dataset.resolved_format, dataset.split, dataset.limit)
-    rule = rule or PartitionConfig().rule_for(dataset)
-    wh = Warehouse(root)
+def ingest_dataset(root: str, dataset: DatasetConfig, rule: PartitionRule | None = None,
+                   max_passage_chars: int = MAX_PASSAGE_CHARS) -> dict:
+    """Add one dataset file's questions (partitioned by ``rule``, default the dataset's default
+    rule), passages and rejects to its shards; returns its version, counts and warnings."""
+    path, rule, wh = dataset_file(dataset), rule or PartitionConfig().rule_for(dataset), Warehouse(root)
+    options = {"kind": "dataset", "dataset": dataset.name, "format": dataset.resolved_format,
+               "split": dataset.split, "limit": dataset.limit, "partition_rule": dataclasses.asdict(rule),
+               "max_passage_chars": max_passage_chars}
+    sha = file_sha256(path)
+    version = ingest_version(sha, options)
+    if (done := already_ingested(wh, dataset.name, version, path)) is not None:
+        return done
+    result = load_questions(path, dataset.name, dataset.resolved_format, dataset.split, dataset.limit,
+                            JsonlLimits.for_passages(max_passage_chars))
     shard = safe_name(dataset.split)
-    wh.write("questions", with_partitions(result.questions, rule), shard, partition={"dataset": dataset.name})
-    wh.write("passages", result.passages, shard, partition={"source": dataset.name})
-    wh.write("rejects", result.rejects, shard, partition={"dataset": dataset.name})
-    get_run_logger().info(
-        "%s: %d questions, %d passages, %d rejects from %s",
-        dataset.name, len(result.questions), len(result.passages), len(result.rejects), path,
-    )
-    return {"source": dataset.name, "questions": len(result.questions),
-            "passages": len(result.passages), "rejects": len(result.rejects)}
+    wh.merge("passages", result.passages, shard, partition={"source": dataset.name})
+    wh.merge("rejects", result.rejects, shard, partition={"dataset": dataset.name})
+    merged = wh.merge("questions", with_partitions(result.questions, rule), shard,
+                      partition={"dataset": dataset.name}, keep=PARTITION_COLUMNS)
+    warnings = [w for w in (empty_source_warning("dataset", dataset.name, path, len(result.questions), len(result.rejects)),
+                            moved_partitions_warning(dataset.name, merged.kept)) if w]
+    _log(dataset.name, version, path, len(result.questions), len(result.passages), len(result.rejects), warnings)
+    return record_ingest(wh, {
+        "version": version, "dataset": dataset.name, "kind": "dataset", "source_file": str(path),
+        "source_sha256": sha, "options": json.dumps(options, sort_keys=True),
+        "n_questions": len(result.questions), "n_passages": len(result.passages), "n_rejects": len(result.rejects),
+        "question_ids": [q["question_id"] for q in result.questions], "warnings": warnings,
+    })
 
 
 @task(retries=2, retry_delay_seconds=[2, 10], task_run_name="ingest-corpus-{path}")
-def ingest_corpus(root: str, path: str) -> dict:
-    """Load one Search-R1 / FlashRAG corpus file into a passages shard (bad lines to rejects)."""
-    source = safe_name(Path(path).stem)
-    result = load_corpus(Path(path), source)
-    wh = Warehouse(root)
-    wh.write("passages", result.passages, "corpus", partition={"source": source})
-    wh.write("rejects", result.rejects, "corpus", partition={"dataset": source})
-    get_run_logger().info("%s: %d passages, %d rejects", source, len(result.passages), len(result.rejects))
-    return {"source": source, "questions": 0, "passages": len(result.passages), "rejects": len(result.rejects)}
+def ingest_corpus(root: str, path: str, max_passage_chars: int = MAX_PASSAGE_CHARS) -> dict:
+    """Add one Search-R1 / FlashRAG corpus file's passages to its shard (bad lines, and passages
+    over ``max_passage_chars``, to rejects); returns its version, counts and warnings."""
+    source, file, wh = safe_name(Path(path).stem), Path(path), Warehouse(root)
+    options = {"kind": "corpus", "source": source, "max_passage_chars": max_passage_chars}
+    sha = file_sha256(file)
+    version = ingest_version(sha, options)
+    if (done := already_ingested(wh, source, version, file)) is not None:
+        return done
+    result = load_corpus(file, source, JsonlLimits.for_passages(max_passage_chars))
+    wh.merge("passages", result.passages, "corpus", partition={"source": source})
+    wh.merge("rejects", result.rejects, "corpus", partition={"dataset": source})
+    warning = empty_source_warning("corpus", source, file, len(result.passages), len(result.rejects))
+    warnings = [warning] if warning else []
+    _log(source, version, file, 0, len(result.passages), len(result.rejects), warnings)
+    return record_ingest(wh, {
+        "version": version, "dataset": source, "kind": "corpus", "source_file": str(file),
+        "source_sha256": sha, "options": json.dumps(options, sort_keys=True), "n_questions": 0,
+        "n_passages": len(result.passages), "n_rejects": len(result.rejects), "question_ids": [],
+        "warnings": warnings,
+    })
+
+
+def _log(name: str, version: str, path: Path, n_questions: int, n_passages: int, n_rejects: int,
+         warnings: list[str]) -> None:
+    logger = get_run_logger()
+    logger.info("%s: %d questions, %d passages, %d rejects from %s (version %s)",
+                name, n_questions, n_passages, n_rejects, path, version)
+    for warning in warnings:
+        logger.warning(warning)
 
 
 @task(task_run_name="backfill-partitions")
 def backfill_question_partitions(root: str, partitions: PartitionConfig) -> list[str]:
     """Give a partition to every ``questions`` row that has none (shards written before schema 3),
-    by the config's rule for its dataset; returns the rewritten shards."""
+    by the config's rule for its dataset; returns the rewritten shards. Each shard is re-read
+    under its lock, so an ingest merging into it at the same time loses no row."""
     wh = Warehouse(root)
     rewritten = []
     for path in wh.files("questions"):
-        rows = pq.read_table(path)
-        if not lacks_partitions(rows):
+        if not lacks_partitions(pq.read_table(path)):
             continue
-        dataset = rows.column("dataset")[0].as_py()
-        filled = backfill_partitions(rows, partitions.rule_for(DatasetConfig(name=dataset)))
-        wh.write("questions", conform("questions", filled), path.stem, partition={"dataset": dataset})
+        dataset = path.parent.name.split("=", 1)[1]
+        with wh.locked("questions", {"dataset": dataset}, path.stem):
+            rows = pq.read_table(path)
+            if not lacks_partitions(rows):
+                continue
+            dataset = rows.column("dataset")[0].as_py()
+            filled = backfill_partitions(rows, partitions.rule_for(DatasetConfig(name=dataset)))
+            wh.write("questions", conform("questions", filled), path.stem, partition={"dataset": dataset})
         rewritten.append(str(path))
     return rewritten

@@ -35,11 +35,14 @@ def record_run(
     failed_shards: list[str] | None = None,
     error: str | None = None,
     warnings: list[str] | None = None,
+    inputs: list[dict] | None = None,
 ) -> dict:
     """Write (or replace) the run's row; ``finished_at`` is set once the status is final.
 
     ``warnings`` are what the run wants a reader of its figures to know (a build that draws on
-    held-out questions, an evaluation on questions its model trained on).
+    held-out questions, an evaluation on questions its model trained on). ``inputs`` are the
+    ingested versions it read, ``{"dataset", "version"}`` each (``ingests.version``): what
+    selects its questions, and what a reader joins to ``ingests`` to see which file it was.
     """
     row = {
         "run_id": run_id,
@@ -53,6 +56,7 @@ def record_run(
         "failed_shards": sorted(failed_shards or []),
         "error": error,
         "warnings": list(warnings or []),
+        "inputs": [{"dataset": i["dataset"], "version": i["version"]} for i in inputs or []],
     }
     warehouse.write("runs", [row], shard=RUN_SHARD)
     return row

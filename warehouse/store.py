@@ -6,6 +6,10 @@ file gets a manifest entry (rows, bytes, sha256) in a sidecar beside it (``wareh
 so a file changed afterwards is told apart from the one the warehouse wrote. Writers conform
 rows to the table's pyarrow schema (``schemas.tables``) and refuse what does not fit with an
 error naming the table and column.
+
+Two ways to write a shard: ``write`` replaces it (a run's own shard: a rerun replaces its rows
+exactly), ``merge`` adds to it (the ingested inputs, which many runs read: a shard only ever
+grows, under a lock so two writers at once both land, ``warehouse.locks``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,6 +28,7 @@ import pyarrow.parquet as pq
 
 from ragfactory.schemas.tables import TABLES, table_spec
 from ragfactory.warehouse.integrity import record_commit
+from ragfactory.warehouse.locks import exclusive, lock_path
 
 ROOT_ENV = "RAGFACTORY_HOME"
 DEFAULT_ROOT = Path("~/.ragfactory")
@@ -139,6 +145,37 @@ class Warehouse:
             tmp.unlink(missing_ok=True)
         return path
 
+    def merge(
+        self,
+        table: str,
+        data: pa.Table | Iterable[Mapping],
+        shard: str,
+        partition: Mapping[str, str],
+        keep: tuple[str, ...] = (),
+    ) -> Merged:
+        """Add rows to a shard, never removing one: the shard becomes its rows whose key (the
+        table's ``key``) the new rows do not have, plus the new rows. A new row wins over an
+        old one with the same key (a corrected source), except in the ``keep`` columns, where a
+        non-null old value stays (a question never moves partition).
+
+        The read-union-write holds the shard's lock, so concurrent merges all land. A merge
+        that changes nothing leaves the file (and its manifest entry) untouched.
+        """
+        spec = table_spec(table)
+        rows = conform(table, data)
+        path = self.shard_path(table, partition, shard)
+        with self.locked(table, partition, shard):
+            old = conform(table, pq.read_table(path)) if path.exists() else spec.schema.empty_table()
+            merged = union_rows(old, rows, spec.key, keep)
+            if merged.changed:
+                self.write(table, merged.rows, shard, partition)
+        return merged
+
+    def locked(self, table: str, partition: Mapping[str, str], shard: str):
+        """The lock ``merge`` holds on one shard, for other read-modify-writes of it."""
+        names = [safe_name(partition[col]) for col in table_spec(table).partition_by]
+        return exclusive(lock_path(self.root, table, *names, safe_name(shard)))
+
     def files(self, table: str) -> list[Path]:
         folder = self.table_dir(table)
         return sorted(folder.rglob("*.parquet")) if folder.exists() else []
@@ -164,6 +201,58 @@ class Warehouse:
 
     def tables(self) -> list[str]:
         return list(TABLES)
+
+
+@dataclass(frozen=True)
+class Merged:
+    """A shard after ``merge``: its rows, how many were added or replaced, and how many
+    replaced rows kept an old value of a ``keep`` column that the new row had otherwise."""
+
+    rows: pa.Table
+    added: int
+    replaced: int
+    kept: int
+    changed: bool
+
+
+def _keys(rows: pa.Table, key: tuple[str, ...]) -> pa.Array:
+    """One comparable value per row for a (possibly composite) key."""
+    if len(key) == 1:
+        return pc.cast(rows.column(key[0]), pa.string()).combine_chunks()
+    parts = [pc.cast(rows.column(col), pa.string()) for col in key]
+    return pc.binary_join_element_wise(*parts, "\x1f").combine_chunks()
+
+
+def _keep_old(new: pa.Table, new_keys: pa.Array, old: pa.Table, old_keys: pa.Array,
+              keep: tuple[str, ...]) -> tuple[pa.Table, int]:
+    """``new`` with each ``keep`` column taken from the old row of the same key where that is
+    not null; and how many rows that changed."""
+    lookup = pa.table({"_k": old_keys, **{c: old.column(c) for c in keep}})
+    probe = pa.table({"_k": new_keys, "_i": pa.array(range(new.num_rows), pa.int64())})
+    joined = probe.join(lookup, "_k", join_type="left outer").sort_by("_i")
+    moved = pa.array([False] * new.num_rows)
+    for col in keep:
+        old_values, new_values = joined.column(col), new.column(col)
+        differs = pc.fill_null(pc.not_equal(old_values, new_values), pc.is_valid(old_values))
+        moved = pc.or_(moved, differs)
+        new = new.set_column(new.schema.get_field_index(col), col, pc.coalesce(old_values, new_values))
+    return new, pc.sum(pc.cast(moved, pa.int64())).as_py() or 0
+
+
+def union_rows(old: pa.Table, new: pa.Table, key: tuple[str, ...], keep: tuple[str, ...] = ()) -> Merged:
+    """Old rows the new ones do not replace, then the new rows (see ``Warehouse.merge``)."""
+    old_keys, new_keys = _keys(old, key), _keys(new, key)
+    replaced = pc.is_in(old_keys, value_set=new_keys)
+    kept = 0
+    if keep and old.num_rows and new.num_rows:
+        new, kept = _keep_old(new, new_keys, old, old_keys, keep)
+    rows = pa.concat_tables([old.filter(pc.invert(replaced)), new])
+    n_replaced = pc.sum(pc.cast(replaced, pa.int64())).as_py() or 0
+    overlap_new = new.filter(pc.is_in(new_keys, value_set=old_keys))
+    added = new.num_rows - overlap_new.num_rows
+    order = [(col, "ascending") for col in key]
+    same = added == 0 and old.filter(replaced).sort_by(order).equals(overlap_new.sort_by(order))
+    return Merged(rows, added, n_replaced, kept, changed=not same)
 
 
 def _single_value(table: str, rows: pa.Table, column: str) -> str:

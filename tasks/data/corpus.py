@@ -16,7 +16,7 @@ from pathlib import Path
 from ragfactory.tasks.data.formats import require_id
 from ragfactory.tasks.data.jsonl import JsonlLimits, RowError, make_reject, read_lines, type_name
 from ragfactory.tasks.data.loaders import LoadResult
-from ragfactory.tasks.data.passages import make_passage
+from ragfactory.tasks.data.passages import make_passage, oversize
 
 BATCH_SIZE = 100_000  # ~50 MB of Wikipedia text: one shard, small enough to hold in memory
 
@@ -65,7 +65,8 @@ def iter_corpus(
 ) -> Iterator[LoadResult]:
     """Yield the corpus in batches of up to ``batch_size`` passages with the rejects met so far.
 
-    A duplicate id within the file is rejected; the first passage with that id is kept.
+    A duplicate id within the file is rejected; the first passage with that id is kept. A
+    passage over ``limits.max_passage_chars`` is a reject naming its id and size.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -81,7 +82,11 @@ def iter_corpus(
             rejects.append(make_reject(source, str(path), line.number, str(exc), line.text, limits))
             continue
         seen.add(pid)
-        batch.append(make_passage(source, title, text, pid))
+        passage = make_passage(source, title, text, pid)
+        if (reason := oversize(passage, limits)) is not None:
+            rejects.append(make_reject(source, str(path), line.number, reason, line.text, limits))
+            continue
+        batch.append(passage)
         if len(batch) >= batch_size:
             yield LoadResult(passages=batch, rejects=list(rejects))
             batch = []

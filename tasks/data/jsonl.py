@@ -4,7 +4,10 @@ The ingest step of DESIGN.md "The data flow" (datasets (JSONL) -> questions, pas
 files written by many hands. A file is read in binary and each line decoded on its own, so one
 line of invalid UTF-8 or broken JSON becomes one reject and the rest of the file still loads.
 Gzip-compressed files (the Search-R1 ``wiki-18.jsonl.gz`` corpus) are read transparently.
-A file that is not JSONL at all fails with one :class:`NotJsonlError` naming it.
+A file that is not JSONL at all fails with one :class:`NotJsonlError` naming it. A line longer
+than ``JsonlLimits.max_line_bytes`` becomes a reject without being decoded or parsed: it is read
+in 1 MiB blocks and dropped, so a 50 MB "passage" costs 1 MiB of memory, not 1.5 GB of Python
+objects and Arrow buffers.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from pathlib import Path
 from typing import IO
 
 GZIP_MAGIC = b"\x1f\x8b"
+_BLOCK = 1 << 20
+MAX_PASSAGE_CHARS = 32_768
+LINE_BYTES_PER_PASSAGE_CHAR = 128
 
 
 class NotJsonlError(ValueError):
@@ -34,6 +40,20 @@ class JsonlLimits:
     raw_chars: int = 2000  # a reject keeps enough of its line to diagnose it, not a whole article
     sniff_lines: int = 100  # decide "not JSONL" early instead of scanning a multi-GB file
     sniff_bytes: int = 8192  # a NUL byte in the first block means binary (UTF-8 text has none)
+    # The dense retriever reads 256 word pieces (~1,000 chars; all-MiniLM-L6-v2) and every hit
+    # goes into the policy's prompt; the longest paragraph of the bundled benchmarks is 7,849
+    # chars. 32 × the retriever's window keeps every real paragraph and Wikipedia passage and
+    # refuses a whole document or a blob that would be embedded by its head and flood prompts.
+    max_passage_chars: int = MAX_PASSAGE_CHARS
+    # A benchmark line holds up to ~20 paragraphs (MuSiQue) of at most max_passage_chars, at up
+    # to 4 UTF-8 bytes a char, plus its question: 128 bytes per passage char leaves that room.
+    max_line_bytes: int = LINE_BYTES_PER_PASSAGE_CHAR * MAX_PASSAGE_CHARS
+
+    @classmethod
+    def for_passages(cls, max_passage_chars: int) -> "JsonlLimits":
+        """Limits whose line cap follows a configured passage size (128 bytes per char)."""
+        return cls(max_passage_chars=max_passage_chars,
+                   max_line_bytes=LINE_BYTES_PER_PASSAGE_CHAR * max_passage_chars)
 
 
 @dataclass(frozen=True)
@@ -69,7 +89,10 @@ def read_lines(path: Path, dataset: str, rejects: list[dict],
         if b"\0" in fh.peek(limits.sniff_bytes)[: limits.sniff_bytes]:
             raise NotJsonlError(f"{source}: not a JSONL file (binary content)")
         seen, first_problem, found_object = 0, "", False
-        for number, raw in enumerate(fh, start=1):
+        for number, (raw, size) in enumerate(_bounded_lines(fh, limits.max_line_bytes), start=1):
+            if size is not None:  # too long to read: says nothing about whether the file is JSONL
+                rejects.append(_overlong(dataset, source, number, raw, size, limits))
+                continue
             text, parsed = _parse_line(raw, number)
             if parsed is None:
                 continue
@@ -84,6 +107,27 @@ def read_lines(path: Path, dataset: str, rejects: list[dict],
             rejects.append(make_reject(dataset, source, number, parsed, text, limits))
         if seen and not found_object:
             _refuse(source, seen, first_problem)
+
+
+def _overlong(dataset: str, source: str, number: int, head: bytes, size: int, limits: JsonlLimits) -> dict:
+    """The reject of a line over ``limits.max_line_bytes``; its first bytes show what it was."""
+    reason = (f"line of {size:,} bytes, over the {limits.max_line_bytes:,}-byte limit "
+              f"({LINE_BYTES_PER_PASSAGE_CHAR} x max_passage_chars {limits.max_passage_chars:,}); not read")
+    text = head[: 4 * limits.raw_chars].decode("utf-8", errors="replace")
+    return make_reject(dataset, source, number, reason, text, limits)
+
+
+def _bounded_lines(fh: IO[bytes], max_bytes: int) -> Iterator[tuple[bytes, int | None]]:
+    """(line, None) for each line of at most ``max_bytes`` (newline excluded); (its first
+    ``max_bytes`` bytes, its size) for a longer one, whose rest is read in blocks and dropped."""
+    while raw := fh.readline(max_bytes + 1):
+        if len(raw) <= max_bytes or raw.endswith(b"\n"):
+            yield raw, None
+            continue
+        head, size = raw, len(raw)
+        while not raw.endswith(b"\n") and (raw := fh.readline(_BLOCK)):
+            size += len(raw)
+        yield head, size - raw.endswith(b"\n")
 
 
 def _open(path: Path) -> IO[bytes]:

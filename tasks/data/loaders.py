@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ragfactory.tasks.data.formats import ParsedRow, format_parser
 from ragfactory.tasks.data.jsonl import JsonlLimits, Line, RowError, make_reject, read_lines
-from ragfactory.tasks.data.passages import dedupe_passages, make_passage
+from ragfactory.tasks.data.passages import dedupe_passages, make_passage, oversize
 
 __all__ = [
     "LoadResult",
@@ -52,6 +52,8 @@ def load_questions(
 
     ``limit`` keeps the first N good questions (rejects met before them are kept). Passages are
     the questions' context paragraphs, deduplicated by title and text, with source ``dataset``.
+    A paragraph over ``limits.max_passage_chars`` is a reject naming its passage id and size;
+    its question still loads (its other paragraphs make the corpus as before).
     Raises ``NotJsonlError`` (a ValueError) for a file that is not JSONL at all.
     """
     parse = format_parser(fmt or dataset)
@@ -72,6 +74,9 @@ def load_questions(
         result.questions.append(_question(row, dataset, split, path, line.number))
         for title, text in row.paragraphs:
             passage = make_passage(dataset, title, text)
+            if (reason := oversize(passage, limits)) is not None:
+                result.rejects.append(_reject(dataset, path, line, reason, limits))
+                continue
             passages.setdefault(passage["passage_id"], passage)
         if limit is not None and len(result.questions) >= limit:
             break

@@ -39,3 +39,13 @@ def dedupe_passages(rows: Iterable[dict]) -> list[dict]:
     for row in rows:
         kept.setdefault(row["passage_id"], row)
     return list(kept.values())
+
+
+def oversize(passage: dict, limits) -> str | None:
+    """The reject reason of a ``passages`` row longer than ``limits.max_passage_chars`` (title
+    and text together), naming its id and size; None when it fits."""
+    size = len(passage["title"]) + len(passage["text"])
+    if size <= limits.max_passage_chars:
+        return None
+    return (f"passage {passage['passage_id']} is {size:,} chars, over max_passage_chars "
+            f"{limits.max_passage_chars:,}")

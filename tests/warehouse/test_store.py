@@ -116,3 +116,31 @@ def test_read_filters_and_prunes_partitions(warehouse):
     assert warehouse.read("nodes", run_id="r2").num_rows == 2
     assert warehouse.read("nodes", run_id="r3").num_rows == 0
     assert warehouse.read("nodes", node_id="r1-0").column("run_id").to_pylist() == ["r1"]
+
+
+def _question(qid: str, text: str, partition: str | None = "train") -> dict:
+    return {"question_id": qid, "dataset": "d", "question": text, "partition": partition, "sample_key": 0.5}
+
+
+def test_merge_adds_rows_and_never_removes_one(warehouse):
+    part = {"dataset": "d"}
+    warehouse.merge("questions", [_question("a", "A"), _question("b", "B")], "dev", part)
+    merged = warehouse.merge("questions", [_question("b", "B fixed", "test"), _question("c", "C")], "dev", part,
+                             keep=("partition",))
+    assert (merged.added, merged.replaced, merged.kept) == (1, 1, 1)
+    rows = sorted(warehouse.read("questions").select(["question_id", "question", "partition"]).to_pylist(),
+                  key=lambda r: r["question_id"])
+    # the new row wins (a corrected source) except in the kept column: b stays in train
+    assert rows == [{"question_id": "a", "question": "A", "partition": "train"},
+                    {"question_id": "b", "question": "B fixed", "partition": "train"},
+                    {"question_id": "c", "question": "C", "partition": "train"}]
+
+
+def test_merge_of_rows_already_there_leaves_the_file_untouched(warehouse):
+    part = {"dataset": "d"}
+    path = warehouse.shard_path("questions", part, "dev")
+    warehouse.merge("questions", [_question("a", "A"), _question("b", "B")], "dev", part)
+    before = path.stat().st_mtime_ns
+    merged = warehouse.merge("questions", [_question("b", "B")], "dev", part)
+    assert merged.changed is False and path.stat().st_mtime_ns == before
+    assert warehouse.read("questions").num_rows == 2
