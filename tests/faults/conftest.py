@@ -15,6 +15,7 @@ import pytest
 def prefect_harness(tmp_path_factory):
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")  # tasks called alone
     results = tmp_path_factory.mktemp("prefect-results")
     os.environ["PREFECT_LOCAL_STORAGE_PATH"] = str(results)
     from prefect.testing.utilities import prefect_test_harness

@@ -31,18 +31,6 @@ HOTPOTQA_QUESTIONS = 500
 HOTPOTQA_PASSAGES = 4956
 
 
-@pytest.fixture(scope="module", autouse=True)
-def prefect_harness(tmp_path_factory):
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")  # tasks called alone
-    os.environ["PREFECT_LOCAL_STORAGE_PATH"] = str(tmp_path_factory.mktemp("prefect-results"))
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=180):
-        yield
-
-
 def _counts(wh: Warehouse) -> dict[str, int]:
     rows = query(wh, """
         select 'questions' as t, count(*) as n from questions where dataset = 'hotpotqa'
