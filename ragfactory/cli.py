@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -97,8 +98,10 @@ def tables(root: RootOption = None) -> None:
     """
     from ragfactory.schemas.tables import TABLES
     from ragfactory.warehouse.catalog import query, refresh_catalog, sql_views
+    from ragfactory.warehouse.runs import mark_abandoned_runs
 
     wh = _warehouse(root)
+    mark_abandoned_runs(wh)
     refresh_catalog(wh)
     counts = query(wh, " union all ".join(f"select '{name}' as name, count(*) as n from \"{name}\""
                                           for name in TABLES))
@@ -123,8 +126,10 @@ def check_command(root: RootOption = None) -> None:
     Example: `ragfactory check --root /data/ragfactory`
     """
     from ragfactory.warehouse.integrity import check
+    from ragfactory.warehouse.runs import mark_abandoned_runs
 
     wh = _warehouse(root)
+    mark_abandoned_runs(wh)
     problems = check(wh)
     for problem in problems:
         console.print(escape(str(problem)), soft_wrap=True, highlight=False)
@@ -142,6 +147,10 @@ def build(
 ) -> None:
     """Run the `build` flow locally (Prefect local mode; no server to start) and print a summary.
 
+    Exits 1 when a shard failed (the run is `partial` or `failed`), 130 on Ctrl-C and 143 on
+    SIGTERM: the run is then recorded `interrupted`, every process the build started is
+    stopped, and the same command goes on from the shards already written.
+
     Example: `ragfactory build --config configs/demo.yaml`
     """
     from ragfactory.schemas.config import ConfigError, load_build_config
@@ -152,10 +161,14 @@ def build(
         _fail(str(exc))
     if root is not None:
         cfg = cfg.model_copy(update={"warehouse": cfg.warehouse.model_copy(update={"root": str(root)})})
-    _prefect_local_defaults()
+    cleanup = _prefect_local_defaults()
     from ragfactory.flows.build import build as build_flow
+    from ragfactory.warehouse.runlock import RunBusy
 
-    summary = build_flow(cfg, run_id=run_id)
+    try:
+        summary = _run_flow(lambda: build_flow(cfg, run_id=run_id, return_state=True), cleanup)
+    except RunBusy as exc:
+        _fail(str(exc))
     print_build_summary(summary)
     if summary["status"] != "completed":
         raise typer.Exit(code=1)
@@ -271,12 +284,13 @@ def evaluate(
 
     cfg = _options_config(EvalConfig, root, model=model, datasets=datasets, limit=limit, modes=modes,
                           max_rounds=max_rounds, max_tokens=max_tokens, partition=partition, compare=compare)
-    _prefect_local_defaults()
+    cleanup = _prefect_local_defaults()
     from ragfactory.flows.evaluate import evaluate as evaluate_flow
+    from ragfactory.warehouse.runlock import RunBusy
 
     try:
-        summary = evaluate_flow(cfg)
-    except (ValueError, LookupError, FileNotFoundError) as exc:
+        summary = _run_flow(lambda: evaluate_flow(cfg, return_state=True), cleanup)
+    except (ValueError, LookupError, FileNotFoundError, RunBusy) as exc:
         _fail(str(exc))
     print_arrow(pa.Table.from_pylist(summary["aggregates"]) if summary["aggregates"] else pa.table({"mode": []}),
                 title=f"{summary['model_id']} (run {summary['run_id']})")
@@ -403,11 +417,20 @@ def serve(
         _fail(str(exc))
 
 
-def _prefect_local_defaults() -> None:
-    # On small, busy machines the ephemeral API server can take over 20 s to start.
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
-    # The machines a build runs on often have no route out; telemetry would only log errors.
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+def _run_flow(call: Callable, cleanup: Callable[[], None]) -> dict:
+    """The summary of the flow run that ``call`` starts (``ragfactory/local_flows.py``)."""
+    from ragfactory.local_flows import run_flow
+
+    def echo(line: str) -> None:
+        console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True, highlight=False)
+
+    return run_flow(call, echo, cleanup)
+
+
+def _prefect_local_defaults() -> Callable[[], None]:
+    from ragfactory.local_flows import prefect_local_defaults
+
+    return prefect_local_defaults()
 
 
 def print_build_summary(summary: dict) -> None:
