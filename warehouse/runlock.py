@@ -23,6 +23,8 @@ import socket
 import time
 from pathlib import Path
 
+from ragfactory.warehouse.store import safe_name
+
 LOCK_DIR = "_runs"
 
 
@@ -31,8 +33,6 @@ class RunBusy(RuntimeError):
 
 
 def lock_path(root: Path, run_id: str) -> Path:
-    from ragfactory.warehouse.store import safe_name
-
     return Path(root) / LOCK_DIR / f"{safe_name(run_id)}.lock"
 
 

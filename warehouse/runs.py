@@ -143,7 +143,7 @@ def holding_run(warehouse: Warehouse, wait_s: float = 10.0, **run) -> Iterator[R
     try:
         if not lock_within(fd, wait_s):
             raise RunBusy(f"run {run['run_id']} is running in {describe(read_holder(fd))} "
-                          f"(lock {path}): wait for it to end, or pass another --run-id")
+                          f"(lock {path}): wait for it to end, or stop that process")
         write_holder(fd)
         with _HELD_LOCK:
             _HELD[str(path)] = hold
