@@ -7,7 +7,8 @@ known to be mid-shard when it holds an open connection to the server.
 
 - SIGTERM / SIGINT mid-shard: exit 143 / 130 within ``EXIT_WITHIN_S`` of the signal, one line
   naming the signal and the run, ``runs.status = 'interrupted'``, no process the build started
-  alive afterwards (checked by pid), its temporary PREFECT_HOME removed.
+  alive afterwards (checked by pid), its temporary PREFECT_HOME removed. The same for SIGTERM
+  during `ragfactory evaluate` with the embedded model (slow: it loads the model).
 - A ``running`` row whose process died (SIGKILL) reads ``abandoned`` after ``ragfactory tables``.
 - A partial build ends in a Failed Prefect state, not Completed, and still prints its summary.
 - Two builds started at once, each with its own root, both succeed (each has its own Prefect
@@ -243,3 +244,34 @@ def test_each_command_gets_its_own_prefect_home_unless_an_api_is_configured(tmp_
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")
     prefect_local_defaults()
     assert os.environ["PREFECT_HOME"] == str(tmp_path / "user-home")
+
+
+@pytest.mark.slow
+def test_sigterm_during_an_evaluation_records_interrupted_and_leaves_no_process(tmp_path):
+    root, log = tmp_path / "wh", tmp_path / "evaluate.log"
+    with log.open("w") as out:
+        evaluation = subprocess.Popen(
+            [sys.executable, "-m", "ragfactory.cli", "evaluate", "--model", "embedded", "-d", "hotpotqa",
+             "--limit", "20", "--mode", "agentic", "--root", str(root)],
+            stdout=out, stderr=subprocess.STDOUT, env=_env() | {"RAGFACTORY_ENGINE": "transformers"})
+    try:
+        deadline = time.monotonic() + START_WITHIN_S
+        while not (root / "runs").exists() or Warehouse(root).read("runs").num_rows == 0:
+            assert evaluation.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, "the evaluation never recorded its run"
+            time.sleep(0.5)
+        time.sleep(3)  # into the dataset's model calls
+        children = psutil.Process(evaluation.pid).children(recursive=True)
+        sent = time.monotonic()
+        evaluation.send_signal(signal.SIGTERM)
+        assert evaluation.wait(timeout=EXIT_WITHIN_S) == 143
+        assert time.monotonic() - sent <= EXIT_WITHIN_S
+    finally:
+        if evaluation.poll() is None:
+            evaluation.kill()
+    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    assert lines[-1].startswith("error: interrupted by SIGTERM: run eval-"), lines[-5:]
+    time.sleep(1)
+    assert _alive([c.pid for c in children]) == []
+    [run] = Warehouse(root).read("runs").to_pylist()
+    assert (run["status"], run["error"]) == ("interrupted", "interrupted by SIGTERM")
