@@ -8,6 +8,12 @@ records the versions it ingested (``runs.inputs``) and expands only their questi
 with different configs into one root, even at the same time, leave each other's inputs intact. Expansion shards of every strategy run at once,
 ``search.max_concurrent_shards`` at a time: they share the worker's engine, whose calls from
 different shards merge into one batch (``tasks/llm/coalesce.py``).
+
+The flow holds its run (``warehouse/runs.py``): the row says ``running`` only while this process
+lives, ``interrupted`` or ``failed`` when the flow is cut short. A run with failed shards ends in
+a Failed Prefect state named ``Partial`` (or ``Failed``) that still carries the summary
+(``state.result(raise_on_failure=False)``), so Prefect's UI and automations never show it as
+Completed.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import time
 
 from prefect import flow, get_run_logger
 from prefect.futures import PrefectFuture
+from prefect.states import Failed, State
 
 from ragfactory.schemas.config import BuildConfig
 from ragfactory.tasks.expand import expand_trees, plan_shards, result_storage, shard_written
@@ -26,7 +33,7 @@ from ragfactory.tasks.search.shard import shard_name
 from ragfactory.tasks.training.registry import resolve_model
 from ragfactory.tasks.training_data import write_training_data
 from ragfactory.warehouse.catalog import refresh_catalog
-from ragfactory.warehouse.runs import default_run_id, now, record_run
+from ragfactory.warehouse.runs import default_run_id, holding_run, mark_abandoned_runs, now
 from ragfactory.warehouse.store import Warehouse
 
 
@@ -145,26 +152,38 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
     run = dict(run_id=run_id, flow="build", config=config.model_dump(mode="json"),
                config_hash=config.config_hash(), started_at=now())
     run["warnings"] = build_warnings(config)
-    record_run(wh, status="running", **run)
-    get_run_logger().info("run %s writing to %s", run_id, root)
-    for warning in run["warnings"]:
-        get_run_logger().warning(warning)
-    ingested, failed = _ingest(root, config)
-    run["inputs"] = [{"dataset": r["source"], "version": r["version"]} for r in ingested]
-    run["warnings"] += [warning for r in ingested for warning in r["warnings"]]
-    if backfilled := backfill_question_partitions(root, config.partitions):
-        get_run_logger().info("partitions backfilled in questions shards written before them: %s", backfilled)
-    sources = sorted(r["source"] for r in ingested if r["passages"])
-    indexes = build_indexes(root, sources, config.retrieval) if sources else {}
-    datasets = sorted(r["source"] for r in ingested if r["questions"])
-    shards, exports, expand_failed = _expand(root, run_id, config, datasets, sources,
-                                             [r["version"] for r in ingested])
-    failed += expand_failed
-    status = "completed" if not failed else ("partial" if ingested else "failed")
-    record_run(wh, status=status, failed_shards=failed,
-               error=f"failed shards: {failed}" if failed else None, **run)
+    mark_abandoned_runs(wh)
+    with holding_run(wh, **run) as hold:
+        get_run_logger().info("run %s writing to %s", run_id, root)
+        for warning in run["warnings"]:
+            get_run_logger().warning(warning)
+        ingested, failed = _ingest(root, config)
+        run["inputs"] = [{"dataset": r["source"], "version": r["version"]} for r in ingested]
+        run["warnings"] += [warning for r in ingested for warning in r["warnings"]]
+        hold.run.update(inputs=run["inputs"], warnings=run["warnings"])
+        if backfilled := backfill_question_partitions(root, config.partitions):
+            get_run_logger().info("partitions backfilled in questions shards written before them: %s", backfilled)
+        sources = sorted(r["source"] for r in ingested if r["passages"])
+        indexes = build_indexes(root, sources, config.retrieval) if sources else {}
+        datasets = sorted(r["source"] for r in ingested if r["questions"])
+        shards, exports, expand_failed = _expand(root, run_id, config, datasets, sources,
+                                                 [r["version"] for r in ingested])
+        failed += expand_failed
+        status = "completed" if not failed else ("partial" if ingested else "failed")
+        hold.record(status, failed_shards=failed, error=f"failed shards: {failed}" if failed else None)
     refresh_catalog(wh)
     report = publish_build_report(root, run_id, config.name, datasets, shards)
-    return {"run_id": run_id, "root": root, "catalog": str(wh.catalog_path), "status": status,
-            "ingested": ingested, "indexes": indexes, "shards": shards, "exports": exports,
-            "failed_shards": failed, "warnings": run["warnings"], "report": report}
+    return final_state({"run_id": run_id, "root": root, "catalog": str(wh.catalog_path), "status": status,
+                        "ingested": ingested, "indexes": indexes, "shards": shards, "exports": exports,
+                        "failed_shards": failed, "warnings": run["warnings"], "report": report})
+
+
+def final_state(summary: dict) -> dict | State:
+    """What a flow returns: its summary when ``status`` is ``completed``; otherwise a Failed state
+    named after the status (``Partial``, ``Failed``) whose data is the summary."""
+    if summary["status"] == "completed":
+        return summary
+    failed = summary["failed_shards"]
+    return Failed(name=summary["status"].capitalize(), data=summary,
+                  message=f"run {summary['run_id']} is {summary['status']}: {len(failed)} failed shard(s): "
+                          f"{', '.join(failed)}")

@@ -7,11 +7,15 @@ its retries is recorded in the run's ``failed_shards`` and the others go on. The
 to a table artifact and the flow's result; ``ragfactory sql "select * from eval_summary"``
 compares every model evaluated in the warehouse. A comparison with a base model (``compare``)
 evaluates the base the same way and writes the paired figures to ``eval_compare``.
+
+Each evaluation holds its run as the build does (``warehouse/runs.py``: ``running`` only while
+this process lives); one with failed datasets ends in a Failed Prefect state carrying the summary.
 """
 
 from __future__ import annotations
 
 from prefect import flow, get_run_logger
+from prefect.states import State
 
 from ragfactory.schemas.config import DatasetConfig, EvalConfig, PartitionConfig
 from ragfactory.tasks.evaluate import (
@@ -21,9 +25,10 @@ from ragfactory.tasks.evaluate import (
     plan_evaluation,
     report_evaluation,
 )
+from ragfactory.flows.build import final_state
 from ragfactory.tasks.ingest import backfill_question_partitions, ingest_dataset
 from ragfactory.warehouse.catalog import refresh_catalog
-from ragfactory.warehouse.runs import now, record_run
+from ragfactory.warehouse.runs import holding_run, mark_abandoned_runs, now
 from ragfactory.warehouse.store import Warehouse
 
 
@@ -37,30 +42,31 @@ def evaluate_model(wh: Warehouse, config: EvalConfig) -> dict:
     run_config = config.model_dump(mode="json") | {"model_id": plan["model_id"], "model_ref": plan["model_ref"]}
     run = {"run_id": plan["run_id"], "flow": "evaluate", "config": run_config,
            "config_hash": plan["config_hash"], "started_at": now()}
-    record_run(wh, status="running", **run)
-    get_run_logger().info("evaluating %s as run %s in %s", plan["model_id"], plan["run_id"], root)
-    done, failed = [], []
-    for dataset in config.datasets:
-        state = evaluate_dataset(root, config, plan, dataset, return_state=True)
-        if state.is_completed():
-            done.append(state.result())
-        else:
-            failed.append(dataset)
-    aggregates = [row for result in done for row in result["aggregates"]]
-    report_evaluation(plan["run_id"], plan["model_id"], aggregates)
-    warnings = evaluation_warnings(config, plan["model_id"], done)
-    for warning in warnings:
-        get_run_logger().warning(warning)
-    status = "completed" if not failed else ("partial" if done else "failed")
-    record_run(wh, status=status, failed_shards=failed, warnings=warnings,
-               error=f"failed datasets: {failed}" if failed else None, **run)
+    mark_abandoned_runs(wh)
+    with holding_run(wh, **run) as hold:
+        get_run_logger().info("evaluating %s as run %s in %s", plan["model_id"], plan["run_id"], root)
+        done, failed = [], []
+        for dataset in config.datasets:
+            state = evaluate_dataset(root, config, plan, dataset, return_state=True)
+            if state.is_completed():
+                done.append(state.result())
+            else:
+                failed.append(dataset)
+        aggregates = [row for result in done for row in result["aggregates"]]
+        report_evaluation(plan["run_id"], plan["model_id"], aggregates)
+        warnings = evaluation_warnings(config, plan["model_id"], done)
+        for warning in warnings:
+            get_run_logger().warning(warning)
+        status = "completed" if not failed else ("partial" if done else "failed")
+        hold.record(status, failed_shards=failed, warnings=warnings,
+                    error=f"failed datasets: {failed}" if failed else None)
     return {"run_id": plan["run_id"], "model_id": plan["model_id"], "root": root,
             "catalog": str(wh.catalog_path), "status": status, "aggregates": aggregates,
             "datasets": done, "failed_shards": failed, "warnings": warnings}
 
 
 @flow(name="evaluate", log_prints=True)
-def evaluate(config: EvalConfig) -> dict:
+def evaluate(config: EvalConfig) -> dict | State:
     """Evaluate the config's model on its datasets and modes; returns the per-dataset aggregates.
 
     With ``config.compare`` (a base model), the base answers the same questions in the same
@@ -75,4 +81,4 @@ def evaluate(config: EvalConfig) -> dict:
         if base["status"] != "completed":
             summary["status"] = "partial" if summary["status"] == "completed" else summary["status"]
     refresh_catalog(wh)
-    return summary
+    return final_state(summary)

@@ -123,9 +123,12 @@ def repair(root: str, runs: list[str], ingest: list[str]) -> dict:
         config["warehouse"] = {**config.get("warehouse", {}), "root": root}
         logger.info("running %s run %s again", row["flow"], run_id)
         if row["flow"] == "build":
-            statuses[run_id] = build(BuildConfig.model_validate(config), run_id=run_id)["status"]
+            state = build(BuildConfig.model_validate(config), run_id=run_id, return_state=True)
         else:
             fields = {k: v for k, v in config.items() if k not in ("model_id", "model_ref")}
-            statuses[run_id] = evaluate(EvalConfig.model_validate(fields))["status"]
+            state = evaluate(EvalConfig.model_validate(fields), return_state=True)
+        # a partial run ends in a Failed state that still carries its summary
+        result = state.result(raise_on_failure=False)
+        statuses[run_id] = result["status"] if isinstance(result, dict) else f"failed: {result}"
     refresh_catalog(wh)
     return {"runs": statuses, "ingested": ingest}

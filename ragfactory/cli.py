@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -105,10 +106,12 @@ def tables(root: RootOption = None) -> None:
     from ragfactory.schemas.tables import TABLES
     from ragfactory.warehouse.catalog import connect, refresh_catalog, sql_views
     from ragfactory.warehouse.guard import first_line
+    from ragfactory.warehouse.runs import mark_abandoned_runs
 
     wh = _warehouse(root)
     if not wh.root.is_dir():
         _fail(f"no warehouse at {wh.root} (build one with `ragfactory build --config <file>`)")
+    mark_abandoned_runs(wh)
     try:
         refresh_catalog(wh)
         refreshed = True
@@ -167,10 +170,12 @@ def check_command(
 
     from ragfactory.warehouse.integrity import adopt as adopt_files
     from ragfactory.warehouse.integrity import check
+    from ragfactory.warehouse.runs import mark_abandoned_runs
 
     wh = _warehouse(root)
     if not wh.root.is_dir():
         _fail(f"no warehouse at {wh.root}")
+    mark_abandoned_runs(wh)
     problems = check(wh)
     for problem in problems:
         console.print(escape(str(problem)), soft_wrap=True, highlight=False)
@@ -209,8 +214,8 @@ def _repair(wh, problems, stamp: str) -> None:
     if plan["runs"] or plan["ingest"]:
         console.print(f"rebuilding: runs {', '.join(plan['runs']) or '-'}; ingest {', '.join(plan['ingest']) or '-'}",
                       soft_wrap=True)
-        _prefect_local_defaults()
-        result = repair_flow(str(wh.root), plan["runs"], plan["ingest"])
+        cleanup = _prefect_local_defaults()
+        result = _run_flow(lambda: repair_flow(str(wh.root), plan["runs"], plan["ingest"], return_state=True), cleanup)
         for run_id, status in result["runs"].items():
             console.print(f"run {run_id}: {status}", soft_wrap=True)
 
@@ -223,6 +228,10 @@ def build(
 ) -> None:
     """Run the `build` flow locally (Prefect local mode; no server to start) and print a summary.
 
+    Exits 1 when a shard failed (the run is `partial` or `failed`), 130 on Ctrl-C and 143 on
+    SIGTERM: the run is then recorded `interrupted`, every process the build started is
+    stopped, and the same command goes on from the shards already written.
+
     Example: `ragfactory build --config configs/demo.yaml`
     """
     from ragfactory.schemas.config import ConfigError, load_build_config
@@ -233,10 +242,14 @@ def build(
         _fail(str(exc))
     if root is not None:
         cfg = cfg.model_copy(update={"warehouse": cfg.warehouse.model_copy(update={"root": str(root)})})
-    _prefect_local_defaults()
+    cleanup = _prefect_local_defaults()
     from ragfactory.flows.build import build as build_flow
+    from ragfactory.warehouse.runlock import RunBusy
 
-    summary = build_flow(cfg, run_id=run_id)
+    try:
+        summary = _run_flow(lambda: build_flow(cfg, run_id=run_id, return_state=True), cleanup)
+    except RunBusy as exc:
+        _fail(str(exc))
     print_build_summary(summary)
     if summary["status"] != "completed":
         raise typer.Exit(code=1)
@@ -352,12 +365,13 @@ def evaluate(
 
     cfg = _options_config(EvalConfig, root, model=model, datasets=datasets, limit=limit, modes=modes,
                           max_rounds=max_rounds, max_tokens=max_tokens, partition=partition, compare=compare)
-    _prefect_local_defaults()
+    cleanup = _prefect_local_defaults()
     from ragfactory.flows.evaluate import evaluate as evaluate_flow
+    from ragfactory.warehouse.runlock import RunBusy
 
     try:
-        summary = evaluate_flow(cfg)
-    except (ValueError, LookupError, FileNotFoundError) as exc:
+        summary = _run_flow(lambda: evaluate_flow(cfg, return_state=True), cleanup)
+    except (ValueError, LookupError, FileNotFoundError, RunBusy) as exc:
         _fail(str(exc))
     print_arrow(pa.Table.from_pylist(summary["aggregates"]) if summary["aggregates"] else pa.table({"mode": []}),
                 title=f"{summary['model_id']} (run {summary['run_id']})")
@@ -484,11 +498,20 @@ def serve(
         _fail(str(exc))
 
 
-def _prefect_local_defaults() -> None:
-    # On small, busy machines the ephemeral API server can take over 20 s to start.
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
-    # The machines a build runs on often have no route out; telemetry would only log errors.
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+def _run_flow(call: Callable, cleanup: Callable[[], None]) -> dict:
+    """The summary of the flow run that ``call`` starts (``ragfactory/local_flows.py``)."""
+    from ragfactory.local_flows import run_flow
+
+    def echo(line: str) -> None:
+        console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True, highlight=False)
+
+    return run_flow(call, echo, cleanup)
+
+
+def _prefect_local_defaults() -> Callable[[], None]:
+    from ragfactory.local_flows import prefect_local_defaults
+
+    return prefect_local_defaults()
 
 
 def print_build_summary(summary: dict) -> None:

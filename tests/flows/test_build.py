@@ -91,7 +91,10 @@ def test_a_failing_shard_is_recorded_and_the_others_go_on(tmp_path):
         tmp_path / "wh",
         datasets=[{"name": "bamboogle", "limit": 3}, {"name": "custom", "format": "flashrag", "path": str(bad)}],
     )
-    summary = build(config)
+    state = build(config, return_state=True)
+    assert state.is_failed() and state.name == "Partial"  # never Completed in Prefect
+    assert "custom" in state.message
+    summary = state.result(raise_on_failure=False)
     assert summary["status"] == "partial"
     assert summary["failed_shards"] == ["custom"]
     from ragfactory.warehouse.store import Warehouse

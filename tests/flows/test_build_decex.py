@@ -124,7 +124,9 @@ def test_a_failing_expand_shard_is_recorded_and_the_others_go_on(tmp_path, monke
     backend = ScriptedBackend(policy, fail_when=lambda r: bad_question in r.messages[0].content)
     use_engine(monkeypatch, backend)
     monkeypatch.setattr(expand_module.expand_trees, "retry_delay_seconds", [0, 0])
-    summary = build(_config(tmp_path / "wh"))
+    state = build(_config(tmp_path / "wh"), return_state=True)
+    assert state.is_failed() and state.name == "Partial"
+    summary = state.result(raise_on_failure=False)
     assert summary["status"] == "partial"
     assert summary["failed_shards"] == ["decex-0001"]
     wh = Warehouse(tmp_path / "wh")
