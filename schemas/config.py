@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ragfactory.schemas.errors import PermanentError
 from ragfactory.tasks.data.partitions import PartitionRule
 from ragfactory.tasks.eval.inference import InferenceConfig
 from ragfactory.tasks.export.apex import ApexExportConfig
@@ -342,17 +343,28 @@ class BuildConfig(Section):
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-class ConfigError(ValueError):
-    """A configuration file that cannot be read or does not validate."""
+class ConfigError(PermanentError, ValueError):
+    """A configuration file that cannot be read, is not a mapping, or does not validate."""
 
 
 def load_build_config(path: str | Path) -> BuildConfig:
-    """Read a YAML build config; errors name the file and the offending key."""
+    """Read a YAML build config; errors name the file and the offending key.
+
+    An empty file, or one whose document is not a mapping (a list, a bare string), is an error
+    rather than a build with every default: a config that says nothing is a mistake (the wrong
+    file, a truncated copy), not a request for the defaults.
+    """
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc}") from exc
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read config: {_first_line(exc)}") from exc
+    if raw is None:
+        raise ConfigError(f"{path}: the config file is empty; give at least `name` and `datasets` "
+                          "(see configs/demo.yaml)")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings (name, datasets, search, ...), "
+                          f"got a YAML {type(raw).__name__}")
     try:
         return BuildConfig.model_validate(raw)
     except ValidationError as exc:
@@ -360,6 +372,11 @@ def load_build_config(path: str | Path) -> BuildConfig:
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
         )
         raise ConfigError(f"{path}: {problems}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    """The error on one line (YAML errors span several: what, where, the offending text)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 TrainMethod = Literal["sft", "dpo", "grpo"]

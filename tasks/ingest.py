@@ -18,6 +18,7 @@ from ragfactory.schemas.config import DatasetConfig, PartitionConfig
 from ragfactory.tasks.data.corpus import load_corpus
 from ragfactory.tasks.data.loaders import bundled_path, load_questions
 from ragfactory.tasks.data.partitions import PartitionRule, backfill_partitions, lacks_partitions, with_partitions
+from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.warehouse.store import Warehouse, conform, safe_name
 
 
@@ -25,7 +26,8 @@ def dataset_file(dataset: DatasetConfig) -> Path:
     return bundled_path(dataset.name) if dataset.path == "bundled" else Path(dataset.path)
 
 
-@task(retries=2, retry_delay_seconds=[2, 10], task_run_name="ingest-{dataset.name}")
+@task(retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_unless_permanent,
+      task_run_name="ingest-{dataset.name}")
 def ingest_dataset(root: str, dataset: DatasetConfig, rule: PartitionRule | None = None) -> dict:
     """Load one dataset file into its questions (partitioned by ``rule``, default the default
     rule of the dataset), passages and rejects shards."""
@@ -45,7 +47,8 @@ def ingest_dataset(root: str, dataset: DatasetConfig, rule: PartitionRule | None
             "passages": len(result.passages), "rejects": len(result.rejects)}
 
 
-@task(retries=2, retry_delay_seconds=[2, 10], task_run_name="ingest-corpus-{path}")
+@task(retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_unless_permanent,
+      task_run_name="ingest-corpus-{path}")
 def ingest_corpus(root: str, path: str) -> dict:
     """Load one Search-R1 / FlashRAG corpus file into a passages shard (bad lines to rejects)."""
     source = safe_name(Path(path).stem)
