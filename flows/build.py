@@ -19,7 +19,9 @@ from ragfactory.schemas.config import BuildConfig
 from ragfactory.tasks.expand import expand_trees, plan_shards, result_storage, shard_written
 from ragfactory.tasks.index import build_indexes
 from ragfactory.tasks.ingest import backfill_question_partitions, ingest_corpus, ingest_dataset
+from ragfactory.tasks.preflight import apply_network_policy, check_build
 from ragfactory.tasks.report import publish_build_report
+from ragfactory.tasks.retry import failure_reason
 from ragfactory.tasks.search.shard import shard_name
 from ragfactory.tasks.training.registry import resolve_model
 from ragfactory.tasks.training_data import write_training_data
@@ -28,8 +30,9 @@ from ragfactory.warehouse.runs import default_run_id, now, record_run
 from ragfactory.warehouse.store import Warehouse
 
 
-def _settle(futures: dict[str, PrefectFuture]) -> tuple[list[dict], list[str]]:
-    """Results of the shards that completed, and the names of those that failed."""
+def _settle(futures: dict[str, PrefectFuture], errors: dict[str, str]) -> tuple[list[dict], list[str]]:
+    """Results of the shards that completed, and the names of those that failed (their reasons
+    go to ``errors``)."""
     done, failed = [], []
     for name, future in futures.items():
         future.wait()
@@ -37,11 +40,15 @@ def _settle(futures: dict[str, PrefectFuture]) -> tuple[list[dict], list[str]]:
             done.append(future.result())
         else:
             failed.append(name)
+            errors[name] = failure_reason(name, future.state)
     return done, failed
 
 
-def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], sources: list[str]):
-    """Expand and export every configured strategy; returns (shard results, exports, failures).
+
+def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], sources: list[str],
+            errors: dict[str, str]):
+    """Expand and export every configured strategy; returns (shard results, exports, failures),
+    the reason of each failure in ``errors``.
 
     A shard whose inputs are unchanged since an earlier run is a cache hit (its rows are already
     in the warehouse) and does no work; a shard whose rows are gone runs again.
@@ -67,6 +74,7 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
             shards.append({**future.result(), "cached": future.state.name == "Cached"})
         else:
             failed.append(name)
+            errors[name] = failure_reason(name, future.state)
     exports = [write_training_data(root, run_id, tree_strategy(config, strategy), config.export, config.seed, config.llm)
                for strategy in search.strategies]
     return shards, exports, failed
@@ -122,10 +130,13 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
     """Ingest, index, expand and export as the config says; returns a summary of the run.
 
     ``policy_model`` overrides the config's policy model: 'embedded', a path, a registered model
-    id, or ``latest:<name>``.
+    id, or ``latest:<name>``. The whole config is checked first (``tasks/preflight.py``): a
+    missing input file or a model not on this machine fails before any run is recorded.
     """
     wh = Warehouse(config.warehouse.root)
     root = str(wh.root)
+    apply_network_policy(config.allow_downloads)
+    check_build(config, wh, policy_model)
     config = with_policy_model(config, wh, policy_model)
     run_id = run_id or default_run_id(config.name, config.config_hash())
     run = dict(run_id=run_id, flow="build", config=config.model_dump(mode="json"),
@@ -137,13 +148,14 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
         get_run_logger().warning(warning)
     futures = {d.name: ingest_dataset.submit(root, d, config.partitions.rule_for(d)) for d in config.datasets}
     futures |= {f: ingest_corpus.submit(root, f) for f in config.corpus.files}
-    ingested, failed = _settle(futures)
+    errors: dict[str, str] = {}
+    ingested, failed = _settle(futures, errors)
     if backfilled := backfill_question_partitions(root, config.partitions):
         get_run_logger().info("partitions backfilled in questions shards written before them: %s", backfilled)
     sources = sorted(r["source"] for r in ingested if r["passages"])
     indexes = build_indexes(root, sources, config.retrieval) if sources else {}
     datasets = sorted(r["source"] for r in ingested if r["questions"])
-    shards, exports, expand_failed = _expand(root, run_id, config, datasets, sources)
+    shards, exports, expand_failed = _expand(root, run_id, config, datasets, sources, errors)
     failed += expand_failed
     status = "completed" if not failed else ("partial" if ingested else "failed")
     record_run(wh, status=status, failed_shards=failed,
@@ -152,4 +164,4 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
     report = publish_build_report(root, run_id, config.name, datasets, shards)
     return {"run_id": run_id, "root": root, "catalog": str(wh.catalog_path), "status": status,
             "ingested": ingested, "indexes": indexes, "shards": shards, "exports": exports,
-            "failed_shards": failed, "warnings": run["warnings"], "report": report}
+            "failed_shards": failed, "errors": errors, "warnings": run["warnings"], "report": report}

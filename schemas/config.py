@@ -336,10 +336,15 @@ class BuildConfig(Section):
     llm: LLMConfig = LLMConfig()
     search: SearchConfig = SearchConfig()
     export: ExportConfig = ExportConfig()
+    allow_downloads: bool = Field(
+        False, description="Let the build fetch models from a model hub; false (default): the build "
+        "runs offline (HF_HUB_OFFLINE=1) and every model must be on this machine already",
+    )
 
     def config_hash(self) -> str:
-        """A stable hash of everything that shapes the build's outputs."""
-        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """A stable hash of everything that shapes the build's outputs (not whether it may
+        download: the same model gives the same rows either way)."""
+        payload = json.dumps(self.model_dump(mode="json", exclude={"allow_downloads"}), sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -494,6 +499,10 @@ class EvalConfig(Section):
     )
     seed: int = 0
     warehouse: WarehouseConfig = WarehouseConfig()
+    allow_downloads: bool = Field(
+        False, description="Let the evaluation fetch its model from a model hub; false (default): it runs "
+        "offline and the model must be 'embedded', registered, a local folder or in the local HF cache",
+    )
 
     def model_post_init(self, context: Any, /) -> None:
         for name in ("datasets", "modes"):

@@ -21,11 +21,6 @@ class PermanentError(Exception):
     """A failure that retrying cannot fix; the message names the thing at fault and the fix."""
 
 
-class UnknownModelError(PermanentError, LookupError):
-    """A model name that is neither 'embedded', a local folder, a registered model nor a name in
-    the local Hugging Face cache (and downloads are not allowed)."""
-
-
 # Errors of the input itself: the same file or config fails the same way on every attempt.
 PERMANENT_TYPES: tuple[type[BaseException], ...] = (
     PermanentError,

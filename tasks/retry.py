@@ -28,3 +28,16 @@ def _exception_of(state) -> BaseException | None:
     except Exception:  # the result could not be read back (e.g. not persisted): retry as before
         return None
     return result if isinstance(result, BaseException) else None
+
+
+def failure_reason(name: str, state) -> str:
+    """What a failed task run raised, as its message (Prefect's state message when it raised
+    nothing): the reason a flow reports for its failed shard ``name``. Logged with the
+    traceback, which the run's log file keeps (Prefect logs none for a run that is not retried).
+    """
+    from prefect import get_run_logger
+
+    error = _exception_of(state)
+    reason = (str(error) or type(error).__name__) if error is not None else (state.message or state.name)
+    get_run_logger().error("%s failed: %s", name, " ".join(reason.split()), exc_info=error)
+    return reason
