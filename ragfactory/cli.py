@@ -39,6 +39,8 @@ def main(
         "--debug", help="Print the traceback of a failure on screen too (it always goes to the run's log)")] = False,
 ) -> None:
     """ragfactory: build process-supervised training data for agentic RAG, then query it."""
+    if debug:  # the environment, not a global: a flow run in a subprocess or worker sees it too
+        os.environ[DEBUG_ENV] = "1"
 # Piped output (CI logs, `make demo | tee`) gets wide tables instead of rich's 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -60,12 +62,12 @@ def _fail(message: str) -> None:
     raise typer.Exit(code=1)
 
 
-def _debug() -> bool:
-    """Whether the global ``--debug`` option was given."""
-    import click
+DEBUG_ENV = "RAGFACTORY_DEBUG"
 
-    context = click.get_current_context(silent=True)
-    return bool(context and context.find_root().params.get("debug"))
+
+def _debug() -> bool:
+    """Whether the global ``--debug`` option (or ``RAGFACTORY_DEBUG=1``) was given."""
+    return os.environ.get(DEBUG_ENV, "") not in {"", "0"}
 
 
 def _preflight(check, prefix: str = "") -> None:
