@@ -192,3 +192,70 @@ def test_validation_errors_are_permanent():
         BuildConfig.model_validate({"nmae": "typo"})
     assert is_permanent(info.value)
 
+
+
+# The preflight checks themselves, without Prefect or a subprocess.
+
+
+def test_models_resolve_from_the_registry_a_folder_or_the_local_hub_cache(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from ragfactory.tasks.preflight import encoder_problem, model_problem
+    from tests.training.exports import register_trained
+
+    wh = Warehouse(tmp_path / "wh")
+    register_trained(wh, tmp_path, "sft-kept", "nightly", day=1)
+    register_trained(wh, tmp_path, "sft-gone", "gone", day=2, keep=False)
+    snapshot = tmp_path / "hub" / "models--org--cached-1b" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    for spec in ("embedded", "SmolLM2", "sft-kept", "latest:nightly", str(tmp_path / "sft-kept"), "org/cached-1b"):
+        assert model_problem("model", spec, wh) is None, spec
+    assert model_problem("model", "org/other-1b", wh, allow_downloads=True) is None
+    assert model_problem("model", "sft-gone", wh) == (
+        f"model: model 'sft-gone' is registered in {wh.root} but its weights are not on disk")
+    assert model_problem("model", "latest:gone", wh).startswith(
+        "model: no trained model of lineage 'gone' with weights on disk in ")
+    assert model_problem("model", "org/other-1b", wh).startswith("model: unknown model 'org/other-1b': ")
+    assert encoder_problem("retrieval.dense.model", "all-MiniLM-L6-v2") is None
+    assert encoder_problem("retrieval.dense.model", "paraphrase-x").startswith(
+        "retrieval.dense.model: unknown sentence-transformers model 'paraphrase-x': ")
+
+
+def test_a_build_check_names_every_problem_at_once(tmp_path):
+    from ragfactory.schemas.config import BuildConfig
+    from ragfactory.tasks.preflight import PreflightError, check_build
+
+    config = BuildConfig.model_validate({
+        "datasets": [{"name": "hotpotqa"}, {"name": "mine"}, {"name": "x", "path": str(tmp_path)}],
+        "corpus": {"files": [str(tmp_path / "wiki.jsonl")]},
+        "llm": {"judge": {"model": "nowhere-judge"}},
+        "retrieval": {"dense": {"enabled": False}},
+    })
+    with pytest.raises(PreflightError) as info:
+        check_build(config, Warehouse(tmp_path / "wh"))
+    message = str(info.value)
+    problems = [f"datasets[1]: no bundled dataset 'mine'; bundled: ", f"datasets[2].path: {tmp_path} is not a file",
+                f"corpus.files[0]: {tmp_path / 'wiki.jsonl'} does not exist", "llm.judge.model: unknown model 'nowhere-judge'"]
+    positions = [message.find("; " + problem if i else problem) for i, problem in enumerate(problems)]
+    assert positions[0] == 0 and positions == sorted(positions) and -1 not in positions, message
+    assert "\n" not in message
+    assert is_permanent(info.value) and isinstance(info.value, LookupError)
+    check_build(config.model_copy(update={"datasets": [], "corpus": config.corpus.model_copy(update={"files": []}),
+                                          "llm": config.llm.model_copy(update={"judge": None})}),
+                Warehouse(tmp_path / "wh"))
+
+
+def test_the_network_policy_turns_an_imported_hub_client_offline(monkeypatch):
+    from huggingface_hub import constants
+
+    from ragfactory.tasks.preflight import apply_network_policy
+
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    apply_network_policy(allow_downloads=True)
+    assert "HF_HUB_OFFLINE" not in os.environ and constants.HF_HUB_OFFLINE is False
+    apply_network_policy(allow_downloads=False)
+    assert os.environ["HF_HUB_OFFLINE"] == os.environ["TRANSFORMERS_OFFLINE"] == "1"
+    assert constants.HF_HUB_OFFLINE is True
