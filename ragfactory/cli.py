@@ -296,6 +296,8 @@ def train(
     lora: Annotated[bool, typer.Option("--lora/--no-lora", help="Train LoRA adapters (peft)")] = False,
     name: Annotated[str | None, typer.Option(help="Lineage name (default: the method)")] = None,
     output_dir: Annotated[str | None, typer.Option(help="Where the model goes")] = None,
+    allow_downloads: Annotated[bool, typer.Option(
+        "--allow-downloads", help="Let a base model not on this machine be fetched from the hub (default: offline)")] = False,
     root: RootOption = None,
 ) -> None:
     """Run the `train` flow (TRL SFT / DPO / GRPO) on a build's export and register the model.
@@ -311,14 +313,17 @@ def train(
     cfg = _options_config(TrainConfig, root, method=method, run_id=run_id, parquet=parquet,
                           base_model=base_model, task=task, rewards=rewards,
                           trl=_trl_overrides(trl or []), name=name, lora={"enabled": lora},
-                          output_dir=output_dir)
+                          output_dir=output_dir, allow_downloads=allow_downloads or None)
+    from ragfactory.tasks.preflight import apply_network_policy, check_training
+
+    wh = _warehouse(root)
+    apply_network_policy(cfg.allow_downloads)
+    _preflight(lambda: check_training(cfg, wh))
     _prefect_local_defaults()
     from ragfactory.flows.train import train as train_flow
 
-    try:
+    with logged_run(wh.root, "train"):
         result = train_flow(cfg)
-    except (ValueError, LookupError, FileNotFoundError) as exc:
-        _fail(str(exc))
     import pyarrow as pa
 
     metrics = result.get("metrics") or json.loads(result["row"]["metrics"])

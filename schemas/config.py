@@ -433,6 +433,10 @@ class TrainConfig(Section):
         None, description="Where the model goes; default <root>/artifacts/models/trained/<model_id>"
     )
     warehouse: WarehouseConfig = WarehouseConfig()
+    allow_downloads: bool = Field(
+        False, description="Let the training fetch its base model from a model hub; false (default): it "
+        "runs offline and the base must be 'embedded', registered, a local folder or in the local HF cache",
+    )
 
     def model_post_init(self, __context) -> None:
         if (self.run_id is None) == (self.parquet is None):
@@ -449,7 +453,8 @@ class TrainConfig(Section):
 
     def training_fields(self) -> dict:
         """The fields that shape the trained weights (not where inputs and outputs live)."""
-        fields = self.model_dump(mode="json", exclude={"run_id", "parquet", "output_dir", "warehouse", "name"})
+        fields = self.model_dump(mode="json", exclude={"run_id", "parquet", "output_dir", "warehouse", "name",
+                                                       "allow_downloads"})
         return fields | {"table": self.export_table}
 
 

@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from ragfactory.schemas.config import BuildConfig, DatasetConfig, EvalConfig, LLMRoleConfig
+from ragfactory.schemas.config import BuildConfig, DatasetConfig, EvalConfig, LLMRoleConfig, TrainConfig
 from ragfactory.schemas.errors import PermanentError
 from ragfactory.tasks.data.loaders import bundled_names
 from ragfactory.tasks.llm.embedded import is_embedded
@@ -84,6 +84,14 @@ def check_evaluation(config: EvalConfig, wh: Warehouse) -> None:
     if config.retrieval.dense.enabled and config.retrieval.default == "dense":
         problems += [p for p in [encoder_problem("retrieval.dense.model", config.retrieval.dense.model,
                                                  config.allow_downloads)] if p]
+    _raise(problems)
+
+
+def check_training(config: TrainConfig, wh: Warehouse) -> None:
+    """Raise :class:`PreflightError` when the base model does not resolve or ``parquet`` is missing."""
+    problems = [p for p in [model_problem("base_model", config.base_model, wh, config.allow_downloads)] if p]
+    if config.parquet and not Path(config.parquet).expanduser().exists():
+        problems.append(f"parquet: {config.parquet} does not exist; give an export file or folder, or run_id")
     _raise(problems)
 
 

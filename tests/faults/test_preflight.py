@@ -92,6 +92,14 @@ def test_unknown_policy_model_of_a_build_fails_before_the_flow(tmp_path):
     assert "Starting temporary server" not in done.stdout + done.stderr
 
 
+def test_unknown_base_model_of_a_training_fails_before_the_flow(tmp_path):
+    root = tmp_path / "wh"
+    (tmp_path / "sft.parquet").write_bytes(b"")
+    done, elapsed = run_cli(["train", "--method", "sft", "--parquet", "sft.parquet", "--base-model", "org/nowhere-1b"],
+                            tmp_path, root, PREFLIGHT_S)
+    assert_fails_with(done, elapsed, PREFLIGHT_S, "error: " + unknown_model("base_model", "org/nowhere-1b"), root)
+
+
 def test_missing_dataset_path_is_one_line_before_any_work(tmp_path):
     root = tmp_path / "wh"
     (tmp_path / "build.yaml").write_text(
