@@ -32,6 +32,11 @@ retrieval_app = typer.Typer(
 )
 app.add_typer(retrieval_app, name="retrieval")
 
+# Piped output (CI logs, `make demo | tee`) gets wide tables instead of rich's 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+DEBUG_ENV = "RAGFACTORY_DEBUG"
+
 
 @app.callback()
 def main(
@@ -41,8 +46,7 @@ def main(
     """ragfactory: build process-supervised training data for agentic RAG, then query it."""
     if debug:  # the environment, not a global: a flow run in a subprocess or worker sees it too
         os.environ[DEBUG_ENV] = "1"
-# Piped output (CI logs, `make demo | tee`) gets wide tables instead of rich's 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 160)
+
 
 RootOption = Annotated[
     Path | None,
@@ -60,9 +64,6 @@ def _fail(message: str) -> None:
     # soft_wrap: one line however long, so a refusal reads (and greps) as one line
     console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code=1)
-
-
-DEBUG_ENV = "RAGFACTORY_DEBUG"
 
 
 def _debug() -> bool:
