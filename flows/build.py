@@ -28,7 +28,9 @@ from ragfactory.schemas.config import BuildConfig
 from ragfactory.tasks.expand import expand_trees, plan_shards, result_storage, shard_written
 from ragfactory.tasks.index import build_indexes
 from ragfactory.tasks.ingest import backfill_question_partitions, ingest_corpus, ingest_dataset
+from ragfactory.tasks.preflight import apply_network_policy, check_build
 from ragfactory.tasks.report import publish_build_report
+from ragfactory.tasks.retry import failure_reason
 from ragfactory.tasks.search.shard import shard_name
 from ragfactory.tasks.training.registry import resolve_model
 from ragfactory.tasks.training_data import write_training_data
@@ -37,8 +39,9 @@ from ragfactory.warehouse.runs import default_run_id, holding_run, mark_abandone
 from ragfactory.warehouse.store import Warehouse
 
 
-def _settle(futures: dict[str, PrefectFuture]) -> tuple[list[dict], list[str]]:
-    """Results of the shards that completed, and the names of those that failed."""
+def _settle(futures: dict[str, PrefectFuture], errors: dict[str, str]) -> tuple[list[dict], list[str]]:
+    """Results of the shards that completed, and the names of those that failed (their reasons
+    go to ``errors``)."""
     done, failed = [], []
     for name, future in futures.items():
         future.wait()
@@ -46,12 +49,14 @@ def _settle(futures: dict[str, PrefectFuture]) -> tuple[list[dict], list[str]]:
             done.append(future.result())
         else:
             failed.append(name)
+            errors[name] = failure_reason(name, future.state)
     return done, failed
 
 
 def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], sources: list[str],
-            versions: list[str]):
-    """Expand and export every configured strategy; returns (shard results, exports, failures).
+            versions: list[str], errors: dict[str, str]):
+    """Expand and export every configured strategy; returns (shard results, exports, failures),
+    the reason of each failure in ``errors``.
 
     A shard whose inputs are unchanged since an earlier run is a cache hit (its rows are already
     in the warehouse) and does no work; a shard whose rows are gone runs again. A dataset this
@@ -79,18 +84,20 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
             shards.append({**future.result(), "cached": future.state.name == "Cached"})
         else:
             failed.append(name)
+            errors[name] = failure_reason(name, future.state)
     exports = [write_training_data(root, run_id, tree_strategy(config, strategy), config.export, config.seed, config.llm)
                for strategy in search.strategies]
     return shards, exports, failed
 
 
-def _ingest(root: str, config: BuildConfig) -> tuple[list[dict], list[str]]:
-    """Ingest every dataset and corpus file at once: (their summaries, the names that failed)."""
+def _ingest(root: str, config: BuildConfig, errors: dict[str, str]) -> tuple[list[dict], list[str]]:
+    """Ingest every dataset and corpus file at once: (their summaries, the names that failed);
+    the reason of each failure goes to ``errors``."""
     limit = config.corpus.max_passage_chars
     futures = {d.name: ingest_dataset.submit(root, d, config.partitions.rule_for(d), limit)
                for d in config.datasets}
     futures |= {f: ingest_corpus.submit(root, f, limit) for f in config.corpus.files}
-    return _settle(futures)
+    return _settle(futures, errors)
 
 
 def _bounded(submit, jobs: list, limit: int, poll_s: float = 0.2) -> list[tuple[object, PrefectFuture]]:
@@ -143,10 +150,13 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
     """Ingest, index, expand and export as the config says; returns a summary of the run.
 
     ``policy_model`` overrides the config's policy model: 'embedded', a path, a registered model
-    id, or ``latest:<name>``.
+    id, or ``latest:<name>``. The whole config is checked first (``tasks/preflight.py``): a
+    missing input file or a model not on this machine fails before any run is recorded.
     """
     wh = Warehouse(config.warehouse.root)
     root = str(wh.root)
+    apply_network_policy(config.allow_downloads)
+    check_build(config, wh, policy_model)
     config = with_policy_model(config, wh, policy_model)
     run_id = run_id or default_run_id(config.name, config.config_hash())
     run = dict(run_id=run_id, flow="build", config=config.model_dump(mode="json"),
@@ -157,7 +167,8 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
         get_run_logger().info("run %s writing to %s", run_id, root)
         for warning in run["warnings"]:
             get_run_logger().warning(warning)
-        ingested, failed = _ingest(root, config)
+        errors: dict[str, str] = {}
+        ingested, failed = _ingest(root, config, errors)
         run["inputs"] = [{"dataset": r["source"], "version": r["version"]} for r in ingested]
         run["warnings"] += [warning for r in ingested for warning in r["warnings"]]
         hold.run.update(inputs=run["inputs"], warnings=run["warnings"])
@@ -167,7 +178,7 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
         indexes = build_indexes(root, sources, config.retrieval) if sources else {}
         datasets = sorted(r["source"] for r in ingested if r["questions"])
         shards, exports, expand_failed = _expand(root, run_id, config, datasets, sources,
-                                                 [r["version"] for r in ingested])
+                                                 [r["version"] for r in ingested], errors)
         failed += expand_failed
         status = "completed" if not failed else ("partial" if ingested else "failed")
         hold.record(status, failed_shards=failed, error=f"failed shards: {failed}" if failed else None)
@@ -175,7 +186,8 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
     report = publish_build_report(root, run_id, config.name, datasets, shards)
     return final_state({"run_id": run_id, "root": root, "catalog": str(wh.catalog_path), "status": status,
                         "ingested": ingested, "indexes": indexes, "shards": shards, "exports": exports,
-                        "failed_shards": failed, "warnings": run["warnings"], "report": report})
+                        "failed_shards": failed, "errors": errors, "warnings": run["warnings"],
+                        "report": report})
 
 
 def final_state(summary: dict) -> dict | State:

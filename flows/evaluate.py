@@ -27,6 +27,8 @@ from ragfactory.tasks.evaluate import (
 )
 from ragfactory.flows.build import final_state
 from ragfactory.tasks.ingest import backfill_question_partitions, ingest_dataset
+from ragfactory.tasks.preflight import apply_network_policy, check_evaluation
+from ragfactory.tasks.retry import failure_reason
 from ragfactory.warehouse.catalog import refresh_catalog
 from ragfactory.warehouse.runs import holding_run, mark_abandoned_runs, now
 from ragfactory.warehouse.store import Warehouse
@@ -45,13 +47,14 @@ def evaluate_model(wh: Warehouse, config: EvalConfig) -> dict:
     mark_abandoned_runs(wh)
     with holding_run(wh, **run) as hold:
         get_run_logger().info("evaluating %s as run %s in %s", plan["model_id"], plan["run_id"], root)
-        done, failed = [], []
+        done, failed, errors = [], [], {}
         for dataset in config.datasets:
             state = evaluate_dataset(root, config, plan, dataset, return_state=True)
             if state.is_completed():
                 done.append(state.result())
             else:
                 failed.append(dataset)
+                errors[dataset] = failure_reason(dataset, state)
         aggregates = [row for result in done for row in result["aggregates"]]
         report_evaluation(plan["run_id"], plan["model_id"], aggregates)
         warnings = evaluation_warnings(config, plan["model_id"], done)
@@ -62,7 +65,7 @@ def evaluate_model(wh: Warehouse, config: EvalConfig) -> dict:
                     error=f"failed datasets: {failed}" if failed else None)
     return {"run_id": plan["run_id"], "model_id": plan["model_id"], "root": root,
             "catalog": str(wh.catalog_path), "status": status, "aggregates": aggregates,
-            "datasets": done, "failed_shards": failed, "warnings": warnings}
+            "datasets": done, "failed_shards": failed, "errors": errors, "warnings": warnings}
 
 
 @flow(name="evaluate", log_prints=True)
@@ -71,8 +74,11 @@ def evaluate(config: EvalConfig) -> dict | State:
 
     With ``config.compare`` (a base model), the base answers the same questions in the same
     modes too, and ``eval_compare`` gets the paired comparison (``comparison`` in the result).
+    Both models must resolve on this machine (``tasks/preflight.py``) before anything runs.
     """
     wh = Warehouse(config.warehouse.root)
+    apply_network_policy(config.allow_downloads)
+    check_evaluation(config, wh)
     summary = evaluate_model(wh, config)
     if config.compare:
         base = evaluate_model(wh, config.model_copy(update={"model": config.compare, "compare": None}))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from ragfactory.schemas.config import TrainConfig
+from ragfactory.tasks.preflight import apply_network_policy, check_training
 from ragfactory.tasks.train import plan_model, train_model, write_model
 from ragfactory.warehouse.catalog import refresh_catalog
 from ragfactory.warehouse.store import Warehouse
@@ -18,9 +19,15 @@ from ragfactory.warehouse.store import Warehouse
 
 @flow(name="train", log_prints=True)
 def train(config: TrainConfig) -> dict:
-    """Train as the config says (or find the identical earlier training); returns a summary."""
+    """Train as the config says (or find the identical earlier training); returns a summary.
+
+    The base model must resolve on this machine first (``tasks/preflight.py``); the training
+    runs offline unless ``config.allow_downloads``.
+    """
     wh = Warehouse(config.warehouse.root)
     root = str(wh.root)
+    apply_network_policy(config.allow_downloads)
+    check_training(config, wh)
     planned = plan_model(root, config)
     plan = planned["plan"]
     if planned["cached"] is not None:

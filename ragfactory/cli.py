@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import errno
 import json
+import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -29,8 +32,22 @@ retrieval_app = typer.Typer(
     rich_markup_mode="markdown",
 )
 app.add_typer(retrieval_app, name="retrieval")
+
 # Piped output (CI logs, `make demo | tee`) gets wide tables instead of rich's 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 160)
+
+DEBUG_ENV = "RAGFACTORY_DEBUG"
+
+
+@app.callback()
+def main(
+    debug: Annotated[bool, typer.Option(
+        "--debug", help="Print the traceback of a failure on screen too (it always goes to the run's log)")] = False,
+) -> None:
+    """ragfactory: build process-supervised training data for agentic RAG, then query it."""
+    if debug:  # the environment, not a global: a flow run in a subprocess or worker sees it too
+        os.environ[DEBUG_ENV] = "1"
+
 
 RootOption = Annotated[
     Path | None,
@@ -48,6 +65,76 @@ def _fail(message: str) -> None:
     # soft_wrap: one line however long, so a refusal reads (and greps) as one line
     console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code=1)
+
+
+def _debug() -> bool:
+    """Whether the global ``--debug`` option (or ``RAGFACTORY_DEBUG=1``) was given."""
+    return os.environ.get(DEBUG_ENV, "") not in {"", "0"}
+
+
+def _preflight(check, prefix: str = "") -> None:
+    """Run a preflight check; a permanent error (missing file, unknown model, invalid config)
+    exits with its one-line message, before any work or any run is recorded."""
+    from ragfactory.schemas.errors import PermanentError
+
+    try:
+        check()
+    except PermanentError as exc:
+        if _debug():
+            console.print_exception()
+        _fail(prefix + " ".join(str(exc).split()))
+
+
+class _ScreenWithoutTraceback(logging.Filter):
+    """Drop a log record's traceback before a console handler prints it (the run's log file,
+    which sees the record first, keeps it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
+
+
+@contextmanager
+def logged_run(root: Path, command: str) -> Iterator[Path]:
+    """Log everything the run logs (Prefect's task and flow logs, tracebacks included) to
+    ``<root>/logs/<command>-<UTC time>-<pid>.log``, and keep tracebacks off the screen unless
+    ``--debug``. An exception escaping the run exits with one line naming it and the log file.
+    """
+    import traceback
+
+    from ragfactory.warehouse.guard import first_line
+
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = Path(root) / "logs" / f"{command}-{stamp}-{os.getpid()}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    screen = logging.getLogger()
+    consoles, quiet = list(screen.handlers), _ScreenWithoutTraceback()
+    screen.handlers.insert(0, handler)  # first, so it writes each traceback before a console drops it
+    for console_handler in consoles if not _debug() else []:
+        console_handler.addFilter(quiet)
+    try:
+        yield path
+    except Exception as exc:
+        handler.stream.write("".join(traceback.format_exception(exc)))
+        if _debug():
+            traceback.print_exception(exc, file=sys.stderr)
+        _fail(f"{first_line(exc)} (log: {path})")
+    finally:
+        screen.removeHandler(handler)
+        handler.close()
+        for console_handler in consoles:
+            console_handler.removeFilter(quiet)
+
+
+def print_failures(summary: dict, log: Path, noun: str = "shard") -> None:
+    """One ``error:`` line per failed shard of a run: what failed, why, and where the traceback is."""
+    errors = summary.get("errors", {})
+    for name in summary["failed_shards"]:
+        reason = " ".join(str(errors.get(name) or "see the log").split())
+        console.print(f"[red]error:[/red] {escape(f'{noun} {name} failed: {reason} (log: {log})')}",
+                      soft_wrap=True, highlight=False)
 
 
 def print_arrow(table, title: str | None = None, fmt: str = "table") -> None:
@@ -222,7 +309,7 @@ def _repair(wh, problems, stamp: str) -> None:
 
 @app.command()
 def build(
-    config: Annotated[Path, typer.Option("--config", "-c", help="Build config YAML", exists=True, dir_okay=False)],
+    config: Annotated[Path, typer.Option("--config", "-c", help="Build config YAML")],
     run_id: Annotated[str | None, typer.Option(help="Run id (default: <name>-<config hash>)")] = None,
     root: RootOption = None,
 ) -> None:
@@ -235,22 +322,26 @@ def build(
     Example: `ragfactory build --config configs/demo.yaml`
     """
     from ragfactory.schemas.config import ConfigError, load_build_config
+    from ragfactory.tasks.preflight import apply_network_policy, check_build
 
+    if not config.is_file():
+        _fail(f"{config}: no such config file" if not config.exists() else f"{config}: not a file")
     try:
         cfg = load_build_config(config)
     except ConfigError as exc:
         _fail(str(exc))
     if root is not None:
         cfg = cfg.model_copy(update={"warehouse": cfg.warehouse.model_copy(update={"root": str(root)})})
+    wh = _warehouse(Path(cfg.warehouse.root) if cfg.warehouse.root else None)
+    apply_network_policy(cfg.allow_downloads)
+    _preflight(lambda: check_build(cfg, wh), prefix=f"{config}: ")
     cleanup = _prefect_local_defaults()
     from ragfactory.flows.build import build as build_flow
-    from ragfactory.warehouse.runlock import RunBusy
 
-    try:
+    with logged_run(wh.root, "build") as log:
         summary = _run_flow(lambda: build_flow(cfg, run_id=run_id, return_state=True), cleanup)
-    except RunBusy as exc:
-        _fail(str(exc))
     print_build_summary(summary)
+    print_failures(summary, log)
     if summary["status"] != "completed":
         raise typer.Exit(code=1)
 
@@ -295,6 +386,8 @@ def train(
     lora: Annotated[bool, typer.Option("--lora/--no-lora", help="Train LoRA adapters (peft)")] = False,
     name: Annotated[str | None, typer.Option(help="Lineage name (default: the method)")] = None,
     output_dir: Annotated[str | None, typer.Option(help="Where the model goes")] = None,
+    allow_downloads: Annotated[bool, typer.Option(
+        "--allow-downloads", help="Let a base model not on this machine be fetched from the hub (default: offline)")] = False,
     root: RootOption = None,
 ) -> None:
     """Run the `train` flow (TRL SFT / DPO / GRPO) on a build's export and register the model.
@@ -310,14 +403,17 @@ def train(
     cfg = _options_config(TrainConfig, root, method=method, run_id=run_id, parquet=parquet,
                           base_model=base_model, task=task, rewards=rewards,
                           trl=_trl_overrides(trl or []), name=name, lora={"enabled": lora},
-                          output_dir=output_dir)
+                          output_dir=output_dir, allow_downloads=allow_downloads or None)
+    from ragfactory.tasks.preflight import apply_network_policy, check_training
+
+    wh = _warehouse(root)
+    apply_network_policy(cfg.allow_downloads)
+    _preflight(lambda: check_training(cfg, wh))
     _prefect_local_defaults()
     from ragfactory.flows.train import train as train_flow
 
-    try:
+    with logged_run(wh.root, "train"):
         result = train_flow(cfg)
-    except (ValueError, LookupError, FileNotFoundError) as exc:
-        _fail(str(exc))
     import pyarrow as pa
 
     metrics = result.get("metrics") or json.loads(result["row"]["metrics"])
@@ -343,6 +439,8 @@ def evaluate(
         help="Questions of this partition: test (default), valid (model selection) or train")] = None,
     compare: Annotated[str | None, typer.Option(
         "--compare", help="A base model to compare with on the same questions and modes (eval_compare)")] = None,
+    allow_downloads: Annotated[bool, typer.Option(
+        "--allow-downloads", help="Let a model not on this machine be fetched from the hub (default: offline)")] = False,
     root: RootOption = None,
 ) -> None:
     """Evaluate a model on held-out questions and print mean EM / F1 / cover-EM per dataset and mode.
@@ -363,20 +461,24 @@ def evaluate(
 
     from ragfactory.schemas.config import EvalConfig
 
+    from ragfactory.tasks.preflight import apply_network_policy, check_evaluation
+
     cfg = _options_config(EvalConfig, root, model=model, datasets=datasets, limit=limit, modes=modes,
-                          max_rounds=max_rounds, max_tokens=max_tokens, partition=partition, compare=compare)
+                          max_rounds=max_rounds, max_tokens=max_tokens, partition=partition, compare=compare,
+                          allow_downloads=allow_downloads or None)
+    wh = _warehouse(root)
+    apply_network_policy(cfg.allow_downloads)
+    _preflight(lambda: check_evaluation(cfg, wh))
     cleanup = _prefect_local_defaults()
     from ragfactory.flows.evaluate import evaluate as evaluate_flow
-    from ragfactory.warehouse.runlock import RunBusy
 
-    try:
+    with logged_run(wh.root, "evaluate") as log:
         summary = _run_flow(lambda: evaluate_flow(cfg, return_state=True), cleanup)
-    except (ValueError, LookupError, FileNotFoundError, RunBusy) as exc:
-        _fail(str(exc))
     print_arrow(pa.Table.from_pylist(summary["aggregates"]) if summary["aggregates"] else pa.table({"mode": []}),
                 title=f"{summary['model_id']} (run {summary['run_id']})")
     if summary["failed_shards"]:
         console.print(f"[red]failed datasets:[/red] {', '.join(summary['failed_shards'])}")
+    print_failures(summary, log, "dataset")
     for warning in summary["warnings"] + summary.get("base", {}).get("warnings", []):
         console.print(f"[yellow]warning:[/yellow] {warning}")
     if "comparison" in summary:

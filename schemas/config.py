@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ragfactory.schemas.errors import PermanentError
 from ragfactory.tasks.data.jsonl import MAX_PASSAGE_CHARS
 from ragfactory.tasks.data.partitions import PartitionRule
 from ragfactory.tasks.eval.inference import InferenceConfig
@@ -341,24 +342,40 @@ class BuildConfig(Section):
     llm: LLMConfig = LLMConfig()
     search: SearchConfig = SearchConfig()
     export: ExportConfig = ExportConfig()
+    allow_downloads: bool = Field(
+        False, description="Let the build fetch models from a model hub; false (default): the build "
+        "runs offline (HF_HUB_OFFLINE=1) and every model must be on this machine already",
+    )
 
     def config_hash(self) -> str:
-        """A stable hash of everything that shapes the build's outputs."""
-        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """A stable hash of everything that shapes the build's outputs (not whether it may
+        download: the same model gives the same rows either way)."""
+        payload = json.dumps(self.model_dump(mode="json", exclude={"allow_downloads"}), sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-class ConfigError(ValueError):
-    """A configuration file that cannot be read or does not validate."""
+class ConfigError(PermanentError, ValueError):
+    """A configuration file that cannot be read, is not a mapping, or does not validate."""
 
 
 def load_build_config(path: str | Path) -> BuildConfig:
-    """Read a YAML build config; errors name the file and the offending key."""
+    """Read a YAML build config; errors name the file and the offending key.
+
+    An empty file, or one whose document is not a mapping (a list, a bare string), is an error
+    rather than a build with every default: a config that says nothing is a mistake (the wrong
+    file, a truncated copy), not a request for the defaults.
+    """
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc}") from exc
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read config: {_first_line(exc)}") from exc
+    if raw is None:
+        raise ConfigError(f"{path}: the config file is empty; give at least `name` and `datasets` "
+                          "(see configs/demo.yaml)")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings (name, datasets, search, ...), "
+                          f"got a YAML {type(raw).__name__}")
     try:
         return BuildConfig.model_validate(raw)
     except ValidationError as exc:
@@ -366,6 +383,11 @@ def load_build_config(path: str | Path) -> BuildConfig:
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
         )
         raise ConfigError(f"{path}: {problems}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    """The error on one line (YAML errors span several: what, where, the offending text)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 TrainMethod = Literal["sft", "dpo", "grpo"]
@@ -417,6 +439,10 @@ class TrainConfig(Section):
         None, description="Where the model goes; default <root>/artifacts/models/trained/<model_id>"
     )
     warehouse: WarehouseConfig = WarehouseConfig()
+    allow_downloads: bool = Field(
+        False, description="Let the training fetch its base model from a model hub; false (default): it "
+        "runs offline and the base must be 'embedded', registered, a local folder or in the local HF cache",
+    )
 
     def model_post_init(self, __context) -> None:
         if (self.run_id is None) == (self.parquet is None):
@@ -433,7 +459,8 @@ class TrainConfig(Section):
 
     def training_fields(self) -> dict:
         """The fields that shape the trained weights (not where inputs and outputs live)."""
-        fields = self.model_dump(mode="json", exclude={"run_id", "parquet", "output_dir", "warehouse", "name"})
+        fields = self.model_dump(mode="json", exclude={"run_id", "parquet", "output_dir", "warehouse", "name",
+                                                       "allow_downloads"})
         return fields | {"table": self.export_table}
 
 
@@ -483,6 +510,10 @@ class EvalConfig(Section):
     )
     seed: int = 0
     warehouse: WarehouseConfig = WarehouseConfig()
+    allow_downloads: bool = Field(
+        False, description="Let the evaluation fetch its model from a model hub; false (default): it runs "
+        "offline and the model must be 'embedded', registered, a local folder or in the local HF cache",
+    )
 
     def model_post_init(self, context: Any, /) -> None:
         for name in ("datasets", "modes"):

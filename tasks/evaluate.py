@@ -36,6 +36,7 @@ from ragfactory.tasks.eval.runner import (
 from ragfactory.tasks.index import corpus_passages, open_retriever
 from ragfactory.tasks.llm.cache import CallCache, utc_now
 from ragfactory.tasks.llm.engine import make_batcher
+from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.tasks.training.registry import seen_question_ids
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
@@ -111,7 +112,8 @@ def plan_evaluation(root: str, config: EvalConfig) -> dict:
             "partition": config.partition}
 
 
-@task(retries=2, retry_delay_seconds=[5, 30], task_run_name="evaluate-{dataset}", cache_policy=NONE)
+@task(retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_unless_permanent,
+      task_run_name="evaluate-{dataset}", cache_policy=NONE)
 def evaluate_dataset(root: str, config: EvalConfig, plan: dict, dataset: str) -> dict:
     """Answer one dataset's questions in every mode; write its evals and llm_calls shards."""
     wh = Warehouse(root)

@@ -22,6 +22,7 @@ from ragfactory.schemas.tables import SCHEMA_VERSION
 from ragfactory.tasks.index import open_retriever
 from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.engine import make_batcher
+from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.tasks.rewards.sepr import load_plan_scorer
 from ragfactory.tasks.search.shard import expand_shard, split_shards
 from ragfactory.warehouse.catalog import query
@@ -132,8 +133,8 @@ def shard_written(wh: Warehouse, run_id: str, shard: str) -> bool:
     return all(is_intact(wh.root, wh.shard_path(table, {"run_id": run_id}, shard)) for table in SHARD_TABLES)
 
 
-@task(retries=2, retry_delay_seconds=[5, 30], task_run_name="expand-{shard}",
-      cache_key_fn=shard_cache_key, persist_result=True)
+@task(retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_unless_permanent,
+      task_run_name="expand-{shard}", cache_key_fn=shard_cache_key, persist_result=True)
 def expand_trees(
     root: str, run_id: str, config: BuildConfig, strategy: str, shard: str,
     question_ids: list[str], sources: list[str],

@@ -12,6 +12,7 @@ from prefect import get_run_logger, task
 from ragfactory.schemas.config import RetrievalConfig
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
+from ragfactory.tasks.retry import retry_unless_permanent
 
 CORPUS_SQL = """
 with wanted as (
@@ -53,7 +54,8 @@ def enabled_kinds(config: RetrievalConfig) -> list[str]:
     return [kind for kind in ("bm25", "dense") if getattr(config, kind).enabled]
 
 
-@task(retries=1, retry_delay_seconds=5, task_run_name="index-{sources}")
+@task(retries=1, retry_delay_seconds=5, retry_condition_fn=retry_unless_permanent,
+      task_run_name="index-{sources}")
 def build_indexes(root: str, sources: list[str], config: RetrievalConfig) -> dict:
     """Build (or load) each enabled index; returns where each lives and whether it was built."""
     logger = get_run_logger()

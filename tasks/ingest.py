@@ -27,6 +27,7 @@ from ragfactory.tasks.data.corpus import load_corpus
 from ragfactory.tasks.data.jsonl import MAX_PASSAGE_CHARS, JsonlLimits
 from ragfactory.tasks.data.loaders import bundled_path, load_questions
 from ragfactory.tasks.data.partitions import PartitionRule, backfill_partitions, lacks_partitions, with_partitions
+from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.tasks.data.versions import empty_source_warning, file_sha256, ingest_version, moved_partitions_warning
 from ragfactory.warehouse.integrity import is_intact
 from ragfactory.warehouse.store import Warehouse, conform, safe_name
@@ -73,7 +74,8 @@ def already_ingested(wh: Warehouse, name: str, version: str, path: Path) -> dict
     return summary(row, cached=True)
 
 
-@task(retries=2, retry_delay_seconds=[2, 10], task_run_name="ingest-{dataset.name}")
+@task(retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_unless_permanent,
+      task_run_name="ingest-{dataset.name}")
 def ingest_dataset(root: str, dataset: DatasetConfig, rule: PartitionRule | None = None,
                    max_passage_chars: int = MAX_PASSAGE_CHARS) -> dict:
     """Add one dataset file's questions (partitioned by ``rule``, default the dataset's default
@@ -104,7 +106,8 @@ def ingest_dataset(root: str, dataset: DatasetConfig, rule: PartitionRule | None
     })
 
 
-@task(retries=2, retry_delay_seconds=[2, 10], task_run_name="ingest-corpus-{path}")
+@task(retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_unless_permanent,
+      task_run_name="ingest-corpus-{path}")
 def ingest_corpus(root: str, path: str, max_passage_chars: int = MAX_PASSAGE_CHARS) -> dict:
     """Add one Search-R1 / FlashRAG corpus file's passages to its shard (bad lines, and passages
     over ``max_passage_chars``, to rejects); returns its version, counts and warnings."""

@@ -16,6 +16,7 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NONE
 
 from ragfactory.schemas.config import TrainConfig
+from ragfactory.schemas.errors import is_permanent
 from ragfactory.tasks.training.registry import find_model, register_model
 from ragfactory.tasks.training.runs import TrainingPlan, plan_training, registry_row, train_planned
 from ragfactory.warehouse.store import Warehouse
@@ -37,7 +38,7 @@ PERMANENT = (ValueError, FileNotFoundError, LookupError, TypeError)
 def retry_unless_bad_request(task, task_run, state) -> bool:
     """Prefect's retry condition: retry a lost worker or an engine error, not a bad request."""
     error = state.result(raise_on_failure=False)
-    return not isinstance(error, PERMANENT)
+    return not (isinstance(error, PERMANENT) or is_permanent(error))
 
 
 @task(retries=2, retry_delay_seconds=[10, 60], task_run_name="train-{config.method}", cache_policy=NONE,

@@ -30,6 +30,7 @@ from ragfactory.tasks.retrieval.dense import LazyEmbedder
 from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
+from ragfactory.tasks.retry import retry_unless_permanent
 
 TREE_SQL = """
 with run_nodes as (
@@ -87,7 +88,8 @@ def decontaminate(wh: Warehouse, run_id: str, strategy: str, tables: dict[str, l
     return kept, flagged
 
 
-@task(retries=1, retry_delay_seconds=5, task_run_name="export-{strategy}")
+@task(retries=1, retry_delay_seconds=5, retry_condition_fn=retry_unless_permanent,
+      task_run_name="export-{strategy}")
 def write_training_data(root: str, run_id: str, strategy: str, config: ExportConfig, run_seed: int = 0,
                         llm: LLMConfig | None = None) -> dict:
     """Write the run's decontaminated training-data shards for one strategy; returns rows per

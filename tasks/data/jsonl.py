@@ -19,14 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from ragfactory.schemas.errors import PermanentError
+
 GZIP_MAGIC = b"\x1f\x8b"
 _BLOCK = 1 << 20
 MAX_PASSAGE_CHARS = 32_768
 LINE_BYTES_PER_PASSAGE_CHAR = 128
 
 
-class NotJsonlError(ValueError):
-    """A file that is not JSON Lines (a JSON array, a CSV, a binary file...)."""
+class NotJsonlError(PermanentError, ValueError):
+    """A file that is not JSON Lines (a JSON array, a CSV, a binary file...); permanent: a retry
+    reads the same bytes."""
 
 
 class RowError(ValueError):

@@ -1,0 +1,269 @@
+"""Preflight and clear failures, through the real CLI in a subprocess (issue 25).
+
+Each case runs `ragfactory` against a fresh root with every model hub unreachable (proxies and
+HF_ENDPOINT point at a closed local port) and asserts what an operator sees: exactly one
+`error:` line naming the thing at fault and the fix, the exit code within a stated time, no
+traceback on screen, and a warehouse with no run left `running`. Config mistakes fail before
+Prefect starts, so those cases take a few seconds; the binary dataset runs the real build flow
+and must fail its ingest once, not three times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ragfactory.schemas.errors import PermanentError, is_permanent
+from ragfactory.tasks.data.jsonl import NotJsonlError
+from ragfactory.tasks.retry import retry_unless_permanent
+from ragfactory.warehouse.store import Warehouse
+
+UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens, a connection is refused at once
+PREFLIGHT_S = 20.0  # a config mistake is reported before any work: seconds, not minutes
+BUILD_S = 150.0  # Prefect's temporary server alone takes 10-60 s on a busy 2-core machine
+
+
+def _cli() -> list[str]:
+    script = Path(sys.executable).with_name("ragfactory")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "ragfactory.cli"]
+
+
+def run_cli(args: list[str], cwd: Path, root: Path, limit_s: float) -> tuple[subprocess.CompletedProcess, float]:
+    """Run the CLI with the network unreachable and the root and Prefect home under ``cwd``."""
+    # the CLI itself must go offline: the test session's own offline settings are not passed on
+    env = {k: v for k, v in os.environ.items() if k not in {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "RAGFACTORY_ENGINE"}}
+    env |= {"RAGFACTORY_HOME": str(root), "PREFECT_HOME": str(cwd / "prefect-home"),
+            "HTTPS_PROXY": UNREACHABLE, "HTTP_PROXY": UNREACHABLE, "https_proxy": UNREACHABLE,
+            "http_proxy": UNREACHABLE, "HF_ENDPOINT": UNREACHABLE, "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost", "COLUMNS": "400"}
+    started = time.monotonic()
+    done = subprocess.run(_cli() + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=limit_s + 60)
+    return done, time.monotonic() - started
+
+
+def error_lines(done: subprocess.CompletedProcess) -> list[str]:
+    return [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("error:")]
+
+
+def running_runs(root: Path) -> list[str]:
+    if not (root / "runs").exists():
+        return []
+    return [row["run_id"] for row in Warehouse(root).read("runs").to_pylist() if row["status"] == "running"]
+
+
+def assert_fails_with(done, elapsed: float, limit_s: float, line: str, root: Path) -> None:
+    screen = done.stdout + done.stderr
+    assert done.returncode == 1, screen
+    assert elapsed <= limit_s, f"took {elapsed:.1f} s, more than {limit_s} s"
+    assert error_lines(done) == [line], screen
+    assert "Traceback" not in screen
+    assert running_runs(root) == []
+
+
+def unknown_model(field: str, name: str) -> str:
+    from huggingface_hub import constants
+
+    return (f"{field}: unknown model {name!r}: not 'embedded', a local folder, a model id or latest:NAME from "
+            f"the models table, or a model already in the local Hugging Face cache ({constants.HF_HUB_CACHE}); "
+            "fix the name, or allow downloads (allow_downloads: true, or --allow-downloads) to fetch it from the hub")
+
+
+def test_unknown_model_fails_fast_without_the_network(tmp_path):
+    root = tmp_path / "wh"
+    done, elapsed = run_cli(["evaluate", "--model", "sft-doesnotexist0000", "-d", "hotpotqa", "--limit", "1",
+                             "--mode", "direct"], tmp_path, root, PREFLIGHT_S)
+    assert_fails_with(done, elapsed, PREFLIGHT_S, "error: " + unknown_model("model", "sft-doesnotexist0000"), root)
+    assert not (root / "runs").exists()
+
+
+def test_unknown_policy_model_of_a_build_fails_before_the_flow(tmp_path):
+    root = tmp_path / "wh"
+    (tmp_path / "build.yaml").write_text(
+        "name: t\ndatasets: [{name: hotpotqa, limit: 3}]\nllm: {policy: {model: org/nowhere-1b}}\n")
+    done, elapsed = run_cli(["build", "-c", "build.yaml"], tmp_path, root, PREFLIGHT_S)
+    assert_fails_with(done, elapsed, PREFLIGHT_S,
+                      "error: build.yaml: " + unknown_model("llm.policy.model", "org/nowhere-1b"), root)
+    assert "Starting temporary server" not in done.stdout + done.stderr
+
+
+def test_unknown_base_model_of_a_training_fails_before_the_flow(tmp_path):
+    root = tmp_path / "wh"
+    (tmp_path / "sft.parquet").write_bytes(b"")
+    done, elapsed = run_cli(["train", "--method", "sft", "--parquet", "sft.parquet", "--base-model", "org/nowhere-1b"],
+                            tmp_path, root, PREFLIGHT_S)
+    assert_fails_with(done, elapsed, PREFLIGHT_S, "error: " + unknown_model("base_model", "org/nowhere-1b"), root)
+
+
+def test_missing_dataset_path_is_one_line_before_any_work(tmp_path):
+    root = tmp_path / "wh"
+    (tmp_path / "build.yaml").write_text(
+        "name: t\ndatasets:\n  - {name: hotpotqa, path: data/hotpot_dev.jsonl}\n"
+        "corpus: {files: [data]}\n")
+    (tmp_path / "data").mkdir()
+    done, elapsed = run_cli(["build", "--config", "build.yaml"], tmp_path, root, PREFLIGHT_S)
+    assert_fails_with(done, elapsed, PREFLIGHT_S, (
+        "error: build.yaml: datasets[0].path: data/hotpot_dev.jsonl does not exist; fix the path (a relative "
+        f"path is read from {tmp_path.resolve()}); corpus.files[0]: data is not a file (a JSONL file is expected)"),
+        root)
+    assert not (root / "runs").exists()
+
+
+def test_debug_puts_the_traceback_on_screen_too(tmp_path):
+    (tmp_path / "build.yaml").write_text("name: t\ndatasets: [{name: hotpotqa, path: missing.jsonl}]\n")
+    done, _ = run_cli(["--debug", "build", "-c", "build.yaml"], tmp_path, tmp_path / "wh", PREFLIGHT_S)
+    assert done.returncode == 1
+    assert "Traceback" in done.stdout + done.stderr
+    assert error_lines(done)[-1].startswith("error: build.yaml: datasets[0].path: missing.jsonl does not exist")
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("", "the config file is empty; give at least `name` and `datasets` (see configs/demo.yaml)"),
+    ("# only a comment\n", "the config file is empty; give at least `name` and `datasets` (see configs/demo.yaml)"),
+    ("- name: hotpotqa\n", "expected a mapping of settings (name, datasets, search, ...), got a YAML list"),
+])
+def test_empty_or_non_mapping_config_is_an_error_naming_the_file(tmp_path, text, problem):
+    root = tmp_path / "wh"
+    (tmp_path / "empty.yaml").write_text(text)
+    done, elapsed = run_cli(["build", "-c", "empty.yaml"], tmp_path, root, PREFLIGHT_S)
+    assert_fails_with(done, elapsed, PREFLIGHT_S, f"error: empty.yaml: {problem}", root)
+    assert not root.exists() or not (root / "runs").exists()
+
+
+def test_binary_dataset_fails_once_with_one_line_and_the_traceback_in_the_log(tmp_path):
+    root = tmp_path / "wh"
+    binary = tmp_path / "hotpot.jsonl"
+    binary.write_bytes(bytes(range(256)) * 16)
+    (tmp_path / "build.yaml").write_text(
+        f"name: t\ndatasets: [{{name: hotpotqa, path: {binary}}}]\nretrieval: {{dense: {{enabled: false}}}}\n")
+    done, elapsed = run_cli(["build", "-c", "build.yaml"], tmp_path, root, BUILD_S)
+    logs = sorted((root / "logs").glob("build-*.log"))
+    assert len(logs) == 1, done.stdout + done.stderr
+    assert_fails_with(done, elapsed, BUILD_S, (
+        f"error: shard hotpotqa failed: {binary}: not a JSONL file (binary content) (log: {logs[0]})"), root)
+    log = logs[0].read_text()
+    assert "Retry 1/2" not in log and "Retry" not in done.stdout  # one attempt: permanent errors are not retried
+    assert log.count("Finished in state Failed('Task run encountered an exception NotJsonlError") == 1
+    assert "Traceback (most recent call last)" in log and "NotJsonlError" in log
+    statuses = {row["run_id"]: row["status"] for row in Warehouse(root).read("runs").to_pylist()}
+    assert list(statuses.values()) == ["failed"]
+
+
+class _State:
+    """The part of a Prefect Failed state that the retry condition reads."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def result(self, raise_on_failure=False):
+        return self.data
+
+
+@pytest.mark.parametrize(("error", "permanent"), [
+    (FileNotFoundError("data/x.jsonl"), True),
+    (IsADirectoryError("data"), True),
+    (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), True),
+    (json.JSONDecodeError("Expecting value", "x", 0), True),
+    (NotJsonlError("x.jsonl: not a JSONL file (binary content)"), True),
+    (PermanentError("unknown model"), True),
+    (RuntimeError("engine failed"), False),
+    (ConnectionError("reset by peer"), False),
+    (TimeoutError("read timed out"), False),
+])
+def test_retry_condition_gives_up_on_permanent_errors_only(error, permanent):
+    assert is_permanent(error) is permanent
+    assert retry_unless_permanent(None, None, _State(error)) is (not permanent)
+
+
+def test_a_permanent_cause_is_permanent_and_a_state_without_an_exception_retries():
+    try:
+        try:
+            raise FileNotFoundError("corpus.jsonl")
+        except FileNotFoundError as exc:
+            raise RuntimeError("shard failed") from exc
+    except RuntimeError as wrapped:
+        assert is_permanent(wrapped)
+    assert retry_unless_permanent(None, None, _State(None)) is True
+
+
+def test_validation_errors_are_permanent():
+    from pydantic import ValidationError
+
+    from ragfactory.schemas.config import BuildConfig
+
+    with pytest.raises(ValidationError) as info:
+        BuildConfig.model_validate({"nmae": "typo"})
+    assert is_permanent(info.value)
+
+
+
+# The preflight checks themselves, without Prefect or a subprocess.
+
+
+def test_models_resolve_from_the_registry_a_folder_or_the_local_hub_cache(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from ragfactory.tasks.preflight import encoder_problem, model_problem
+    from tests.training.exports import register_trained
+
+    wh = Warehouse(tmp_path / "wh")
+    register_trained(wh, tmp_path, "sft-kept", "nightly", day=1)
+    register_trained(wh, tmp_path, "sft-gone", "gone", day=2, keep=False)
+    snapshot = tmp_path / "hub" / "models--org--cached-1b" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    for spec in ("embedded", "SmolLM2", "sft-kept", "latest:nightly", str(tmp_path / "sft-kept"), "org/cached-1b"):
+        assert model_problem("model", spec, wh) is None, spec
+    assert model_problem("model", "org/other-1b", wh, allow_downloads=True) is None
+    assert model_problem("model", "sft-gone", wh) == (
+        f"model: model 'sft-gone' is registered in {wh.root} but its weights are not on disk")
+    assert model_problem("model", "latest:gone", wh).startswith(
+        "model: no trained model of lineage 'gone' with weights on disk in ")
+    assert model_problem("model", "org/other-1b", wh).startswith("model: unknown model 'org/other-1b': ")
+    assert encoder_problem("retrieval.dense.model", "all-MiniLM-L6-v2") is None
+    assert encoder_problem("retrieval.dense.model", "paraphrase-x").startswith(
+        "retrieval.dense.model: unknown sentence-transformers model 'paraphrase-x': ")
+
+
+def test_a_build_check_names_every_problem_at_once(tmp_path):
+    from ragfactory.schemas.config import BuildConfig
+    from ragfactory.tasks.preflight import PreflightError, check_build
+
+    config = BuildConfig.model_validate({
+        "datasets": [{"name": "hotpotqa"}, {"name": "mine"}, {"name": "x", "path": str(tmp_path)}],
+        "corpus": {"files": [str(tmp_path / "wiki.jsonl")]},
+        "llm": {"judge": {"model": "nowhere-judge"}},
+        "retrieval": {"dense": {"enabled": False}},
+    })
+    with pytest.raises(PreflightError) as info:
+        check_build(config, Warehouse(tmp_path / "wh"))
+    message = str(info.value)
+    problems = [f"datasets[1]: no bundled dataset 'mine'; bundled: ", f"datasets[2].path: {tmp_path} is not a file",
+                f"corpus.files[0]: {tmp_path / 'wiki.jsonl'} does not exist", "llm.judge.model: unknown model 'nowhere-judge'"]
+    positions = [message.find("; " + problem if i else problem) for i, problem in enumerate(problems)]
+    assert positions[0] == 0 and positions == sorted(positions) and -1 not in positions, message
+    assert "\n" not in message
+    assert is_permanent(info.value) and isinstance(info.value, LookupError)
+    check_build(config.model_copy(update={"datasets": [], "corpus": config.corpus.model_copy(update={"files": []}),
+                                          "llm": config.llm.model_copy(update={"judge": None})}),
+                Warehouse(tmp_path / "wh"))
+
+
+def test_the_network_policy_turns_an_imported_hub_client_offline(monkeypatch):
+    from huggingface_hub import constants
+
+    from ragfactory.tasks.preflight import apply_network_policy
+
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    apply_network_policy(allow_downloads=True)
+    assert "HF_HUB_OFFLINE" not in os.environ and constants.HF_HUB_OFFLINE is False
+    apply_network_policy(allow_downloads=False)
+    assert os.environ["HF_HUB_OFFLINE"] == os.environ["TRANSFORMERS_OFFLINE"] == "1"
+    assert constants.HF_HUB_OFFLINE is True
