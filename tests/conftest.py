@@ -1,4 +1,5 @@
-"""Shared fixtures: an isolated warehouse root per test, and offline model settings."""
+"""Shared fixtures: an isolated warehouse root per test, offline model settings, and the one
+temporary Prefect API server of the session."""
 
 from __future__ import annotations
 
@@ -34,3 +35,21 @@ def embedded_model(request, tmp_path_factory):
     cache = getattr(request.config, "cache", None)
     folder = cache.mkdir("ragfactory-models") if cache else tmp_path_factory.mktemp("models")
     return embedded_model_path(folder)
+
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory):
+    """One temporary Prefect API server for every test that runs flows in this process.
+
+    One per session, never one per folder: Prefect's client services (events, logs) bind to the
+    first server they meet, so a second harness started while the first lives leaves its flows
+    waiting on a client that talks to the other server.
+    """
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")  # tasks called alone
+    os.environ["PREFECT_LOCAL_STORAGE_PATH"] = str(tmp_path_factory.mktemp("prefect-results"))
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield

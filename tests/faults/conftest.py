@@ -6,19 +6,10 @@ warehouse afterwards. Flows run against one temporary Prefect API server for the
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 
-@pytest.fixture(scope="session", autouse=True)
-def prefect_harness(tmp_path_factory):
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")  # tasks called alone
-    results = tmp_path_factory.mktemp("prefect-results")
-    os.environ["PREFECT_LOCAL_STORAGE_PATH"] = str(results)
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=180):
-        yield
+@pytest.fixture(autouse=True)
+def _prefect(prefect_api):
+    """Every test here runs against the session's Prefect API server (tests/conftest.py)."""
+    yield
