@@ -26,6 +26,19 @@ Order of a commit (``record_commit``): the old sidecar is removed, the Parquet f
 into place, then the new sidecar is renamed into place. A sidecar therefore only ever describes a
 file that is on disk with exactly those bytes; a crash in between leaves a file without an entry,
 which counts as unrecorded (not trusted, rebuilt), never a claim about a file that is not there.
+
+Why our own manifest rather than a table format (Delta Lake, DuckLake). Both give atomic
+commits, snapshots and concurrent writers, and both name a truncated file when it is read; but
+neither verifies a file against what it committed (DuckLake's ``count(*)`` even answers from its
+metadata for a file that is gone), neither repairs, and each adds what this warehouse would have
+to carry: Delta's ``deltalake`` wheel is 129 MB and its log is a second way to read every table;
+DuckLake's extension loads only in duckdb 1.5.5, while the project runs 2.0. What the warehouse
+needs — one shard replaced whole by its one writer, never two writers of one file (ingested
+inputs, the one shared shard kind, merge under a lock, ``warehouse.locks``) — is met by
+rename-commits plus these entries, and every Parquet reader still reads the folders as they are.
+A table format becomes the better answer when writers share shards across machines (an object
+store has no rename and no flock): the scale-out work should adopt one there, keeping these
+entries' checks (``check``, ``quick_damage``) as the layer that says a file is what was written.
 """
 
 from __future__ import annotations
