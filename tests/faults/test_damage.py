@@ -26,6 +26,10 @@ from tests.fakes import ScriptedBackend
 from tests.flows.conftest import use_engine
 from tests.flows.test_build_decex import _config, policy
 
+# Each test, build copy and repair included, ends within this many seconds (a build of 3 questions
+# with the scripted engine takes about 20 s here); a hang fails the test instead of the suite.
+pytestmark = pytest.mark.timeout(300)
+
 runner = CliRunner()
 RUN = "decex-test"  # the run id every test names, set by the build below
 # Columns that say when a row was written, not what it holds; and the runs row's config and its
