@@ -41,7 +41,7 @@ from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.rewards.answer import METRICS
 from ragfactory.tasks.rewards.sepr import PlanMatch, PlanScorer, SeprConfig, plan_score_row
 from ragfactory.tasks.search.apex_execute import Execution, ExecSpec, execute_plan
-from ragfactory.tasks.search.decex import question_fields
+from ragfactory.tasks.search.common import question_fields, request_tags, sample_n
 from ragfactory.tasks.search.plan_format import (
     MAX_STEPS,
     PLAN_STOP,
@@ -165,11 +165,9 @@ async def _sample_plans(
                         max_tokens=config.plan_max_tokens, stop=PLAN_STOP, seed=seed_of(path),
                         grammar=config.plan_grammar)
     prompt = planner_prompt(question, config.max_steps)
-    tags = (("question_id", tree.question_id), ("path", path))
+    tags = request_tags(tree.question_id, path)
     request = Request((Message("user", prompt),), sampling, config.planner_role, tags)
-    completions: list[Completion] = await generator.generate(request)
-    if len(completions) != config.n_plans:
-        raise ValueError(f"generator returned {len(completions)} plans for n={config.n_plans} at {path}")
+    completions: list[Completion] = await sample_n(generator, request)
     plans = []
     for i, completion in enumerate(completions):
         parsed = parse_plan(completion.text, config.max_steps)

@@ -41,14 +41,14 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ragfactory.tasks.llm.seeds import derive_seed
 from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, Request, Sampling
 from ragfactory.tasks.prompts.loader import load_grammar
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.rewards.answer import METRICS, normalize_answer
 from ragfactory.tasks.search import decex_history as history
-from ragfactory.tasks.search.decex_history import Step, close_step, hit_record
-from ragfactory.tasks.search.decex_rollout import RolloutSpec, run_rollouts, search_batch
+from ragfactory.tasks.search.common import Expansion, hit_record, question_fields, search_batch
+from ragfactory.tasks.search.decex_history import Step, close_step
+from ragfactory.tasks.search.decex_rollout import RolloutSpec, run_rollouts
 from ragfactory.tasks.search.parsing import (
     Parsed,
     parse_self_answer,
@@ -149,28 +149,14 @@ class State:
 
 
 @dataclass
-class _Expansion:
-    """What one question's expansion shares: its tree, question, golden answers and services."""
+class _Expansion(Expansion):
+    """One question's DecEx expansion: the shared one plus the question text and the config
+    (the configured ``metric`` of ``scores`` is an answer's reward)."""
 
-    tree: QuestionTree
-    question: str
-    golden: list[str]
-    generator: Generator
-    retriever: Retriever
-    config: DecExConfig
-    run_seed: int
+    question: str = ""
+    config: DecExConfig = DecExConfig()
 
-    def seed(self, path: str) -> int:
-        return derive_seed(self.run_seed, self.tree.question_id, path)
-
-    def scores(self, answer: str | None) -> dict[str, float]:
-        """EM, F1 and cover-EM of an answer; the configured ``metric`` is its reward."""
-        return {name: metric(answer, self.golden) for name, metric in METRICS.items()}
-
-    def tags(self, path: str) -> tuple[tuple[str, str], ...]:
-        return (("question_id", self.tree.question_id), ("path", path))
-
-    async def sample(
+    async def prompt(
         self, prompt: str, n: int, path: str, role: str, grammar: Grammar,
         stop: tuple[str, ...] = (),
     ) -> list[Completion]:
@@ -185,21 +171,7 @@ class _Expansion:
             n=n, temperature=cfg.temperature, max_tokens=cfg.max_tokens, stop=stop,
             seed=self.seed(path), grammar=grammar,
         )
-        request = Request((Message("user", prompt),), sampling, role, self.tags(path))
-        completions = await self.generator.generate(request)
-        if len(completions) != n:
-            raise ValueError(f"generator returned {len(completions)} completions for n={n} at {path}")
-        return completions
-
-
-def question_fields(question: Mapping) -> tuple[str, str, list[str]]:
-    """(question_id, question, golden_answers) of a ``questions`` row, or an error naming the field."""
-    for name in ("question_id", "question", "golden_answers"):
-        if question.get(name) is None:
-            raise ValueError(f"question row {question.get('question_id')!r} has no {name!r}")
-    golden = question["golden_answers"]
-    golden = [golden] if isinstance(golden, str) else list(golden)
-    return str(question["question_id"]), str(question["question"]), golden
+        return await self.sample(Request((Message("user", prompt),), sampling, role, self.tags(path)))
 
 
 async def expand_question(
@@ -214,7 +186,7 @@ async def expand_question(
     question_id, text, golden = question_fields(question)
     tree = QuestionTree(run_id, question_id, config.strategy)
     root = tree.add_root(text, parsed={"golden_answers": golden})
-    expansion = _Expansion(tree, text, golden, generator, retriever, config, run_seed)
+    expansion = _Expansion(tree, golden, generator, retriever, run_seed, question=text, config=config)
     await _expand_state(expansion, State(root, (), 0))
     return tree
 
@@ -251,7 +223,7 @@ async def _decide_termination(exp: _Expansion, state: State) -> tuple[list[Node]
     if state.layer < min(cfg.min_iterations, cfg.t_max):
         return [], False
     prompt = history.termination_prompt(exp.question, state.steps)
-    completions = await exp.sample(
+    completions = await exp.prompt(
         prompt, cfg.termination_samples, f"{parent.path}/t", cfg.role,
         grammar(TERMINATION, cfg.max_tokens), TERMINATION_STOP,
     )
@@ -270,7 +242,7 @@ async def _close(exp: _Expansion, state: State, answers: list[Node]) -> None:
     if not answers:
         cfg, parent = exp.config, state.node
         prompt = history.termination_prompt(exp.question, state.steps)
-        [completion] = await exp.sample(
+        [completion] = await exp.prompt(
             prompt, 1, f"{parent.path}/f", cfg.role,
             grammar(TERMINATION, cfg.max_tokens, outcome="answer"), TERMINATION_STOP,
         )
@@ -387,7 +359,7 @@ async def _branches(
     """``k`` samples of one prompt as nodes; a repeat of an earlier sample (its normalised
     text) is marked ``duplicate_of`` and not valued."""
     prefix, parse, key, prompt_name = _BRANCH_KINDS[kind]
-    completions = await exp.sample(
+    completions = await exp.prompt(
         prompt, exp.config.k, f"{parent.path}/{prefix}", role,
         grammar(prompt_name, exp.config.max_tokens), _BRANCH_STOPS.get(kind, ()),
     )
