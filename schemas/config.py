@@ -27,9 +27,9 @@ from ragfactory.tasks.export.dpo import DpoConfig
 from ragfactory.tasks.export.sft import SftConfig
 from ragfactory.tasks.export.step_labels import StepLabelConfig
 from ragfactory.tasks.export.trajectories import TrajectoryConfig
-from ragfactory.tasks.search.apex import ApexConfig
-from ragfactory.tasks.search.decex import DecExConfig
-from ragfactory.tasks.search.treeps import TreePSConfig
+from ragfactory.tasks.search.apex.expansion import ApexConfig
+from ragfactory.tasks.search.decex.expansion import DecExConfig
+from ragfactory.tasks.search.treeps.expansion import TreePSConfig
 
 DatasetFormat = Literal["hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "flashrag"]
 Partition = Literal["train", "valid", "test"]

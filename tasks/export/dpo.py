@@ -24,7 +24,7 @@ from itertools import combinations
 from typing import Any
 
 from ragfactory.tasks.export.sft import STATE_KINDS, question_text, question_texts
-from ragfactory.tasks.search.decex_history import (
+from ragfactory.tasks.search.decex.history import (
     Step,
     close_step,
     render_final,

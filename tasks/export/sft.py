@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ragfactory.tasks.search.decex_history import (
+from ragfactory.tasks.search.decex.history import (
     Step,
     render_final,
     render_step,

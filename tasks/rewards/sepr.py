@@ -46,7 +46,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache
-from ragfactory.tasks.search.plan_format import MAX_STEPS, parse_plan, plan_texts
+from ragfactory.tasks.search.apex.plan_format import MAX_STEPS, parse_plan, plan_texts
 
 _REFERENCE = re.compile(r"#\d+")
 

@@ -13,7 +13,9 @@ from functools import partial
 from ragfactory.progress import progress_bar
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.retrieval.types import Retriever
-from ragfactory.tasks.search import apex, decex, treeps
+from ragfactory.tasks.search.apex import expansion as apex
+from ragfactory.tasks.search.decex import expansion as decex
+from ragfactory.tasks.search.treeps import expansion as treeps
 from ragfactory.tasks.search.tree import QuestionTree, TableRows
 
 Expander = Callable[..., Awaitable[QuestionTree]]

@@ -16,7 +16,7 @@ from ragfactory.tasks.export.apex import executor_sft_examples, planner_grpo_pro
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.retrieval.bm25 import BM25Retriever
 from ragfactory.tasks.rewards.sepr import load_plan_scorer
-from ragfactory.tasks.search.apex import ApexConfig, run_apex_shard
+from ragfactory.tasks.search.apex.expansion import ApexConfig, run_apex_shard
 from ragfactory.warehouse.catalog import query, refresh_catalog
 from ragfactory.warehouse.store import conform
 

@@ -45,10 +45,10 @@ from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, 
 from ragfactory.tasks.prompts.loader import load_grammar
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.rewards.answer import METRICS, normalize_answer
-from ragfactory.tasks.search import decex_history as history
+from ragfactory.tasks.search.decex import history
 from ragfactory.tasks.search.common import Expansion, hit_record, question_fields, search_batch
-from ragfactory.tasks.search.decex_history import Step, close_step
-from ragfactory.tasks.search.decex_rollout import RolloutSpec, run_rollouts
+from ragfactory.tasks.search.decex.history import Step, close_step
+from ragfactory.tasks.search.decex.rollout import RolloutSpec, run_rollouts
 from ragfactory.tasks.search.parsing import (
     Parsed,
     parse_self_answer,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, Request, Sampling
 from ragfactory.tasks.retrieval.types import Hit, Retriever
 from ragfactory.tasks.search.common import sample_n, search_batch
-from ragfactory.tasks.search.decex_history import render_information
+from ragfactory.tasks.search.decex.history import render_information
 from ragfactory.tasks.search.parsing import parse_rollout_turn
 
 ROLLOUT_STOP = ("</search>", "</answer>")

@@ -40,9 +40,9 @@ from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, 
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.rewards.answer import METRICS
 from ragfactory.tasks.rewards.sepr import PlanMatch, PlanScorer, SeprConfig, plan_score_row
-from ragfactory.tasks.search.apex_execute import Execution, ExecSpec, execute_plan
+from ragfactory.tasks.search.apex.execute import Execution, ExecSpec, execute_plan
 from ragfactory.tasks.search.common import question_fields, request_tags, sample_n
-from ragfactory.tasks.search.plan_format import (
+from ragfactory.tasks.search.apex.plan_format import (
     MAX_STEPS,
     PLAN_STOP,
     ParsedPlan,
@@ -52,7 +52,7 @@ from ragfactory.tasks.search.plan_format import (
     plan_grammar,
     planner_prompt,
 )
-from ragfactory.tasks.search.plan_rewrite import references, rewrite_steps, rewrite_steps_with_llm
+from ragfactory.tasks.search.apex.plan_rewrite import references, rewrite_steps, rewrite_steps_with_llm
 from ragfactory.tasks.search.tree import Node, QuestionTree, TableRows
 
 STRATEGY = "apex"

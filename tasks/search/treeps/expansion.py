@@ -40,13 +40,13 @@ from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.rewards.answer import METRICS
 from ragfactory.tasks.search.common import Expansion, hit_record, question_fields, search_batch
 from ragfactory.tasks.search.tree import Node, QuestionTree, Rollout
-from ragfactory.tasks.search.treeps_pruning import (
+from ragfactory.tasks.search.treeps.pruning import (
     LINKAGES,
     PRUNING_MODES,
     random_retain,
     similarity_retain,
 )
-from ragfactory.tasks.search.treeps_steps import (
+from ragfactory.tasks.search.treeps.steps import (
     STEP_STOP,
     check_prompt,
     closed_step,
