@@ -9,7 +9,7 @@ One question, ``run_apex_question``:
    (``plan_rewrite``: templates by default, the LLM as an option) beside their original text.
 2. SEPR (§2.2.1): each parsed planner plan against the gold plan, a ``plan_scores`` row with
    precision, recall, F1, tau and the matched pairs; a malformed plan scores 0.
-3. Execution (§2.4.2-2.4.3, Algorithm 2 in ``apex_execute``): the ``n_execute`` best-scoring
+3. Execution (§2.4.2-2.4.3, Algorithm 2 in ``apex.execute``): the ``n_execute`` best-scoring
    well-formed plans (the first ones when there is no gold plan), and the gold plan when
    ``execute_gold``; when no sampled plan is well formed, the question itself runs as a
    one-step plan under the first plan's node ("falls back to treating Q as a single-step task").

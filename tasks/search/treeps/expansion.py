@@ -1,7 +1,7 @@
 """TreePS-RAG online tree construction (004, §2.1–2.2 and Algorithm 1, Phase 1).
 
 A node is one ReAct step (r_i, a_i, o_i): the model's reasoning and action, and for a search
-the top-K passages it retrieved (``treeps_steps``). The tree grows layer by layer from the
+the top-K passages it retrieved (``treeps.steps``). The tree grows layer by layer from the
 question's prompt, generate-then-prune:
 
 1. Every retained parent of depth d − 1, M(d − 1), samples B_d = ceil(N / |M(d − 1)|)
@@ -13,7 +13,7 @@ question's prompt, generate-then-prune:
    goes on.
 3. Every search child retrieves (one retriever call per question and layer); under each parent
    the search children are pruned to min(N_retain, |C_search|) by clustering their passage sets
-   (``treeps_pruning``) or, for the ablation of Table 2, at random. The kept ones form M(d).
+   (``treeps.pruning``) or, for the ablation of Table 2, at random. The kept ones form M(d).
 4. Search children kept at depth D are leaves too (Algorithm 1, line 24): they end without an
    answer and score 0.
 
