@@ -117,6 +117,10 @@ class PlanScorer:
     def embedder_name(self) -> str:
         return self.cache.name
 
+    def flush(self) -> None:
+        """Write the embeddings computed since the last flush to the cache folder."""
+        self.cache.flush()
+
     def score(self, predicted: Sequence[str], gold: Sequence[str]) -> PlanMatch:
         return self.score_many([(predicted, gold)])[0]
 

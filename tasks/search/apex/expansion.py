@@ -20,21 +20,18 @@ Every plan is a ``plan`` node under the question root (planner plans ``q/p<i>``,
 beneath its plan node ending in an ``answer`` node whose reward is the configured metric.
 The strategy writes no ``rollouts``.
 
-The shard entry of ``tasks/search/shard.py`` expands a question into a ``QuestionTree``; APEX
-also needs the plan scorer and fills ``plans`` and ``plan_scores``, so ``run_apex_shard`` is its
-own shard entry with the same batching (questions in flight together through the batcher).
+``plugin.py`` registers the strategy: the shard runner passes the plan scorer in the shard
+context, and the strategy fills ``plans`` and ``plan_scores`` besides ``nodes``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ragfactory.progress import progress_bar
-from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.llm.seeds import derive_seed
 from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, Request, Sampling
 from ragfactory.tasks.retrieval.types import Retriever
@@ -243,34 +240,3 @@ def _plan_row(plan: _Plan) -> dict[str, Any]:
         "is_format_error": plan.parsed.error is not None, "format_error": plan.parsed.error,
         "llm_call_id": plan.llm_call_id,
     }
-
-
-async def run_apex_shard(
-    questions: Sequence[Mapping],
-    batcher: Batcher,
-    retriever: Retriever,
-    scorer: PlanScorer | None,
-    config: ApexConfig,
-    run_id: str,
-    run_seed: int,
-    max_in_flight: int,
-) -> ApexResult:
-    """Every question of a shard through the batcher; rows sorted by question (nodes by path).
-
-    The scorer's new embeddings are flushed to its cache folder at the end.
-    """
-    with progress_bar() as bar:
-        task = bar.add_task(f"{STRATEGY}: questions planned and executed", total=len(questions))
-
-        async def job(question: Mapping) -> ApexResult:
-            result = await run_apex_question(question, batcher, retriever, scorer, config, run_id, run_seed)
-            bar.advance(task)
-            return result
-
-        results = await batcher.run_all([partial(job, q) for q in questions], max_in_flight)
-    merged = ApexResult()
-    for result in sorted(results, key=lambda r: r.nodes[0]["question_id"]):
-        merged.extend(result)
-    if scorer is not None:
-        scorer.cache.flush()
-    return merged
