@@ -28,7 +28,7 @@ from ragfactory.tasks.export.sft import SftConfig
 from ragfactory.tasks.export.step_labels import StepLabelConfig
 from ragfactory.tasks.export.trajectories import TrajectoryConfig
 from ragfactory.tasks.search.apex.expansion import ApexConfig
-from ragfactory.tasks.search.decex.expansion import DecExConfig
+from ragfactory.tasks.search.decex.config import DecExConfig
 from ragfactory.tasks.search.treeps.expansion import TreePSConfig
 
 DatasetFormat = Literal["hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "flashrag"]

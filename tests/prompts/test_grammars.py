@@ -24,7 +24,7 @@ from ragfactory.tasks.prompts.loader import grammar_names, load_grammar
 from ragfactory.tasks.search import parsing
 from ragfactory.tasks.search.apex.expansion import ApexConfig
 from ragfactory.tasks.search.apex.execute import parse_decision
-from ragfactory.tasks.search.decex.expansion import DecExConfig
+from ragfactory.tasks.search.decex.config import DecExConfig
 from ragfactory.tasks.search.parsing import find_tag
 from ragfactory.tasks.search.apex.plan_format import parse_plan
 from ragfactory.tasks.search.treeps.expansion import TreePSConfig

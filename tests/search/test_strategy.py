@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragfactory.tasks.search.decex.expansion import DecExConfig
+from ragfactory.tasks.search.decex.config import DecExConfig
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.strategy import Exporter, Registry, Strategy
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from ragfactory.tasks.export.dpo import preference_pairs
 from ragfactory.tasks.export.sft import sft_examples
-from ragfactory.tasks.search.decex.expansion import STRATEGY, STRATEGY_NO_PRUNING, DecExConfig, expand_question
+from ragfactory.tasks.search.decex.config import STRATEGY, STRATEGY_NO_PRUNING, DecExConfig
+from ragfactory.tasks.search.decex.expansion import expand_question
 from ragfactory.tasks.search.strategy import ExportInputs, Exporter, Rows, ShardContext, Strategy
 from ragfactory.tasks.search.tree import TableRows
 
