@@ -30,7 +30,7 @@ from common import report  # noqa: E402
 from ragfactory.tasks.llm.batcher import Batcher  # noqa: E402
 from ragfactory.tasks.llm.types import Completion, Request  # noqa: E402
 from ragfactory.tasks.retrieval.types import Hit  # noqa: E402
-from ragfactory.tasks.search.decex import DecExConfig, expand_question  # noqa: E402
+from ragfactory.tasks.search.decex.expansion import DecExConfig, expand_question  # noqa: E402
 
 CONFIG = DecExConfig(k=3, n_rollouts=4, t_max=4, top_k=3, termination_samples=3, rollout_max_turns=4)
 PAPER_TIME_S = {"pruned": 134.9, "no_pruning": 743.2}  # Table 2, average extension time

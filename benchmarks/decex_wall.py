@@ -29,7 +29,7 @@ from ragfactory.tasks.data.loaders import load_bundled  # noqa: E402
 from ragfactory.tasks.llm.cache import CallCache  # noqa: E402
 from ragfactory.tasks.llm.engine import make_batcher  # noqa: E402
 from ragfactory.tasks.retrieval.bm25 import BM25Retriever  # noqa: E402
-from ragfactory.tasks.search.decex import expand_question  # noqa: E402
+from ragfactory.tasks.search.decex.expansion import expand_question  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -29,11 +29,11 @@ from ragfactory.tasks.llm.transformers_backend import TransformersBackend, Trans
 from ragfactory.tasks.llm.types import Message, Request, Sampling  # noqa: E402
 from ragfactory.tasks.prompts.loader import load_grammar, render_prompt  # noqa: E402
 from ragfactory.tasks.retrieval.types import Hit  # noqa: E402
-from ragfactory.tasks.search import decex_history as history  # noqa: E402
+from ragfactory.tasks.search.decex import history  # noqa: E402
 from ragfactory.tasks.search import parsing  # noqa: E402
-from ragfactory.tasks.search.apex_execute import parse_decision  # noqa: E402
-from ragfactory.tasks.search.plan_format import parse_plan, planner_prompt  # noqa: E402
-from ragfactory.tasks.search.treeps_steps import initial_prompt, parse_step  # noqa: E402
+from ragfactory.tasks.search.apex.execute import parse_decision  # noqa: E402
+from ragfactory.tasks.search.apex.plan_format import parse_plan, planner_prompt  # noqa: E402
+from ragfactory.tasks.search.treeps.steps import initial_prompt, parse_step  # noqa: E402
 from ragfactory.warehouse.store import Warehouse  # noqa: E402
 
 QUESTIONS = 8

@@ -39,7 +39,7 @@ from common import report  # noqa: E402
 from ragfactory.tasks.llm.batcher import Batcher  # noqa: E402
 from ragfactory.tasks.llm.types import Completion, Request  # noqa: E402
 from ragfactory.tasks.retrieval.types import Hit  # noqa: E402
-from ragfactory.tasks.search.treeps import TreePSConfig, expand_question  # noqa: E402
+from ragfactory.tasks.search.treeps.expansion import TreePSConfig, expand_question  # noqa: E402
 
 POLICIES = {"answers early": (0.25, 0.4, 0.55, 0.7), "searches to D": (0.0, 0.0, 0.0, 0.0)}
 MALFORMED_P = 0.03

@@ -31,6 +31,7 @@ from ragfactory.tasks.ingest import backfill_question_partitions, ingest_corpus,
 from ragfactory.tasks.preflight import apply_network_policy, check_build
 from ragfactory.tasks.report import publish_build_report
 from ragfactory.tasks.retry import failure_reason
+from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.shard import shard_name
 from ragfactory.tasks.training.registry import resolve_model
 from ragfactory.tasks.training_data import write_training_data
@@ -119,7 +120,8 @@ def _bounded(submit, jobs: list, limit: int, poll_s: float = 0.2) -> list[tuple[
 
 def tree_strategy(config: BuildConfig, strategy: str) -> str:
     """The ``nodes.strategy`` a configured strategy writes (DecEx without pruning writes its own)."""
-    return getattr(getattr(config.search, strategy, None), "strategy", strategy)
+    plugin = STRATEGIES.get(strategy)
+    return plugin.tree_name(plugin.settings(config.search))
 
 
 def with_policy_model(config: BuildConfig, wh: Warehouse, policy_model: str | None) -> BuildConfig:

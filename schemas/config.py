@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ragfactory.schemas.errors import PermanentError
 from ragfactory.tasks.data.jsonl import MAX_PASSAGE_CHARS
@@ -27,9 +27,9 @@ from ragfactory.tasks.export.dpo import DpoConfig
 from ragfactory.tasks.export.sft import SftConfig
 from ragfactory.tasks.export.step_labels import StepLabelConfig
 from ragfactory.tasks.export.trajectories import TrajectoryConfig
-from ragfactory.tasks.search.apex import ApexConfig
-from ragfactory.tasks.search.decex import DecExConfig
-from ragfactory.tasks.search.treeps import TreePSConfig
+from ragfactory.tasks.search.apex.expansion import ApexConfig
+from ragfactory.tasks.search.decex.config import DecExConfig
+from ragfactory.tasks.search.treeps.expansion import TreePSConfig
 
 DatasetFormat = Literal["hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "flashrag"]
 Partition = Literal["train", "valid", "test"]
@@ -218,8 +218,9 @@ class LLMConfig(Section):
 class SearchConfig(Section):
     """Which strategies expand which questions, and how questions are sharded."""
 
-    strategies: list[Literal["decex", "treeps", "apex"]] = Field(
-        default_factory=list, description="Search strategies to run; none: ingest and index only"
+    strategies: list[str] = Field(
+        default_factory=list, description="Search strategies to run, by registered name (decex, treeps, "
+        "apex; tasks/search/registry.py); none: ingest and index only",
     )
     datasets: list[str] | None = Field(
         None, description="Datasets whose questions are expanded; default: every dataset built"
@@ -253,6 +254,17 @@ class SearchConfig(Section):
     apex: ApexConfig = Field(
         default_factory=ApexConfig, description="APEX-Searcher planning, SEPR and execution"
     )
+
+    @field_validator("strategies")
+    @classmethod
+    def _registered(cls, names: list[str]) -> list[str]:
+        from ragfactory.tasks.search.registry import STRATEGIES  # the registry imports the exporters
+
+        known = STRATEGIES.names()
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ValueError(f"search.strategies: unknown {unknown}; registered strategies: {known}")
+        return names
 
     @model_validator(mode="after")
     def _listed_strategies_run(self) -> SearchConfig:

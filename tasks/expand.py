@@ -23,7 +23,7 @@ from ragfactory.tasks.index import open_retriever
 from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.engine import make_batcher
 from ragfactory.tasks.retry import retry_unless_permanent
-from ragfactory.tasks.rewards.sepr import load_plan_scorer
+from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.shard import expand_shard, split_shards
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.integrity import is_intact
@@ -139,13 +139,15 @@ def expand_trees(
     root: str, run_id: str, config: BuildConfig, strategy: str, shard: str,
     question_ids: list[str], sources: list[str],
 ) -> dict:
-    """Expand one shard of questions and write its nodes, rollouts and llm_calls shards."""
+    """Expand one shard of questions with the registered ``strategy`` and write its shard of every
+    table the strategy fills (nodes, rollouts, plans, plan_scores) and of llm_calls."""
     wh = Warehouse(root)
     retriever = open_retriever(wh, sources, config.retrieval)
     cache = CallCache.from_warehouse(wh, run_id)
     batcher = make_batcher(config.llm, cache, wh.artifacts_dir("models"))
-    settings = getattr(config.search, strategy)
-    scorer = load_plan_scorer(settings.sepr, wh.artifacts_dir("embeddings")) if strategy == "apex" else None
+    plugin = STRATEGIES.get(strategy)
+    settings = plugin.settings(config.search)
+    scorer = plugin.open_scorer(settings, wh.artifacts_dir("embeddings")) if plugin.open_scorer else None
     rows = asyncio.run(expand_shard(
         strategy, read_questions(wh, question_ids), batcher, retriever, settings,
         run_id, config.seed, config.llm.max_in_flight, scorer,

@@ -23,6 +23,7 @@ from ragfactory.schemas.config import BuildConfig, DatasetConfig, EvalConfig, LL
 from ragfactory.schemas.errors import PermanentError
 from ragfactory.tasks.data.loaders import bundled_names
 from ragfactory.tasks.llm.embedded import is_embedded
+from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.training.registry import LATEST, find_model, latest_model
 from ragfactory.warehouse.store import Warehouse
 
@@ -69,8 +70,10 @@ def check_build(config: BuildConfig, wh: Warehouse, policy_model: str | None = N
         encoders["retrieval.dense.model"] = config.retrieval.dense.model
     if config.export.decontamination.embedding and config.search.strategies:
         encoders["export.decontamination.embedder"] = config.export.decontamination.embedder
-    if "apex" in config.search.strategies:
-        encoders["search.apex.sepr.model"] = config.search.apex.sepr.model
+    for name in config.search.strategies:
+        plugin = STRATEGIES.get(name)
+        for field, model in plugin.encoders(plugin.settings(config.search)).items():
+            encoders[f"search.{name}.{field}"] = model
     problems += [p for field, name in encoders.items()
                  if (p := encoder_problem(field, name, config.allow_downloads))]
     _raise(problems)

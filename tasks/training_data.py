@@ -1,10 +1,11 @@
 """Prefect task for the export stage: a run's search trees -> training-data tables.
 
-Which tables a strategy feeds is in ``tasks/export/tables.py`` (DecEx: SFT examples and DPO
-pairs; TreePS: trajectories, GRPO and verl prompts, step labels). One shard per (run, strategy),
-named after the strategy, so re-exporting replaces it exactly. The rows keep the node ids they
-came from and read with ``datasets.load_dataset("parquet", ...)``; TreePS also writes a
-standalone verl parquet under ``artifacts/verl/<run>/`` that verl reads without our columns.
+Which tables a strategy's trees feed, and which tables those exporters read, the strategy
+declares (its ``exporters`` in the registry, ``tasks/search/registry.py``). One shard per (run,
+tree strategy), named after it, so re-exporting replaces it exactly. The rows keep the node ids
+they came from and read with ``datasets.load_dataset("parquet", ...)``; a ``verl_prompts`` table
+is also written as a standalone verl parquet under ``artifacts/verl/<run>/`` that verl reads
+without our columns.
 
 Every table is decontaminated before it is written (``tasks/export/contamination.py``): its rows'
 questions are checked against the warehouse's held-out questions (``valid`` and ``test`` of every
@@ -21,13 +22,13 @@ from ragfactory.schemas.config import DecontaminationConfig, ExportConfig, LLMCo
 from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.data.loaders import load_questions
 from ragfactory.tasks.export.contamination import EvalSet, contaminated_rows, screen_questions
-from ragfactory.tasks.export.tables import export_tables
 from ragfactory.tasks.export.verl import write_verl_parquet
 from ragfactory.tasks.ingest import dataset_file
 from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.engine import make_batcher
 from ragfactory.tasks.retrieval.dense import LazyEmbedder
 from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache
+from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from ragfactory.tasks.retry import retry_unless_permanent
@@ -50,6 +51,20 @@ from questions
 where list_contains($partitions, partition)
 order by question_id
 """
+
+
+def export_inputs(wh: Warehouse, run_id: str, strategy: str, tables: tuple[str, ...]) -> dict[str, list[dict]]:
+    """The run's rows of ``tables`` an export reads: ``nodes`` of the tree strategy (by question
+    and path), the ``questions`` those nodes answer (always: decontamination reads them), and any
+    other table whole for the run."""
+    params = {"run_id": run_id, "strategy": strategy}
+    inputs = {"questions": query(wh, QUESTIONS_SQL, params).to_pylist()}
+    for table in tables:
+        if table == "nodes":
+            inputs[table] = query(wh, TREE_SQL, params).to_pylist()
+        elif table != "questions":
+            inputs[table] = wh.read(table, run_id=run_id).to_pylist()
+    return inputs
 
 
 def eval_set(wh: Warehouse, config: DecontaminationConfig) -> EvalSet:
@@ -92,17 +107,13 @@ def decontaminate(wh: Warehouse, run_id: str, strategy: str, tables: dict[str, l
       task_run_name="export-{strategy}")
 def write_training_data(root: str, run_id: str, strategy: str, config: ExportConfig, run_seed: int = 0,
                         llm: LLMConfig | None = None) -> dict:
-    """Write the run's decontaminated training-data shards for one strategy; returns rows per
-    table and the contaminated rows found."""
+    """Write the run's decontaminated training-data shards for one tree strategy (``nodes.strategy``)
+    with the exporters its registered strategy declares; returns rows per table and the
+    contaminated rows found."""
     wh = Warehouse(root)
-    params = {"run_id": run_id, "strategy": strategy}
-    inputs = {
-        "nodes": query(wh, TREE_SQL, params).to_pylist(),
-        "questions": query(wh, QUESTIONS_SQL, params).to_pylist(),
-        "plans": wh.read("plans", run_id=run_id).to_pylist() if strategy == "apex" else [],
-        "plan_scores": wh.read("plan_scores", run_id=run_id).to_pylist() if strategy == "apex" else [],
-    }
-    tables = export_tables(strategy, inputs, config, run_seed)
+    plugin = STRATEGIES.by_tree_name(strategy)
+    inputs = export_inputs(wh, run_id, strategy, plugin.reads)
+    tables = plugin.export(inputs, config, run_seed)
     tables, contaminated = decontaminate(wh, run_id, strategy, tables, inputs["questions"],
                                          config.decontamination, llm)
     wh.write("contamination", contaminated, strategy, partition={"run_id": run_id})

@@ -18,7 +18,7 @@ from ragfactory.tasks.llm.seeds import derive_seed
 from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, Request, Sampling
 from ragfactory.tasks.prompts.loader import load_grammar
 from ragfactory.tasks.retrieval.types import Hit, Retriever
-from ragfactory.tasks.search.decex_rollout import search_batch
+from ragfactory.tasks.search.common import sample_n, search_batch
 
 
 @dataclass(frozen=True)
@@ -115,10 +115,7 @@ async def ask(
     )
     messages = (Message("system", system), Message("user", user))
     tags = (("question_id", question_id), ("path", path))
-    completions = await generator.generate(Request(messages, sampling, "policy", tags))
-    if len(completions) != 1:
-        raise ValueError(f"generator returned {len(completions)} completions for n=1 at {path}")
-    return completions[0]
+    return (await sample_n(generator, Request(messages, sampling, "policy", tags)))[0]
 
 
 async def retrieve(retriever: Retriever, query: str, k: int) -> list[Hit]:

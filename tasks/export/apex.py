@@ -27,9 +27,9 @@ from typing import Any
 
 from ragfactory.tasks.export.sft import question_text, question_texts
 from ragfactory.tasks.rewards.answer import METRICS
-from ragfactory.tasks.search.apex import STRATEGY
-from ragfactory.tasks.search.apex_execute import CALLS, replay
-from ragfactory.tasks.search.plan_format import MAX_STEPS, planner_prompt
+from ragfactory.tasks.search.apex.expansion import STRATEGY
+from ragfactory.tasks.search.apex.execute import CALLS, replay
+from ragfactory.tasks.search.apex.plan_format import MAX_STEPS, planner_prompt
 from ragfactory.tasks.search.tree import RowTree, group_trees, path_key, stable_id
 
 EXECUTOR_CALLS = tuple(CALLS)

@@ -10,7 +10,7 @@ options of a decision are kept, and their best branches make a ``decision`` pair
 
 Eq. 2 conditions on the question x and the previous steps y_<t: the prompt is the rollout prompt
 (Table 8) with the state's steps as history, and chosen / rejected are the next step in the
-rendering SFT trains on (``decex_history``). Only valued branches pair (format errors and
+rendering SFT trains on (``decex.history``). Only valued branches pair (format errors and
 duplicates carry no value); the kept branch must beat its sibling by ``min_gap``, and pairs
 whose two texts are identical are dropped. Rows are TRL conversational
 ``prompt`` / ``chosen`` / ``rejected`` for ``preference_pairs``.
@@ -24,7 +24,7 @@ from itertools import combinations
 from typing import Any
 
 from ragfactory.tasks.export.sft import STATE_KINDS, question_text, question_texts
-from ragfactory.tasks.search.decex_history import (
+from ragfactory.tasks.search.decex.history import (
     Step,
     close_step,
     render_final,

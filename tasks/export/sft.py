@@ -4,7 +4,7 @@ From each question's best root-to-leaf chain, one example per retrieval step: th
 question and the steps up to that retrieval's documents, {Q, (q_1, r_1), …, (q_x, e_x, d_x)};
 the output is the steps after it up to and including the next sub-query, or the final answer.
 The input is the rollout prompt (Table 8) with those steps as its history, the output the same
-step rendering (``decex_history``), so the model learns to write what the prompts read. Rows
+step rendering (``decex.history``), so the model learns to write what the prompts read. Rows
 are TRL conversational ``messages`` (a user turn, an assistant turn) for ``sft_examples``.
 
 The best chain follows kept (``is_selected``) nodes from the root to a kept ``answer``; a chain
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ragfactory.tasks.search.decex_history import (
+from ragfactory.tasks.search.decex.history import (
     Step,
     render_final,
     render_step,

@@ -17,7 +17,7 @@ from typing import Any
 
 from ragfactory.tasks.export.trajectories import tree_paths, tree_prompt
 from ragfactory.tasks.search.tree import group_trees, stable_id
-from ragfactory.tasks.search.treeps_steps import information
+from ragfactory.tasks.search.treeps.steps import information
 
 
 @dataclass(frozen=True)

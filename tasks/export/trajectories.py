@@ -26,7 +26,7 @@ import numpy as np
 from ragfactory.tasks.llm.seeds import derive_seed
 from ragfactory.tasks.llm.types import Message
 from ragfactory.tasks.search.tree import RowTree, group_trees, path_key, stable_id
-from ragfactory.tasks.search.treeps_steps import initial_prompt, render_response, step_turns
+from ragfactory.tasks.search.treeps.steps import initial_prompt, render_response, step_turns
 
 STEP_KINDS = ("sub_query", "answer")
 SAMPLE_PATH = "trajectories"  # the seed path of a question's draw of N trajectories

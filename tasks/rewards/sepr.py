@@ -46,7 +46,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache
-from ragfactory.tasks.search.plan_format import MAX_STEPS, parse_plan, plan_texts
+from ragfactory.tasks.search.apex.plan_format import MAX_STEPS, parse_plan, plan_texts
 
 _REFERENCE = re.compile(r"#\d+")
 
@@ -116,6 +116,10 @@ class PlanScorer:
     @property
     def embedder_name(self) -> str:
         return self.cache.name
+
+    def flush(self) -> None:
+        """Write the embeddings computed since the last flush to the cache folder."""
+        self.cache.flush()
 
     def score(self, predicted: Sequence[str], gold: Sequence[str]) -> PlanMatch:
         return self.score_many([(predicted, gold)])[0]

@@ -2,26 +2,23 @@
 
 Questions run concurrently (``max_in_flight`` at a time) through the batcher, so the engine
 sees the pending requests of every in-flight question as one batch (DESIGN.md "Core contracts").
-The rows come back ordered by question and path, so a rerun writes byte-identical shards.
+The strategy is looked up in the registry (``tasks/search/registry.py``) and expands each
+question in one ``ShardContext``; the rows come back ordered by question (each question's rows in
+the order its strategy made them: nodes by path), so a rerun writes byte-identical shards.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
+from typing import Any
 
 from ragfactory.progress import progress_bar
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.retrieval.types import Retriever
-from ragfactory.tasks.search import apex, decex, treeps
-from ragfactory.tasks.search.tree import QuestionTree, TableRows
-
-Expander = Callable[..., Awaitable[QuestionTree]]
-STRATEGIES: dict[str, Expander] = {
-    "decex": decex.expand_question,
-    "treeps": treeps.expand_question,
-}
-
+from ragfactory.tasks.search.registry import STRATEGIES
+from ragfactory.tasks.search.strategy import ShardContext
+from ragfactory.tasks.search.tree import TableRows
 
 ShardRows = TableRows
 
@@ -46,33 +43,26 @@ async def expand_shard(
     run_id: str,
     run_seed: int,
     max_in_flight: int,
-    scorer: object = None,
+    scorer: Any = None,
 ) -> ShardRows:
-    """Expand every question of the shard; rows sorted by (question, path).
+    """Expand every question of the shard with the registered ``strategy``; rows sorted by question.
 
-    APEX plans, scores plans with ``scorer`` (SEPR) and executes them, filling plans too.
+    ``scorer`` is what the strategy's ``open_scorer`` built (None: none); it is flushed at the end.
     """
-    if strategy == apex.STRATEGY:
-        result = await apex.run_apex_shard(
-            questions, batcher, retriever, scorer, config, run_id, run_seed, max_in_flight
-        )
-        return result
-    try:
-        expand = STRATEGIES[strategy]
-    except KeyError:
-        known = sorted([*STRATEGIES, apex.STRATEGY])
-        raise ValueError(f"unknown strategy {strategy!r}; known: {known}") from None
+    plugin = STRATEGIES.get(strategy)
+    context = ShardContext(batcher, retriever, run_id, run_seed, scorer)
     with progress_bar() as bar:
         task = bar.add_task(f"{strategy}: questions expanded", total=len(questions))
 
-        async def job(question: Mapping) -> QuestionTree:
-            tree = await expand(question, batcher, retriever, config, run_id, run_seed)
+        async def job(question: Mapping) -> tuple[str, TableRows]:
+            rows = await plugin.expand(question, context, config)
             bar.advance(task)
-            return tree
+            return str(question.get("question_id")), rows
 
-        trees = await batcher.run_all([partial(job, q) for q in questions], max_in_flight)
-    rows = ShardRows()
-    for tree in sorted(trees, key=lambda t: t.question_id):
-        rows.nodes.extend(tree.node_rows())
-        rows.rollouts.extend(tree.rollout_rows())
-    return rows
+        results = await batcher.run_all([partial(job, q) for q in questions], max_in_flight)
+    merged = ShardRows()
+    for _, rows in sorted(results, key=lambda result: result[0]):
+        merged.extend(rows)
+    if hasattr(scorer, "flush"):
+        scorer.flush()
+    return merged

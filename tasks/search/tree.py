@@ -180,6 +180,10 @@ class QuestionTree:
         """Rows in path order: concurrent expansion creates nodes in a varying order."""
         return [n.row() for n in sorted(self.nodes, key=lambda n: path_key(n.path))]
 
+    def table_rows(self) -> TableRows:
+        """The tree as the rows of the ``nodes`` and ``rollouts`` tables."""
+        return TableRows(nodes=self.node_rows(), rollouts=self.rollout_rows())
+
     def rollout_rows(self) -> list[dict[str, Any]]:
         """Rows in the path order of their leaves (a rollout's id is its leaf's node id)."""
         def leaf_path(rollout: Rollout) -> tuple:

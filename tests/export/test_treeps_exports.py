@@ -18,7 +18,7 @@ from ragfactory.tasks.export.step_labels import StepLabelConfig, step_label_rows
 from ragfactory.tasks.export.trajectories import SAMPLE_PATH, TrajectoryConfig, trajectory_rows
 from ragfactory.tasks.export.verl import verl_rows, write_verl_parquet
 from ragfactory.tasks.llm.seeds import derive_seed
-from ragfactory.tasks.search.treeps_steps import initial_prompt
+from ragfactory.tasks.search.treeps.steps import initial_prompt
 from tests.search.jaws_scenario import expand as expand_jaws
 from tests.search.treeps_scenario import QUESTIONS, build, mixed
 

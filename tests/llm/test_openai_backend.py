@@ -420,7 +420,7 @@ def test_serves_the_embedded_model_held_to_a_grammar(embedded_model):
     """The served model honours structured_outputs: the same text as the backend run directly."""
     from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
     from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
-    from ragfactory.tasks.search.treeps_steps import parse_step
+    from ragfactory.tasks.search.treeps.steps import parse_step
 
     grammar = load_grammar("treeps_step", 96)
     prompt = render_prompt("treeps_step", question="Who directed Jaws?")

@@ -145,7 +145,7 @@ def test_a_grammar_holds_every_sample_and_keeps_rows_independent(smollm):
     closing tag, within the grammar's bound; a constrained row samples the same text beside a
     free row as alone; and the same request without its grammar is free text again."""
     from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
-    from ragfactory.tasks.search.treeps_steps import parse_step
+    from ragfactory.tasks.search.treeps.steps import parse_step
 
     grammar = load_grammar("treeps_step", 96)
     prompt = render_prompt("treeps_step", question="Were Scott Derrickson and Ed Wood of the same nationality?")

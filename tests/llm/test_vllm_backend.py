@@ -20,8 +20,8 @@ import pytest
 from ragfactory.tasks.llm.types import Backend, Grammar, Request
 from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
 from ragfactory.tasks.search.parsing import parse_termination
-from ragfactory.tasks.search.plan_format import parse_plan
-from ragfactory.tasks.search.treeps_steps import parse_step
+from ragfactory.tasks.search.apex.plan_format import parse_plan
+from ragfactory.tasks.search.treeps.steps import parse_step
 from ragfactory.tasks.llm.vllm_backend import (
     VLLMBackend,
     VLLMConfig,

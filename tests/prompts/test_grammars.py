@@ -22,13 +22,13 @@ from ragfactory.tasks.eval.baselines import free_answer
 from ragfactory.tasks.llm.structured import GrammarMasks, accepts, check_grammar
 from ragfactory.tasks.prompts.loader import grammar_names, load_grammar
 from ragfactory.tasks.search import parsing
-from ragfactory.tasks.search.apex import ApexConfig
-from ragfactory.tasks.search.apex_execute import parse_decision
-from ragfactory.tasks.search.decex import DecExConfig
+from ragfactory.tasks.search.apex.expansion import ApexConfig
+from ragfactory.tasks.search.apex.execute import parse_decision
+from ragfactory.tasks.search.decex.config import DecExConfig
 from ragfactory.tasks.search.parsing import find_tag
-from ragfactory.tasks.search.plan_format import parse_plan
-from ragfactory.tasks.search.treeps import TreePSConfig
-from ragfactory.tasks.search.treeps_steps import parse_step
+from ragfactory.tasks.search.apex.plan_format import parse_plan
+from ragfactory.tasks.search.treeps.expansion import TreePSConfig
+from ragfactory.tasks.search.treeps.steps import parse_step
 
 
 def _required(tag: str):

@@ -15,7 +15,7 @@ import pytest
 
 from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.tasks.rewards.sepr import SeprConfig, load_plan_scorer
-from ragfactory.tasks.search.plan_rewrite import rewrite_steps
+from ragfactory.tasks.search.apex.plan_rewrite import rewrite_steps
 
 PARAPHRASES = {
     "2hop__327688_56873": [

@@ -17,7 +17,7 @@ from ragfactory.tasks.llm.types import Request
 from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache
 from ragfactory.tasks.rewards.sepr import PlanScorer
-from ragfactory.tasks.search.apex import ApexConfig, run_apex_question
+from ragfactory.tasks.search.apex.expansion import ApexConfig, run_apex_question
 from tests.fakes import FixedRetriever, ScriptedBackend, TableEmbedder
 
 QUESTION = {

@@ -11,7 +11,7 @@ import asyncio
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.llm.types import Request
 from ragfactory.tasks.retrieval.types import Hit
-from ragfactory.tasks.search.decex import DecExConfig, expand_question
+from ragfactory.tasks.search.decex.expansion import DecExConfig, expand_question
 from tests.fakes import FixedRetriever, ScriptedBackend
 
 QUESTION = {"question_id": "jaws", "question": "Who is the mother of the director of Jaws?",

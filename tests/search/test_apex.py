@@ -22,7 +22,7 @@ import json
 
 import pytest
 
-from ragfactory.tasks.search.apex import ApexConfig
+from ragfactory.tasks.search.apex.expansion import ApexConfig
 from ragfactory.warehouse.store import conform
 from tests.search.apex_scenario import CONFIG, QUESTION, apex_reply, run
 

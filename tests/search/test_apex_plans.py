@@ -8,10 +8,10 @@ import json
 import pytest
 
 from ragfactory.tasks.data.loaders import load_bundled
-from ragfactory.tasks.search import apex_execute, plan_format, plan_rewrite
-from ragfactory.tasks.search.apex_execute import confidence, parse_decision, resolve_references
-from ragfactory.tasks.search.plan_format import gold_plan_texts, parse_plan
-from ragfactory.tasks.search.plan_rewrite import accept_llm_rewrite, references, rewrite_step
+from ragfactory.tasks.search.apex import execute as apex_execute, plan_format, plan_rewrite
+from ragfactory.tasks.search.apex.execute import confidence, parse_decision, resolve_references
+from ragfactory.tasks.search.apex.plan_format import gold_plan_texts, parse_plan
+from ragfactory.tasks.search.apex.plan_rewrite import accept_llm_rewrite, references, rewrite_step
 from tests.prompts.templates import checked_template
 
 

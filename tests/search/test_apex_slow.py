@@ -16,7 +16,8 @@ from ragfactory.tasks.export.apex import executor_sft_examples, planner_grpo_pro
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.retrieval.bm25 import BM25Retriever
 from ragfactory.tasks.rewards.sepr import load_plan_scorer
-from ragfactory.tasks.search.apex import ApexConfig, run_apex_shard
+from ragfactory.tasks.search.apex.expansion import ApexConfig
+from ragfactory.tasks.search.shard import expand_shard
 from ragfactory.warehouse.catalog import query, refresh_catalog
 from ragfactory.warehouse.store import conform
 
@@ -37,7 +38,7 @@ def built(embedded_model, tmp_path_factory):
     retriever = BM25Retriever.build(conform("passages", data.passages))
     scorer = load_plan_scorer(CONFIG.sepr, wh.artifacts_dir("embeddings"), device="cpu")
     batcher = Batcher(TransformersBackend(embedded_model, TransformersSettings(device="cpu")))
-    result = asyncio.run(run_apex_shard(data.questions, batcher, retriever, scorer, CONFIG, "slow-run", 3, 2))
+    result = asyncio.run(expand_shard("apex", data.questions, batcher, retriever, CONFIG, "slow-run", 3, 2, scorer))
     for table in ("plans", "plan_scores", "nodes"):
         wh.write(table, getattr(result, table), "apex-0000")
     return data, wh, result

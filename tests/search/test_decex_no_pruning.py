@@ -21,7 +21,7 @@ from ragfactory.tasks.export.sft import SftConfig, sft_examples
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.llm.types import Request
 from ragfactory.tasks.retrieval.types import Hit
-from ragfactory.tasks.search.decex import DecExConfig, expand_question
+from ragfactory.tasks.search.decex.expansion import DecExConfig, expand_question
 from tests.fakes import FixedRetriever, ScriptedBackend
 
 QUESTION = {"question_id": "q1", "question": "What is the capital of France?", "golden_answers": ["Paris"]}

@@ -9,7 +9,7 @@ import pytest
 
 from ragfactory.tasks.llm.types import Completion, Request
 from ragfactory.tasks.retrieval.types import Hit
-from ragfactory.tasks.search.decex_rollout import RolloutSpec, run_rollouts
+from ragfactory.tasks.search.decex.rollout import RolloutSpec, run_rollouts
 from tests.fakes import FixedRetriever
 
 SPEC = RolloutSpec(n=3, max_turns=3, top_k=2, temperature=0.7, max_tokens=64, role="policy")

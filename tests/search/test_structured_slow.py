@@ -18,10 +18,10 @@ import pytest
 from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.retrieval.bm25 import BM25Retriever
-from ragfactory.tasks.search.apex import ApexConfig
-from ragfactory.tasks.search.decex import DecExConfig
+from ragfactory.tasks.search.apex.expansion import ApexConfig
+from ragfactory.tasks.search.decex.config import DecExConfig
 from ragfactory.tasks.search.shard import expand_shard
-from ragfactory.tasks.search.treeps import TreePSConfig
+from ragfactory.tasks.search.treeps.expansion import TreePSConfig
 from ragfactory.warehouse.store import conform
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from ragfactory.schemas.tables import table_spec
-from ragfactory.tasks.search.decex import DecExConfig
+from ragfactory.tasks.search.decex.config import DecExConfig
 from ragfactory.tasks.search.tree import QuestionTree, RowTree, group_trees, node_id, path_key
 from tests.search.jaws_scenario import expand
 

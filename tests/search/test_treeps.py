@@ -15,8 +15,8 @@ from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.llm.seeds import derive_seed
 from ragfactory.tasks.search.shard import expand_shard
-from ragfactory.tasks.search.treeps import TreePSConfig
-from ragfactory.tasks.search.treeps_steps import STEP_STOP
+from ragfactory.tasks.search.treeps.expansion import TreePSConfig
+from ragfactory.tasks.search.treeps.steps import STEP_STOP
 from ragfactory.tasks.valuation.node_values import estimate_node_values
 from tests.fakes import FunctionRetriever, ScriptedBackend
 from tests.search.treeps_scenario import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragfactory.tasks.search.treeps_pruning import (
+from ragfactory.tasks.search.treeps.pruning import (
     cluster_labels,
     jaccard_distances,
     random_retain,

@@ -6,7 +6,7 @@ import pytest
 
 from ragfactory.tasks.llm.types import Message
 from ragfactory.tasks.prompts.loader import load_prompt, prompt_fields
-from ragfactory.tasks.search.treeps_steps import (
+from ragfactory.tasks.search.treeps.steps import (
     closed_step,
     information,
     initial_prompt,

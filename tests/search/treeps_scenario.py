@@ -11,7 +11,7 @@ import asyncio
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.llm.types import Request
 from ragfactory.tasks.retrieval.types import Hit
-from ragfactory.tasks.search.treeps import TreePSConfig, expand_question
+from ragfactory.tasks.search.treeps.expansion import TreePSConfig, expand_question
 from tests.fakes import FunctionRetriever, ScriptedBackend
 
 QUESTIONS = [

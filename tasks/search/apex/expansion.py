@@ -9,7 +9,7 @@ One question, ``run_apex_question``:
    (``plan_rewrite``: templates by default, the LLM as an option) beside their original text.
 2. SEPR (§2.2.1): each parsed planner plan against the gold plan, a ``plan_scores`` row with
    precision, recall, F1, tau and the matched pairs; a malformed plan scores 0.
-3. Execution (§2.4.2-2.4.3, Algorithm 2 in ``apex_execute``): the ``n_execute`` best-scoring
+3. Execution (§2.4.2-2.4.3, Algorithm 2 in ``apex.execute``): the ``n_execute`` best-scoring
    well-formed plans (the first ones when there is no gold plan), and the gold plan when
    ``execute_gold``; when no sampled plan is well formed, the question itself runs as a
    one-step plan under the first plan's node ("falls back to treating Q as a single-step task").
@@ -20,29 +20,26 @@ Every plan is a ``plan`` node under the question root (planner plans ``q/p<i>``,
 beneath its plan node ending in an ``answer`` node whose reward is the configured metric.
 The strategy writes no ``rollouts``.
 
-The shard entry of ``tasks/search/shard.py`` expands a question into a ``QuestionTree``; APEX
-also needs the plan scorer and fills ``plans`` and ``plan_scores``, so ``run_apex_shard`` is its
-own shard entry with the same batching (questions in flight together through the batcher).
+``plugin.py`` registers the strategy: the shard runner passes the plan scorer in the shard
+context, and the strategy fills ``plans`` and ``plan_scores`` besides ``nodes``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ragfactory.progress import progress_bar
-from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.llm.seeds import derive_seed
 from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, Request, Sampling
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.rewards.answer import METRICS
 from ragfactory.tasks.rewards.sepr import PlanMatch, PlanScorer, SeprConfig, plan_score_row
-from ragfactory.tasks.search.apex_execute import Execution, ExecSpec, execute_plan
-from ragfactory.tasks.search.decex import question_fields
-from ragfactory.tasks.search.plan_format import (
+from ragfactory.tasks.search.apex.execute import Execution, ExecSpec, execute_plan
+from ragfactory.tasks.search.common import question_fields, request_tags, sample_n
+from ragfactory.tasks.search.apex.plan_format import (
     MAX_STEPS,
     PLAN_STOP,
     ParsedPlan,
@@ -52,7 +49,7 @@ from ragfactory.tasks.search.plan_format import (
     plan_grammar,
     planner_prompt,
 )
-from ragfactory.tasks.search.plan_rewrite import references, rewrite_steps, rewrite_steps_with_llm
+from ragfactory.tasks.search.apex.plan_rewrite import references, rewrite_steps, rewrite_steps_with_llm
 from ragfactory.tasks.search.tree import Node, QuestionTree, TableRows
 
 STRATEGY = "apex"
@@ -165,11 +162,9 @@ async def _sample_plans(
                         max_tokens=config.plan_max_tokens, stop=PLAN_STOP, seed=seed_of(path),
                         grammar=config.plan_grammar)
     prompt = planner_prompt(question, config.max_steps)
-    tags = (("question_id", tree.question_id), ("path", path))
+    tags = request_tags(tree.question_id, path)
     request = Request((Message("user", prompt),), sampling, config.planner_role, tags)
-    completions: list[Completion] = await generator.generate(request)
-    if len(completions) != config.n_plans:
-        raise ValueError(f"generator returned {len(completions)} plans for n={config.n_plans} at {path}")
+    completions: list[Completion] = await sample_n(generator, request)
     plans = []
     for i, completion in enumerate(completions):
         parsed = parse_plan(completion.text, config.max_steps)
@@ -245,34 +240,3 @@ def _plan_row(plan: _Plan) -> dict[str, Any]:
         "is_format_error": plan.parsed.error is not None, "format_error": plan.parsed.error,
         "llm_call_id": plan.llm_call_id,
     }
-
-
-async def run_apex_shard(
-    questions: Sequence[Mapping],
-    batcher: Batcher,
-    retriever: Retriever,
-    scorer: PlanScorer | None,
-    config: ApexConfig,
-    run_id: str,
-    run_seed: int,
-    max_in_flight: int,
-) -> ApexResult:
-    """Every question of a shard through the batcher; rows sorted by question (nodes by path).
-
-    The scorer's new embeddings are flushed to its cache folder at the end.
-    """
-    with progress_bar() as bar:
-        task = bar.add_task(f"{STRATEGY}: questions planned and executed", total=len(questions))
-
-        async def job(question: Mapping) -> ApexResult:
-            result = await run_apex_question(question, batcher, retriever, scorer, config, run_id, run_seed)
-            bar.advance(task)
-            return result
-
-        results = await batcher.run_all([partial(job, q) for q in questions], max_in_flight)
-    merged = ApexResult()
-    for result in sorted(results, key=lambda r: r.nodes[0]["question_id"]):
-        merged.extend(result)
-    if scorer is not None:
-        scorer.cache.flush()
-    return merged

@@ -1,7 +1,7 @@
 """TreePS-RAG online tree construction (004, §2.1–2.2 and Algorithm 1, Phase 1).
 
 A node is one ReAct step (r_i, a_i, o_i): the model's reasoning and action, and for a search
-the top-K passages it retrieved (``treeps_steps``). The tree grows layer by layer from the
+the top-K passages it retrieved (``treeps.steps``). The tree grows layer by layer from the
 question's prompt, generate-then-prune:
 
 1. Every retained parent of depth d − 1, M(d − 1), samples B_d = ceil(N / |M(d − 1)|)
@@ -13,7 +13,7 @@ question's prompt, generate-then-prune:
    goes on.
 3. Every search child retrieves (one retriever call per question and layer); under each parent
    the search children are pruned to min(N_retain, |C_search|) by clustering their passage sets
-   (``treeps_pruning``) or, for the ablation of Table 2, at random. The kept ones form M(d).
+   (``treeps.pruning``) or, for the ablation of Table 2, at random. The kept ones form M(d).
 4. Search children kept at depth D are leaves too (Algorithm 1, line 24): they end without an
    answer and score 0.
 
@@ -34,22 +34,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ragfactory.tasks.llm.seeds import derive_seed
 from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, Request, Sampling
 from ragfactory.tasks.prompts.loader import load_grammar
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.rewards.answer import METRICS
-from ragfactory.tasks.search.decex import question_fields
-from ragfactory.tasks.search.decex_history import hit_record
-from ragfactory.tasks.search.decex_rollout import search_batch
+from ragfactory.tasks.search.common import Expansion, hit_record, question_fields, search_batch
 from ragfactory.tasks.search.tree import Node, QuestionTree, Rollout
-from ragfactory.tasks.search.treeps_pruning import (
+from ragfactory.tasks.search.treeps.pruning import (
     LINKAGES,
     PRUNING_MODES,
     random_retain,
     similarity_retain,
 )
-from ragfactory.tasks.search.treeps_steps import (
+from ragfactory.tasks.search.treeps.steps import (
     STEP_STOP,
     check_prompt,
     closed_step,
@@ -122,33 +119,18 @@ class Parent:
 
 
 @dataclass
-class _Expansion:
-    """What one question's expansion shares: its tree, golden answers and services."""
+class _Expansion(Expansion):
+    """One question's TreePS expansion: the shared one plus the config."""
 
-    tree: QuestionTree
-    golden: list[str]
-    generator: Generator
-    retriever: Retriever
-    config: TreePSConfig
-    run_seed: int
+    config: TreePSConfig = TreePSConfig()
 
-    def seed(self, path: str) -> int:
-        return derive_seed(self.run_seed, self.tree.question_id, path)
-
-    def scores(self, answer: str | None) -> dict[str, float]:
-        return {name: metric(answer, self.golden) for name, metric in METRICS.items()}
-
-    async def sample(self, parent: Parent, n: int) -> list[Completion]:
+    async def children(self, parent: Parent, n: int) -> list[Completion]:
         """``n`` continuations of the parent's state as one request (Eq. 1)."""
         cfg = self.config
         path = parent.node.path
         sampling = Sampling(n=n, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
                             stop=STEP_STOP, seed=self.seed(f"{path}/c"), grammar=cfg.grammar)
-        tags = (("question_id", self.tree.question_id), ("path", path))
-        completions = await self.generator.generate(Request(parent.turns, sampling, cfg.role, tags))
-        if len(completions) != n:
-            raise ValueError(f"generator returned {len(completions)} completions for n={n} at {path}")
-        return completions
+        return await self.sample(Request(parent.turns, sampling, cfg.role, self.tags(path)))
 
 
 async def expand_question(
@@ -163,7 +145,7 @@ async def expand_question(
     question_id, text, golden = question_fields(question)
     tree = QuestionTree(run_id, question_id, STRATEGY)
     root = tree.add_root(text, parsed={"golden_answers": golden, "prompt": config.prompt})
-    exp = _Expansion(tree, golden, generator, retriever, config, run_seed)
+    exp = _Expansion(tree, golden, generator, retriever, run_seed, config=config)
     frontier = [Parent(root, (Message("user", initial_prompt(text, config.prompt)),))]
     for depth in range(1, config.depth + 1):
         if not frontier:
@@ -179,7 +161,7 @@ async def expand_question(
 async def _expand_layer(exp: _Expansion, frontier: list[Parent], depth: int) -> list[Parent]:
     """Generate B_d children under every parent, retrieve for the searches, prune: M(d)."""
     branching = exp.config.branching_at(depth, len(frontier))
-    samples = await asyncio.gather(*(exp.sample(parent, branching) for parent in frontier))
+    samples = await asyncio.gather(*(exp.children(parent, branching) for parent in frontier))
     children = [
         [_add_child(exp, parent, i, c, depth, branching) for i, c in enumerate(completions)]
         for parent, completions in zip(frontier, samples)

@@ -33,6 +33,8 @@ with ``format_error`` and no value, and duplicates point at the node they repeat
 a ``rollouts`` row whose ``rollout_id`` is that leaf's id. Sibling requests go out together
 (``asyncio.gather``), and several samples of one prompt are one request with ``n``, so the
 batcher merges the rollouts of all branches and questions of a shard into large engine calls.
+
+The parameters, with the paper's defaults, are ``DecExConfig`` in ``config.py``.
 """
 
 from __future__ import annotations
@@ -41,14 +43,14 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ragfactory.tasks.llm.seeds import derive_seed
 from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, Request, Sampling
-from ragfactory.tasks.prompts.loader import load_grammar
 from ragfactory.tasks.retrieval.types import Retriever
-from ragfactory.tasks.rewards.answer import METRICS, normalize_answer
-from ragfactory.tasks.search import decex_history as history
-from ragfactory.tasks.search.decex_history import Step, close_step, hit_record
-from ragfactory.tasks.search.decex_rollout import RolloutSpec, run_rollouts, search_batch
+from ragfactory.tasks.rewards.answer import normalize_answer
+from ragfactory.tasks.search.common import Expansion, hit_record, question_fields, search_batch
+from ragfactory.tasks.search.decex import history
+from ragfactory.tasks.search.decex.config import TERMINATION, DecExConfig, grammar
+from ragfactory.tasks.search.decex.history import Step, close_step
+from ragfactory.tasks.search.decex.rollout import run_rollouts
 from ragfactory.tasks.search.parsing import (
     Parsed,
     parse_self_answer,
@@ -58,85 +60,17 @@ from ragfactory.tasks.search.parsing import (
 )
 from ragfactory.tasks.search.tree import Node, QuestionTree, Rollout
 
-STRATEGY = "decex"
-STRATEGY_NO_PRUNING = "decex_no_pruning"
 # kind: (path segment prefix, parser, the parsed field that names a duplicate, prompt)
 _BRANCH_KINDS: dict[str, tuple[str, Callable[[str], Parsed], str, str]] = {
     "sub_question": ("s", parse_sub_question, "question", "decex_sub_question"),
     "self_answer": ("w", parse_self_answer, "answer", "decex_self_answer"),
     "sub_query": ("e", parse_sub_query, "query", "decex_sub_query"),
 }
-TERMINATION = "decex_termination"
 
 # The closing tag that completes each decision's output (Tables 4-6); a sub-query (Table 7) is
 # plain text, so it runs to the end of the sample.
 TERMINATION_STOP = ("</answer>", "</question>")
 _BRANCH_STOPS = {"sub_question": ("</question>",), "self_answer": ("</answer>",)}
-
-
-@dataclass(frozen=True)
-class DecExConfig:
-    """DecEx-RAG expansion parameters; defaults are the paper's where it states them."""
-
-    k: int = 3  # execution branches per decision (Table 2: k = 3)
-    n_rollouts: int = 4  # rollouts per branch (Table 2: n = 4)
-    t_max: int = 4  # iteration limit (§3.2 and Table 2: T_max = 4)
-    top_k: int = 3  # documents per retrieval (§3.2: "set to 3 for all methods")
-    # §2.2 samples the termination decision "multiple times"; Table 2 counts 4k generations
-    # per layer (termination, sub-question, self-answer, sub-query), i.e. k termination samples.
-    termination_samples: int = 3
-    # States before this many iterations skip the termination vote and go on. The paper has none
-    # (0): a strong policy that must "rely only on the existing information" continues from the
-    # bare question by itself, while a weak one answers from memory at once and its tree has no
-    # retrieval to learn from; 1 makes every tree take at least one step.
-    min_iterations: int = 0
-    # §2.2 skips retrieval when the best self-answer's reward "exceeds a preset threshold" but
-    # never gives it; 0.75 of n = 4 rollouts asks for three fully correct rollouts (or all four
-    # nearly so), the self-knowledge analogue of the >50% termination vote with one spare.
-    threshold: float = 0.75
-    metric: str = "f1"  # v(rollout) of Eq. 1 ("e.g., F1 score"); "em" or "cover_em" also work
-    no_pruning: bool = False  # the "No Pruning Search" of Table 2, for comparison
-    temperature: float = 0.7  # §2.2 asks only for "non-zero"; diverse yet still on format
-    max_tokens: int = 512  # one step's reasoning and tag fit well within it
-    rollout_max_turns: int = 4  # a rollout may search as often as the tree iterates (T_max)
-    role: str = "policy"  # Qwen3-30B-A3B in §3.2: termination, sub-questions, rollouts
-    retrieval_role: str = "policy"  # §3.2 ran the retrieval decision on the model being trained
-
-    def __post_init__(self):
-        for name in ("k", "n_rollouts", "t_max", "top_k", "termination_samples", "max_tokens",
-                     "rollout_max_turns"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"DecExConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.metric not in METRICS:
-            raise ValueError(f"DecExConfig.metric must be one of {sorted(METRICS)}, got {self.metric!r}")
-        if self.min_iterations < 0:
-            raise ValueError(f"DecExConfig.min_iterations must be >= 0, got {self.min_iterations}")
-        if not 0.0 <= self.threshold <= 1.0:
-            raise ValueError(f"DecExConfig.threshold must be in [0, 1], got {self.threshold}")
-        if self.temperature <= 0:
-            raise ValueError("DecExConfig.temperature must be > 0: the decisions are sampled")
-        for prompt in (TERMINATION, "decex_rollout", *(k[3] for k in _BRANCH_KINDS.values())):
-            grammar(prompt, self.max_tokens)  # every output grammar must fit max_tokens
-
-    @property
-    def strategy(self) -> str:
-        return STRATEGY_NO_PRUNING if self.no_pruning else STRATEGY
-
-    @property
-    def rollout_spec(self) -> RolloutSpec:
-        return RolloutSpec(
-            self.n_rollouts, self.rollout_max_turns, self.top_k, self.temperature,
-            self.max_tokens, self.role, grammar("decex_rollout", self.max_tokens),
-        )
-
-
-def grammar(prompt: str, max_tokens: int, **params: str) -> Grammar:
-    """A DecEx prompt's output grammar; too small a ``max_tokens`` is an error naming the field."""
-    params = params or _DEFAULT_PARAMS.get(prompt, {})
-    return load_grammar(prompt, max_tokens, "DecExConfig.max_tokens", **params)
-
-
-_DEFAULT_PARAMS = {TERMINATION: {"outcome": "decision"}}
 
 
 @dataclass(frozen=True)
@@ -149,28 +83,14 @@ class State:
 
 
 @dataclass
-class _Expansion:
-    """What one question's expansion shares: its tree, question, golden answers and services."""
+class _Expansion(Expansion):
+    """One question's DecEx expansion: the shared one plus the question text and the config
+    (the configured ``metric`` of ``scores`` is an answer's reward)."""
 
-    tree: QuestionTree
-    question: str
-    golden: list[str]
-    generator: Generator
-    retriever: Retriever
-    config: DecExConfig
-    run_seed: int
+    question: str = ""
+    config: DecExConfig = DecExConfig()
 
-    def seed(self, path: str) -> int:
-        return derive_seed(self.run_seed, self.tree.question_id, path)
-
-    def scores(self, answer: str | None) -> dict[str, float]:
-        """EM, F1 and cover-EM of an answer; the configured ``metric`` is its reward."""
-        return {name: metric(answer, self.golden) for name, metric in METRICS.items()}
-
-    def tags(self, path: str) -> tuple[tuple[str, str], ...]:
-        return (("question_id", self.tree.question_id), ("path", path))
-
-    async def sample(
+    async def prompt(
         self, prompt: str, n: int, path: str, role: str, grammar: Grammar,
         stop: tuple[str, ...] = (),
     ) -> list[Completion]:
@@ -185,21 +105,7 @@ class _Expansion:
             n=n, temperature=cfg.temperature, max_tokens=cfg.max_tokens, stop=stop,
             seed=self.seed(path), grammar=grammar,
         )
-        request = Request((Message("user", prompt),), sampling, role, self.tags(path))
-        completions = await self.generator.generate(request)
-        if len(completions) != n:
-            raise ValueError(f"generator returned {len(completions)} completions for n={n} at {path}")
-        return completions
-
-
-def question_fields(question: Mapping) -> tuple[str, str, list[str]]:
-    """(question_id, question, golden_answers) of a ``questions`` row, or an error naming the field."""
-    for name in ("question_id", "question", "golden_answers"):
-        if question.get(name) is None:
-            raise ValueError(f"question row {question.get('question_id')!r} has no {name!r}")
-    golden = question["golden_answers"]
-    golden = [golden] if isinstance(golden, str) else list(golden)
-    return str(question["question_id"]), str(question["question"]), golden
+        return await self.sample(Request((Message("user", prompt),), sampling, role, self.tags(path)))
 
 
 async def expand_question(
@@ -214,7 +120,7 @@ async def expand_question(
     question_id, text, golden = question_fields(question)
     tree = QuestionTree(run_id, question_id, config.strategy)
     root = tree.add_root(text, parsed={"golden_answers": golden})
-    expansion = _Expansion(tree, text, golden, generator, retriever, config, run_seed)
+    expansion = _Expansion(tree, golden, generator, retriever, run_seed, question=text, config=config)
     await _expand_state(expansion, State(root, (), 0))
     return tree
 
@@ -251,7 +157,7 @@ async def _decide_termination(exp: _Expansion, state: State) -> tuple[list[Node]
     if state.layer < min(cfg.min_iterations, cfg.t_max):
         return [], False
     prompt = history.termination_prompt(exp.question, state.steps)
-    completions = await exp.sample(
+    completions = await exp.prompt(
         prompt, cfg.termination_samples, f"{parent.path}/t", cfg.role,
         grammar(TERMINATION, cfg.max_tokens), TERMINATION_STOP,
     )
@@ -270,7 +176,7 @@ async def _close(exp: _Expansion, state: State, answers: list[Node]) -> None:
     if not answers:
         cfg, parent = exp.config, state.node
         prompt = history.termination_prompt(exp.question, state.steps)
-        [completion] = await exp.sample(
+        [completion] = await exp.prompt(
             prompt, 1, f"{parent.path}/f", cfg.role,
             grammar(TERMINATION, cfg.max_tokens, outcome="answer"), TERMINATION_STOP,
         )
@@ -387,7 +293,7 @@ async def _branches(
     """``k`` samples of one prompt as nodes; a repeat of an earlier sample (its normalised
     text) is marked ``duplicate_of`` and not valued."""
     prefix, parse, key, prompt_name = _BRANCH_KINDS[kind]
-    completions = await exp.sample(
+    completions = await exp.prompt(
         prompt, exp.config.k, f"{parent.path}/{prefix}", role,
         grammar(prompt_name, exp.config.max_tokens), _BRANCH_STOPS.get(kind, ()),
     )

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, Request, Sampling
 from ragfactory.tasks.retrieval.types import Hit, Retriever
-from ragfactory.tasks.search.decex_history import render_information
+from ragfactory.tasks.search.common import sample_n, search_batch
+from ragfactory.tasks.search.decex.history import render_information
 from ragfactory.tasks.search.parsing import parse_rollout_turn
 
 ROLLOUT_STOP = ("</search>", "</answer>")
@@ -69,16 +70,6 @@ def _closed_turn(text: str, action: str | None) -> str:
     return body if tail is None or body.endswith(tail) else f"{body} {tail}"
 
 
-async def search_batch(retriever: Retriever, queries: list[str], k: int) -> list[list[Hit]]:
-    """One retriever call for many queries, off the event loop (an HTTP retriever blocks)."""
-    if not queries:
-        return []
-    results = await asyncio.to_thread(retriever.search, queries, k)
-    if len(results) != len(queries):
-        raise ValueError(f"retriever answered {len(results)} result lists for {len(queries)} queries")
-    return [list(hits)[:k] for hits in results]
-
-
 async def run_rollouts(
     prompt: str,
     spec: RolloutSpec,
@@ -93,7 +84,7 @@ async def run_rollouts(
     results = [
         RolloutResult(index=i, seed=base + i, messages=[Message("user", prompt)]) for i in range(spec.n)
     ]
-    pending = list(zip(results, await _generate(generator, first, spec.n)))
+    pending = list(zip(results, await sample_n(generator, first)))
     for turn in range(1, spec.max_turns + 1):
         searching = [(r, query) for r, c in pending if (query := _record_turn(r, c)) is not None]
         if turn == spec.max_turns:
@@ -104,7 +95,7 @@ async def run_rollouts(
             break
         hits = await search_batch(retriever, [q for _, q in searching], spec.top_k)
         requests = [_next_request(r, found, spec, seed_of, tags) for (r, _), found in zip(searching, hits)]
-        answers = await asyncio.gather(*(_generate(generator, req, 1) for req in requests))
+        answers = await asyncio.gather(*(sample_n(generator, req) for req in requests))
         pending = [(r, completions[0]) for (r, _), completions in zip(searching, answers)]
     return results
 
@@ -150,9 +141,3 @@ def _request(
 ) -> Request:
     return Request(tuple(messages), _sampling(spec, n, seed), spec.role, tags)
 
-
-async def _generate(generator: Generator, request: Request, n: int) -> list[Completion]:
-    completions = await generator.generate(request)
-    if len(completions) != n:
-        raise ValueError(f"generator returned {len(completions)} completions for a request with n={n}")
-    return completions

@@ -33,6 +33,7 @@ from types import MappingProxyType
 
 from ragfactory.tasks.llm.types import Generator, Message, Request, Sampling
 from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
+from ragfactory.tasks.search.common import sample_n
 from ragfactory.tasks.search.parsing import find_tag
 
 _SYMBOLIC = re.compile(r"^(?P<subject>.+?)\s*>>\s*(?P<relation>[^>]+)$")
@@ -139,7 +140,7 @@ async def rewrite_steps_with_llm(
         prompt = render_prompt("apex_rewrite", step=originals[i])
         sampling = Sampling(temperature=0.0, max_tokens=max_tokens, stop=("</question>",),
                             seed=seed_of(i), grammar=load_grammar("apex_rewrite", max_tokens))
-        [completion] = await generator.generate(Request((Message("user", prompt),), sampling, role))
+        [completion] = await sample_n(generator, Request((Message("user", prompt),), sampling, role))
         return accept_llm_rewrite(originals[i], completion.text)
 
     rewritten = dict(zip(symbolic, await asyncio.gather(*(ask(i) for i in symbolic))))

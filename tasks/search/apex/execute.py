@@ -37,10 +37,10 @@ from ragfactory.tasks.llm.types import Generator, Grammar, Message, Request, Sam
 from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
 from ragfactory.tasks.retrieval.types import Hit, Retriever
 from ragfactory.tasks.rewards.answer import METRICS
-from ragfactory.tasks.search.decex_history import hit_record, render_documents
-from ragfactory.tasks.search.decex_rollout import search_batch
+from ragfactory.tasks.search.common import hit_record, sample_n, search_batch
+from ragfactory.tasks.search.decex.history import render_documents
 from ragfactory.tasks.search.parsing import Parsed, find_tag, parse_self_answer, parse_sub_query
-from ragfactory.tasks.search.plan_rewrite import REFERENCE, references
+from ragfactory.tasks.search.apex.plan_rewrite import REFERENCE, references
 from ragfactory.tasks.search.tree import Node, QuestionTree
 
 # call: (node kind, closing tag of its output, prompt)
@@ -204,7 +204,7 @@ class Execution:
         )
         tags = (("question_id", self.tree.question_id), ("path", path))
         request = Request((Message("user", trace.prompt(call, extra)),), sampling, spec.role, tags)
-        [completion] = await self.generator.generate(request)
+        [completion] = await sample_n(self.generator, request)
         parsed = parse_call(call, completion.text)
         node = self.tree.add_child(
             parent, segment, CALLS[call][0], completion.text, parsed={"call": call, **extra, **parsed.fields},

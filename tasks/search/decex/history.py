@@ -96,11 +96,6 @@ def rollout_prompt(question: str, steps: Sequence[Step]) -> str:
     return render_prompt("decex_rollout", question=question, iter_history=render_history(steps))
 
 
-def hit_record(hit: Hit) -> dict:
-    """A hit as kept in a sub-query node's ``parsed``, so a state can be rebuilt from rows."""
-    return {"passage_id": hit.passage_id, "title": hit.title, "text": hit.text, "score": hit.score}
-
-
 def parsed_fields(node: Mapping) -> dict:
     """A node row's (or node's) ``parsed``, whether JSON text or a dict."""
     parsed = node.get("parsed") if isinstance(node, Mapping) else node.parsed

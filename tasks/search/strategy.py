@@ -1,0 +1,156 @@
+"""The Strategy contract and its registry (DESIGN.md "Core contracts": Strategy).
+
+A strategy is a registered plug-in that declares:
+
+1. its ``name``: what ``search.strategies`` lists, the config section it reads
+   (``search.<name>``) and the prefix of its shard names; ``variants`` are further
+   ``nodes.strategy`` values its configs may write (DecEx without pruning writes its own);
+2. its ``config_type``: the frozen dataclass beside the algorithm, with the paper's defaults;
+3. ``expand``: one ``questions`` row in a ``ShardContext`` (generator, retriever, scorer, run id
+   and seed) to the rows of every table it fills (``TableRows``);
+4. its ``exporters``: each names the table it writes and the tables it reads;
+5. optionally ``open_scorer`` (a service built once per shard from its config, e.g. APEX's SEPR
+   plan scorer; flushed when the shard is done) and ``encoders`` (embedding models it loads, by
+   config field, so preflight resolves them before the build starts).
+
+The shard runner, the expand task and the export task look strategies up here and know none by
+name. Adding a strategy is one sub-package under ``tasks/search/`` and one line in
+``tasks/search/registry.py``; a test may ``register`` a toy one for as long as it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragfactory.tasks.llm.types import Generator
+from ragfactory.tasks.retrieval.types import Retriever
+from ragfactory.tasks.search.tree import TableRows
+
+Rows = list[dict[str, Any]]
+ExportInputs = Mapping[str, Sequence[Mapping[str, Any]]]
+# Tables an exporter may read: the run's rows of one tree strategy (nodes), the questions those
+# nodes answer, and whole-run tables the strategy filled (plans, plan_scores).
+EXPORT_INPUTS = ("nodes", "questions", "plans", "plan_scores", "rollouts")
+
+
+@dataclass(frozen=True)
+class ShardContext:
+    """What every question of a shard shares: the services and the run's identity."""
+
+    generator: Generator
+    retriever: Retriever
+    run_id: str
+    run_seed: int
+    scorer: Any = None  # what the strategy's ``open_scorer`` built, or None
+
+
+Expand = Callable[[Mapping[str, Any], ShardContext, Any], Awaitable[TableRows]]
+
+
+@dataclass(frozen=True)
+class Exporter:
+    """One training-data table a strategy's trees feed: ``rows(inputs, export_config, run_seed)``
+    reads ``inputs[t]`` for each ``t`` in ``reads`` and returns the rows of ``table``."""
+
+    table: str
+    reads: tuple[str, ...]
+    rows: Callable[[ExportInputs, Any, int], Rows]
+
+    def __post_init__(self):
+        unknown = sorted(set(self.reads) - set(EXPORT_INPUTS))
+        if unknown:
+            raise ValueError(f"exporter of {self.table!r} reads {unknown}; exporters read {list(EXPORT_INPUTS)}")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A search strategy as the build sees it (module docstring)."""
+
+    name: str
+    config_type: type
+    expand: Expand
+    exporters: tuple[Exporter, ...] = ()
+    variants: tuple[str, ...] = ()
+    open_scorer: Callable[[Any, Path], Any] | None = None
+    encoders: Callable[[Any], dict[str, str]] = field(default=lambda config: {})
+
+    @property
+    def tree_names(self) -> tuple[str, ...]:
+        """Every ``nodes.strategy`` value this strategy may write."""
+        return (self.name, *self.variants)
+
+    def tree_name(self, config: Any) -> str:
+        """The ``nodes.strategy`` value ``config`` writes (a config may name a variant)."""
+        name = getattr(config, "strategy", self.name)
+        if name not in self.tree_names:
+            raise ValueError(f"strategy {self.name!r}: config writes trees named {name!r}, "
+                             f"not one of {list(self.tree_names)}")
+        return name
+
+    def settings(self, search: Any) -> Any:
+        """This strategy's config in a build's ``search`` section; its defaults when the section
+        has no ``<name>`` field (a plug-in the config schema does not list)."""
+        config = getattr(search, self.name, None)
+        return self.config_type() if config is None else config
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The tables its exporters read, in ``EXPORT_INPUTS`` order."""
+        wanted = {t for e in self.exporters for t in e.reads}
+        return tuple(t for t in EXPORT_INPUTS if t in wanted)
+
+    def export(self, inputs: ExportInputs, config: Any, run_seed: int) -> dict[str, Rows]:
+        """``{table: rows}`` of every exporter, in declaration order."""
+        missing = [t for t in self.reads if t not in inputs]
+        if missing:
+            raise ValueError(f"strategy {self.name!r}: export inputs lack {missing}")
+        return {e.table: e.rows(inputs, config, run_seed) for e in self.exporters}
+
+
+class Registry:
+    """Strategies by name; a tree name (``nodes.strategy``) finds the strategy that writes it."""
+
+    def __init__(self, strategies: Sequence[Strategy] = ()):
+        self._by_name: dict[str, Strategy] = {}
+        for strategy in strategies:
+            self.register(strategy)
+
+    def register(self, strategy: Strategy) -> None:
+        taken = {name for s in self._by_name.values() for name in s.tree_names}
+        clash = sorted(taken & set(strategy.tree_names))
+        if clash:
+            raise ValueError(f"strategy {strategy.name!r}: names {clash} are already registered")
+        self._by_name[strategy.name] = strategy
+
+    def unregister(self, name: str) -> None:
+        self._by_name.pop(name, None)
+
+    @contextmanager
+    def registered(self, strategy: Strategy) -> Iterator[Strategy]:
+        """``strategy`` registered for the duration of the block (tests add toy strategies)."""
+        self.register(strategy)
+        try:
+            yield strategy
+        finally:
+            self.unregister(strategy.name)
+
+    def names(self) -> list[str]:
+        return sorted(self._by_name)
+
+    def get(self, name: str) -> Strategy:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise ValueError(f"unknown strategy {name!r}; known: {self.names()}") from None
+
+    def by_tree_name(self, tree_name: str) -> Strategy:
+        """The strategy whose trees are named ``tree_name`` in ``nodes.strategy``."""
+        for strategy in self._by_name.values():
+            if tree_name in strategy.tree_names:
+                return strategy
+        known = sorted(n for s in self._by_name.values() for n in s.tree_names)
+        raise ValueError(f"no strategy writes trees named {tree_name!r}; known: {known}")
