@@ -11,10 +11,10 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ragfactory.schemas.errors import PermanentError
 from ragfactory.tasks.data.jsonl import MAX_PASSAGE_CHARS
@@ -148,7 +148,23 @@ class RetrievalConfig(Section):
     )
 
 
-LLMBackendName = Literal["transformers", "vllm", "openai"]
+BUILTIN_ENGINES = ("transformers", "vllm", "openai")
+
+
+def engine_name(name: str) -> str:
+    """``name`` if it is a built-in engine or a plugged one, ``<plugin>:<name>``.
+
+    Which plugged names exist is known only to the process's registry
+    (``tasks/llm/registry.py``); the shape alone tells a plugged name from a misspelt built-in.
+    """
+    plugin, sep, rest = name.partition(":")
+    if name in BUILTIN_ENGINES or (sep and plugin and rest):
+        return name
+    raise ValueError(f"backend {name!r} is neither a built-in engine ({', '.join(BUILTIN_ENGINES)}) "
+                     "nor a registered one named '<plugin>:<name>'")
+
+
+LLMBackendName = Annotated[str, AfterValidator(engine_name)]
 ENGINE_ENV = "RAGFACTORY_ENGINE"
 
 
@@ -162,8 +178,8 @@ class LLMRoleConfig(Section):
 
     backend: LLMBackendName = Field(
         default_factory=default_engine, validate_default=True,
-        description="transformers (embedded, CPU or one GPU), vllm, or openai (HTTP); "
-        "default $RAGFACTORY_ENGINE, else transformers",
+        description="transformers (embedded, CPU or one GPU), vllm, openai (HTTP), or an engine "
+        "registered as '<plugin>:<name>'; default $RAGFACTORY_ENGINE, else transformers",
     )
     model: str = Field(
         "embedded",
