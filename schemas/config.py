@@ -215,7 +215,7 @@ class LLMRoleConfig(Section):
 class LLMConfig(Section):
     """The policy and judge engines and how the batcher feeds them."""
 
-    policy: LLMRoleConfig = LLMRoleConfig()
+    policy: LLMRoleConfig = Field(default_factory=LLMRoleConfig)  # reads $RAGFACTORY_ENGINE when made
     judge: LLMRoleConfig | None = Field(None, description="Defaults to the policy's engine")
     max_in_flight: int = Field(
         16, ge=1, description="Questions of a shard running concurrently; bounds the batch size"
@@ -355,7 +355,7 @@ class BuildConfig(Section):
     )
     corpus: CorpusConfig = CorpusConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
-    llm: LLMConfig = LLMConfig()
+    llm: LLMConfig = Field(default_factory=LLMConfig)
     search: SearchConfig = SearchConfig()
     export: ExportConfig = ExportConfig()
     allow_downloads: bool = Field(
