@@ -138,17 +138,8 @@ class DenseConfig(Section):
     device: str | None = Field(None, description="cpu, cuda, or None to pick automatically")
 
 
-class RetrievalConfig(Section):
-    default: Literal["bm25", "dense"] = "bm25"
-    top_k: int = Field(3, ge=1, description="DecEx-RAG and TreePS-RAG retrieve the top 3 passages")
-    bm25: BM25Config = BM25Config()
-    dense: DenseConfig = DenseConfig()
-    server_url: str | None = Field(
-        None, description="Use an existing Search-R1-style retrieval server instead of local indexes"
-    )
-
-
 BUILTIN_ENGINES = ("transformers", "vllm", "openai")
+BUILTIN_RETRIEVERS = ("bm25", "dense", "http")
 
 
 def engine_name(name: str) -> str:
@@ -157,11 +148,33 @@ def engine_name(name: str) -> str:
     Which plugged names exist is known only to the process's registry
     (``tasks/llm/registry.py``); the shape alone tells a plugged name from a misspelt built-in.
     """
+    return _builtin_or_plugged(name, BUILTIN_ENGINES, "backend", "engine")
+
+
+def retriever_kind(name: str) -> str:
+    """``name`` if it is a built-in retriever kind or a plugged one, ``<plugin>:<name>``
+    (registered in ``tasks/retrieval/factory.py``)."""
+    return _builtin_or_plugged(name, BUILTIN_RETRIEVERS, "retriever kind", "retriever")
+
+
+def _builtin_or_plugged(name: str, builtins: tuple[str, ...], field: str, what: str) -> str:
     plugin, sep, rest = name.partition(":")
-    if name in BUILTIN_ENGINES or (sep and plugin and rest):
+    if name in builtins or (sep and plugin and rest):
         return name
-    raise ValueError(f"backend {name!r} is neither a built-in engine ({', '.join(BUILTIN_ENGINES)}) "
+    raise ValueError(f"{field} {name!r} is neither a built-in {what} ({', '.join(builtins)}) "
                      "nor a registered one named '<plugin>:<name>'")
+
+
+class RetrievalConfig(Section):
+    default: Annotated[str, AfterValidator(retriever_kind)] = Field(
+        "bm25", description="bm25, dense, or a retriever registered as '<plugin>:<name>'"
+    )
+    top_k: int = Field(3, ge=1, description="DecEx-RAG and TreePS-RAG retrieve the top 3 passages")
+    bm25: BM25Config = BM25Config()
+    dense: DenseConfig = DenseConfig()
+    server_url: str | None = Field(
+        None, description="Use an existing Search-R1-style retrieval server instead of local indexes"
+    )
 
 
 LLMBackendName = Annotated[str, AfterValidator(engine_name)]
