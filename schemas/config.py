@@ -11,10 +11,10 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ragfactory.schemas.errors import PermanentError
 from ragfactory.tasks.data.jsonl import MAX_PASSAGE_CHARS
@@ -138,8 +138,37 @@ class DenseConfig(Section):
     device: str | None = Field(None, description="cpu, cuda, or None to pick automatically")
 
 
+BUILTIN_ENGINES = ("transformers", "vllm", "openai")
+BUILTIN_RETRIEVERS = ("bm25", "dense", "http")
+
+
+def engine_name(name: str) -> str:
+    """``name`` if it is a built-in engine or a plugged one, ``<plugin>:<name>``.
+
+    Which plugged names exist is known only to the process's registry
+    (``tasks/llm/registry.py``); the shape alone tells a plugged name from a misspelt built-in.
+    """
+    return _builtin_or_plugged(name, BUILTIN_ENGINES, "backend", "engine")
+
+
+def retriever_kind(name: str) -> str:
+    """``name`` if it is a built-in retriever kind or a plugged one, ``<plugin>:<name>``
+    (registered in ``tasks/retrieval/factory.py``)."""
+    return _builtin_or_plugged(name, BUILTIN_RETRIEVERS, "retriever kind", "retriever")
+
+
+def _builtin_or_plugged(name: str, builtins: tuple[str, ...], field: str, what: str) -> str:
+    plugin, sep, rest = name.partition(":")
+    if name in builtins or (sep and plugin and rest):
+        return name
+    raise ValueError(f"{field} {name!r} is neither a built-in {what} ({', '.join(builtins)}) "
+                     "nor a registered one named '<plugin>:<name>'")
+
+
 class RetrievalConfig(Section):
-    default: Literal["bm25", "dense"] = "bm25"
+    default: Annotated[str, AfterValidator(retriever_kind)] = Field(
+        "bm25", description="bm25, dense, or a retriever registered as '<plugin>:<name>'"
+    )
     top_k: int = Field(3, ge=1, description="DecEx-RAG and TreePS-RAG retrieve the top 3 passages")
     bm25: BM25Config = BM25Config()
     dense: DenseConfig = DenseConfig()
@@ -148,7 +177,7 @@ class RetrievalConfig(Section):
     )
 
 
-LLMBackendName = Literal["transformers", "vllm", "openai"]
+LLMBackendName = Annotated[str, AfterValidator(engine_name)]
 ENGINE_ENV = "RAGFACTORY_ENGINE"
 
 
@@ -162,8 +191,8 @@ class LLMRoleConfig(Section):
 
     backend: LLMBackendName = Field(
         default_factory=default_engine, validate_default=True,
-        description="transformers (embedded, CPU or one GPU), vllm, or openai (HTTP); "
-        "default $RAGFACTORY_ENGINE, else transformers",
+        description="transformers (embedded, CPU or one GPU), vllm, openai (HTTP), or an engine "
+        "registered as '<plugin>:<name>'; default $RAGFACTORY_ENGINE, else transformers",
     )
     model: str = Field(
         "embedded",
@@ -199,7 +228,7 @@ class LLMRoleConfig(Section):
 class LLMConfig(Section):
     """The policy and judge engines and how the batcher feeds them."""
 
-    policy: LLMRoleConfig = LLMRoleConfig()
+    policy: LLMRoleConfig = Field(default_factory=LLMRoleConfig)  # reads $RAGFACTORY_ENGINE when made
     judge: LLMRoleConfig | None = Field(None, description="Defaults to the policy's engine")
     max_in_flight: int = Field(
         16, ge=1, description="Questions of a shard running concurrently; bounds the batch size"
@@ -351,7 +380,7 @@ class BuildConfig(Section):
     )
     corpus: CorpusConfig = CorpusConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
-    llm: LLMConfig = LLMConfig()
+    llm: LLMConfig = Field(default_factory=LLMConfig)
     search: SearchConfig = SearchConfig()
     export: ExportConfig = ExportConfig()
     allow_downloads: bool = Field(

@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from ragfactory.schemas.config import BuildConfig, DatasetConfig, EvalConfig, LLMRoleConfig, TrainConfig
+from ragfactory.schemas.config import BuildConfig, DatasetConfig, EvalConfig, LLMConfig, LLMRoleConfig, TrainConfig
 from ragfactory.schemas.errors import PermanentError
 from ragfactory.tasks.data.loaders import bundled_names
 from ragfactory.tasks.llm.embedded import is_embedded
@@ -30,6 +30,7 @@ from ragfactory.warehouse.store import Warehouse
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 ACCEPTED_MODELS = ("'embedded', a local folder, a model id or latest:NAME from the models table, "
                    "or a model already in the local Hugging Face cache")
+LOCAL_ENGINES = ("transformers", "vllm")  # engines that load a model from this machine
 
 
 class PreflightError(PermanentError, LookupError, ValueError):
@@ -65,6 +66,7 @@ def check_build(config: BuildConfig, wh: Warehouse, policy_model: str | None = N
     for field, role in roles.items():
         spec = policy_model if policy_model and field == "llm.policy.model" else role.model
         problems += _role_problems(field, role, spec, wh, config.allow_downloads)
+    problems += engine_problems(config.llm)
     encoders = {}
     if config.retrieval.dense.enabled:
         encoders["retrieval.dense.model"] = config.retrieval.dense.model
@@ -84,6 +86,7 @@ def check_evaluation(config: EvalConfig, wh: Warehouse) -> None:
     problems = _role_problems("model", config.llm.policy, config.model, wh, config.allow_downloads)
     if config.compare:
         problems += _role_problems("compare", config.llm.policy, config.compare, wh, config.allow_downloads)
+    problems += engine_problems(config.llm)
     if config.retrieval.dense.enabled and config.retrieval.default == "dense":
         problems += [p for p in [encoder_problem("retrieval.dense.model", config.retrieval.dense.model,
                                                  config.allow_downloads)] if p]
@@ -125,8 +128,20 @@ def path_problem(field: str, path: str) -> str | None:
     return None
 
 
+def engine_problems(llm: LLMConfig) -> list[str]:
+    """Why a role's ``backend`` names no engine registered in this process (``tasks/llm/registry.py``)."""
+    from ragfactory.tasks.llm import engine  # noqa: F401  (the built-in engines register on import)
+    from ragfactory.tasks.llm.registry import registered_backends
+
+    known = registered_backends()
+    roles = {"policy": llm.policy, **({"judge": llm.judge} if llm.judge is not None else {})}
+    return [f"llm.{name}.backend: no engine {role.backend!r} is registered in this process; registered: "
+            f"{', '.join(known)} (a plugged engine registers in every process that runs the flow)"
+            for name, role in roles.items() if role.backend not in known]
+
+
 def _role_problems(field: str, role: LLMRoleConfig, spec: str, wh: Warehouse, allow_downloads: bool) -> list[str]:
-    if role.backend == "openai":  # a served model name: only the server knows it
+    if role.backend not in LOCAL_ENGINES:  # a served or plugged engine's model: only that engine knows it
         return []
     problem = model_problem(field, spec, wh, allow_downloads)
     return [problem] if problem else []

@@ -4,6 +4,7 @@ temporary Prefect API server of the session."""
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,17 @@ def warehouse(tmp_path, monkeypatch):
     root = tmp_path / "warehouse"
     monkeypatch.setenv("RAGFACTORY_HOME", str(root))
     return Warehouse(root)
+
+
+@pytest.fixture
+def engines():
+    """Registers test doubles as engines for one test: ``engines(backend, name=SCRIPTED)``
+    returns the name a config's ``backend`` gives (``tests/fakes.py`` ``registered_engine``);
+    every one is unregistered when the test ends."""
+    from tests.fakes import SCRIPTED, registered_engine
+
+    with ExitStack() as stack:
+        yield lambda backend, name=SCRIPTED: stack.enter_context(registered_engine(backend, name))
 
 
 @pytest.fixture(scope="session")

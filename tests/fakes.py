@@ -7,9 +7,12 @@ inspect; add new ones here, one class per protocol role, each with a docstring.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from ragfactory.tasks.llm.types import Completion, Request
+
+SCRIPTED = "scripted:engine"  # the engine name flow tests put in their configs
 
 
 def echo_reply(request: Request, sample_index: int) -> str:
@@ -68,6 +71,34 @@ class ScriptedBackend:
             completion_tokens=len(text.split()),
             latency_s=0.001,
         )
+
+
+@contextmanager
+def registered_engine(backend, name: str = SCRIPTED) -> Iterator[str]:
+    """Register a test double as the engine ``name`` for the block; yields the name to configure.
+
+    ``backend`` is a ``Backend`` (every role naming ``name`` gets this object, so its ``batches``
+    count every engine call) or a factory ``(role config, cache_dir) -> Backend``, for a test
+    that picks a double by the role's model. Registered ``shared=False``: each batcher gets the
+    double as it is, with no process-wide coalescing or retries in between. Only this process
+    sees it (``tasks/llm/registry.py``): a flow run by a worker subprocess cannot use it.
+    """
+    from ragfactory.tasks.llm.registry import register_backend, unregister_backend
+
+    factory = backend if not hasattr(backend, "generate_batch") else (lambda role, cache_dir: backend)
+    register_backend(name, factory, shared=False)
+    try:
+        yield name
+    finally:
+        unregister_backend(name)
+
+
+def scripted_llm(policy: str = SCRIPTED, judge: str | None = None, **fields) -> dict:
+    """An ``llm`` config section whose roles name registered engines (the judge: the policy's)."""
+    section = {"policy": {"backend": policy}, **fields}
+    if judge is not None:
+        section["judge"] = {"backend": judge}
+    return section
 
 
 class FixedRetriever:

@@ -7,6 +7,10 @@ from this CPU to GPU workers is a config change: ``backend: vllm`` or ``backend:
 ``base_url``. The vLLM and OpenAI backends are imported only when named, so a CPU-only worker
 never imports vllm or opens a connection it does not need.
 
+Engines are found by name: ``backend`` is looked up in ``tasks/llm/registry.py``, where the three
+built-in engines register at the end of this module and a new engine, or a test's scripted one,
+registers its factory (that module's docstring says how, and what a worker process cannot see).
+
 Retries: the OpenAI backend retries HTTP failures itself (honouring Retry-After); the others are
 wrapped in ``RetryingBackend``. An error that survives the retries reaches the shard task.
 
@@ -32,6 +36,7 @@ from ragfactory.tasks.llm.batcher import Batcher, BatcherConfig
 from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.coalesce import CoalescingBackend
 from ragfactory.tasks.llm.embedded import resolve_model
+from ragfactory.tasks.llm.registry import backend_entry, register_backend
 from ragfactory.tasks.llm.types import Backend, Completion, Request, RetryPolicy
 
 ROLES = ("policy", "judge")
@@ -64,39 +69,46 @@ def retry_policy(role: LLMRoleConfig) -> RetryPolicy:
 
 
 def make_backend(role: LLMRoleConfig, cache_dir: str | Path | None) -> Backend:
-    """The backend a role config names; ``cache_dir`` holds the converted embedded model."""
-    if role.backend == "transformers":
-        from ragfactory.tasks.llm.transformers_backend import (
-            TransformersBackend,
-            TransformersSettings,
-        )
+    """The backend a role config names, built by the factory registered under its name
+    (``tasks/llm/registry.py``); ``cache_dir`` holds the converted embedded model."""
+    return backend_entry(role.backend).factory(role, Path(cache_dir) if cache_dir else None)
 
-        fields = {"device": role.device, "dtype": role.dtype, "max_batch_size": role.max_batch_size}
-        settings = _build(TransformersSettings, fields, role.options, "transformers")
-        backend = TransformersBackend(resolve_model(role.model, cache_dir), settings)
-        return RetryingBackend(backend, retry_policy(role))
-    if role.backend == "vllm":
-        module = importlib.import_module("ragfactory.tasks.llm.vllm_backend")
-        fields = {
-            "model": resolve_model(role.model, cache_dir),
-            "dtype": role.dtype,
-            "max_num_seqs": role.max_batch_size,
-        }
-        config = _build(module.VLLMConfig, fields, role.options, "vllm")
-        return RetryingBackend(module.VLLMBackend(config), retry_policy(role))
-    if role.backend == "openai":
-        module = importlib.import_module("ragfactory.tasks.llm.openai_backend")
-        fields = {
-            "model": role.model,
-            "base_url": role.base_url,
-            "api_key_env": role.api_key_env,
-            "max_concurrency": role.max_concurrency,
-            "timeout_s": role.timeout_s,
-            "max_retries": role.retries,
-            "backoff_s": role.retry_backoff_s,
-        }
-        return module.OpenAIBackend(_build(module.OpenAIConfig, fields, role.options, "openai"))
-    raise ValueError(f"unknown LLM backend {role.backend!r}; known: transformers, vllm, openai")
+
+def transformers_backend(role: LLMRoleConfig, cache_dir: Path | None) -> Backend:
+    """The embedded engine: transformers in this process, on CPU or one GPU."""
+    from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
+
+    fields = {"device": role.device, "dtype": role.dtype, "max_batch_size": role.max_batch_size}
+    settings = _build(TransformersSettings, fields, role.options, "transformers")
+    backend = TransformersBackend(resolve_model(role.model, cache_dir), settings)
+    return RetryingBackend(backend, retry_policy(role))
+
+
+def vllm_backend(role: LLMRoleConfig, cache_dir: Path | None) -> Backend:
+    """vLLM in this process; its module is imported only here, so CPU workers never import vllm."""
+    module = importlib.import_module("ragfactory.tasks.llm.vllm_backend")
+    fields = {
+        "model": resolve_model(role.model, cache_dir),
+        "dtype": role.dtype,
+        "max_num_seqs": role.max_batch_size,
+    }
+    config = _build(module.VLLMConfig, fields, role.options, "vllm")
+    return RetryingBackend(module.VLLMBackend(config), retry_policy(role))
+
+
+def openai_backend(role: LLMRoleConfig, cache_dir: Path | None) -> Backend:
+    """An OpenAI-compatible server over HTTP; it retries HTTP failures itself."""
+    module = importlib.import_module("ragfactory.tasks.llm.openai_backend")
+    fields = {
+        "model": role.model,
+        "base_url": role.base_url,
+        "api_key_env": role.api_key_env,
+        "max_concurrency": role.max_concurrency,
+        "timeout_s": role.timeout_s,
+        "max_retries": role.retries,
+        "backoff_s": role.retry_backoff_s,
+    }
+    return module.OpenAIBackend(_build(module.OpenAIConfig, fields, role.options, "openai"))
 
 
 def make_backends(llm: LLMConfig, cache_dir: str | Path | None) -> dict[str, Backend]:
@@ -108,11 +120,17 @@ def make_backends(llm: LLMConfig, cache_dir: str | Path | None) -> dict[str, Bac
     return {name: shared_backend(llm.role(name), cache_dir) for name in ROLES}
 
 
-def shared_backend(role: LLMRoleConfig, cache_dir: str | Path | None) -> CoalescingBackend:
-    """This process's engine for ``role``'s settings, built on first use."""
+def shared_backend(role: LLMRoleConfig, cache_dir: str | Path | None) -> Backend:
+    """This process's engine for ``role``'s settings, built on first use.
+
+    An engine registered with ``shared=False`` is built anew for each call, as it is.
+    """
+    entry = backend_entry(role.backend)
+    if not entry.shared:
+        return make_backend(role, cache_dir)
     engine = role.model_dump(mode="json", exclude={"structured"})
-    key = json.dumps({"engine": engine, "cache": str(Path(cache_dir).resolve()) if cache_dir else None},
-                     sort_keys=True)
+    key = json.dumps({"engine": engine, "registration": entry.serial,
+                      "cache": str(Path(cache_dir).resolve()) if cache_dir else None}, sort_keys=True)
     with _ENGINES_LOCK:
         if key not in _ENGINES:
             _ENGINES[key] = CoalescingBackend(make_backend(role, cache_dir))
@@ -127,7 +145,9 @@ def make_batcher(
 ) -> Batcher:
     """The ``Generator`` a shard's strategies use: every role, one batcher, one call cache.
 
-    ``backends`` replaces the engines the config names (tests pass scripted backends).
+    Each role's engine is the one its ``backend`` names in the registry; ``backends`` replaces
+    them all (a unit test of the batcher alone passes its doubles here; flow tests register
+    theirs by name instead, see ``tasks/llm/registry.py``).
     """
     engines = dict(backends) if backends is not None else make_backends(llm, cache_dir)
     free = frozenset(name for name in ROLES if not llm.role(name).structured)
@@ -154,3 +174,9 @@ def _field_names(config_cls: type) -> set[str]:
     if dataclasses.is_dataclass(config_cls):
         return {f.name for f in dataclasses.fields(config_cls)}
     return set(inspect.signature(config_cls).parameters)
+
+
+# The built-in engines register like any plugged one would (``tasks/llm/registry.py``).
+register_backend("transformers", transformers_backend, replace=True)
+register_backend("vllm", vllm_backend, replace=True)
+register_backend("openai", openai_backend, replace=True)

@@ -14,16 +14,15 @@ A request may carry vLLM's ``"structured_outputs": {"grammar": …}`` (llguidanc
 the grammar is checked when the request arrives (HTTP 400 naming the problem) and the backend
 holds the completion to it.
 
-``--model echo`` selects ``EchoBackend``, a deterministic test and debug backend that answers
-with the last user message. The debug flags ``--fail-first``, ``--fail-status`` and ``--delay-s``
-make the server misbehave on purpose, for testing clients' retries and timeouts.
+Test doubles are not served from here: ``tests/echo_server.py`` runs this app over a
+deterministic echo backend and wraps it to fail or stall on purpose (``python -m
+tests.echo_server`` from the checkout), for testing clients' retries, timeouts and interrupts.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import os
 import time
 import uuid
@@ -41,16 +40,13 @@ from ragfactory.tasks.llm.types import Backend, Completion, Grammar, Message, Re
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """What the server answers to, and the misbehaviour a test asks of it."""
+    """What the server answers to and how it batches."""
 
     model_name: str
     default_max_tokens: int = 256  # Sampling's default, for clients that send no max_tokens
     max_batch: int = 64  # requests coalesced into one engine call
     batch_window_s: float = 0.01  # wait after a batch's first request, so a burst joins it
     api_key_env: str | None = None  # require `Authorization: Bearer $NAME` when set
-    fail_first: int = 0  # debug: each distinct request body fails this many times first
-    fail_statuses: tuple[int, ...] = (503,)  # debug: failure k of a request gets status k, cycling
-    delay_s: float = 0.0  # debug: sleep before answering, to trigger client timeouts
 
 
 class ChatMessage(BaseModel):
@@ -108,30 +104,6 @@ class ChatCompletionBody(BaseModel):
         return Request(tuple(Message(m.role, m.text()) for m in self.messages), sampling)
 
 
-class EchoBackend:
-    """Test and debug backend: sample i answers with the last user message (plus " [i]" for
-    i > 0, so samples differ), cut at the first stop string, then at ``max_tokens`` words."""
-
-    fingerprint = "echo"
-
-    def generate_batch(self, requests: list[Request]) -> list[list[Completion]]:
-        return [[self._echo(r, i) for i in range(r.sampling.n)] for r in requests]
-
-    @staticmethod
-    def _echo(request: Request, index: int) -> Completion:
-        users = [m.content for m in request.messages if m.role == "user"]
-        text = (users[-1] if users else "") + (f" [{index}]" if index else "")
-        finish = "stop"
-        cuts = [text.find(s) for s in request.sampling.stop if s and s in text]
-        if cuts:
-            text = text[: min(cuts)]
-        words = text.split(" ")
-        if len(words) > request.sampling.max_tokens:
-            text, finish = " ".join(words[: request.sampling.max_tokens]), "length"
-        prompt_tokens = sum(len(m.content.split()) for m in request.messages)
-        return Completion(text, finish, prompt_tokens, len(text.split()))
-
-
 class BatchQueue:
     """Coalesces concurrent requests into one ``generate_batch`` call in a worker thread.
 
@@ -181,7 +153,6 @@ def create_app(backend: Backend, config: ServerConfig) -> FastAPI:
     """The FastAPI app serving ``backend`` under ``config.model_name``."""
     app = FastAPI(title="ragfactory OpenAI-compatible server")
     queue = BatchQueue(backend, config.max_batch, config.batch_window_s)
-    failures: dict[str, int] = {}
 
     @app.get("/v1/models")
     async def list_models(http: HttpRequest):
@@ -194,28 +165,20 @@ def create_app(backend: Backend, config: ServerConfig) -> FastAPI:
     async def chat_completions(body: ChatCompletionBody, http: HttpRequest):
         if (denied := _check_key(http, config)) is not None:
             return denied
-        if config.fail_first:
-            key = hashlib.sha256(body.model_dump_json().encode()).hexdigest()
-            failures[key] = failures.get(key, 0) + 1
-            if failures[key] <= config.fail_first:
-                status = config.fail_statuses[(failures[key] - 1) % len(config.fail_statuses)]
-                return _error(status, f"deliberate failure {failures[key]}", {"Retry-After": "0"})
         if body.model != config.model_name:
-            return _error(
+            return error_response(
                 404, f"model {body.model!r} does not exist; serving {config.model_name!r}"
             )
         if body.stream:
-            return _error(400, "streaming is not supported")
-        if config.delay_s:
-            await asyncio.sleep(config.delay_s)
+            return error_response(400, "streaming is not supported")
         try:
             request = body.to_request(config.default_max_tokens)
         except ValueError as exc:  # a grammar that does not compile: the client's to fix
-            return _error(400, str(exc))
+            return error_response(400, str(exc))
         try:
             completions = await queue.generate(request)
         except Exception as exc:
-            return _error(500, f"{type(exc).__name__}: {exc}")
+            return error_response(500, f"{type(exc).__name__}: {exc}")
         return _response(config.model_name, completions)
 
     return app
@@ -226,11 +189,12 @@ def _check_key(http: HttpRequest, config: ServerConfig) -> JSONResponse | None:
         return None
     expected = os.environ.get(config.api_key_env, "")
     if not expected or http.headers.get("authorization") != f"Bearer {expected}":
-        return _error(401, "invalid or missing API key")
+        return error_response(401, "invalid or missing API key")
     return None
 
 
-def _error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+def error_response(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    """An OpenAI-style error body with ``status``."""
     body = {"error": {"message": message, "type": "error", "code": status}}
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -262,10 +226,8 @@ def _response(model: str, completions: list[Completion]) -> dict:
 
 
 def load_backend(model: str, cache_dir: Path | None = None) -> Backend:
-    """``echo``, ``embedded`` (the shipped SmolLM2, converted under ``cache_dir``, by default
-    the warehouse's ``artifacts/models``) or a local checkpoint folder."""
-    if model == "echo":
-        return EchoBackend()
+    """``embedded`` (the shipped SmolLM2, converted under ``cache_dir``, by default the
+    warehouse's ``artifacts/models``) or a local checkpoint folder."""
     from ragfactory.tasks.llm.embedded import embedded_model_path, is_embedded
     from ragfactory.tasks.llm.transformers_backend import TransformersBackend
     from ragfactory.warehouse.store import Warehouse
@@ -279,9 +241,10 @@ def load_backend(model: str, cache_dir: Path | None = None) -> Backend:
     return backend
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="embedded", help="echo, embedded or a checkpoint folder")
+def build_parser(description: str | None = None) -> argparse.ArgumentParser:
+    """The server's command line; a wrapper adds its own options to it."""
+    parser = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="embedded", help="embedded or a checkpoint folder")
     parser.add_argument(
         "--served-name", default=None, help="model id clients send (default: --model)"
     )
@@ -294,32 +257,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--api-key-env", default=None, help="require this variable's value as bearer key"
     )
-    parser.add_argument(
-        "--fail-first", type=int, default=0, help="debug: fail each distinct request N times"
-    )
-    parser.add_argument(
-        "--fail-status", default="503", help="debug: comma-separated failure statuses"
-    )
-    parser.add_argument(
-        "--delay-s", type=float, default=0.0, help="debug: sleep before each answer"
-    )
-    return parser.parse_args(argv)
+    return parser
+
+
+def server_config(args: argparse.Namespace) -> ServerConfig:
+    """The ``ServerConfig`` of parsed command-line ``args``."""
+    return ServerConfig(model_name=args.served_name or args.model, max_batch=args.max_batch,
+                        api_key_env=args.api_key_env)
+
+
+def serve(app, host: str, port: int) -> None:
+    """Run an ASGI ``app`` (this module's, or one wrapping it) until interrupted."""
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 def main(argv: list[str] | None = None) -> None:
-    import uvicorn
-
-    args = parse_args(argv)
-    config = ServerConfig(
-        model_name=args.served_name or args.model,
-        max_batch=args.max_batch,
-        api_key_env=args.api_key_env,
-        fail_first=args.fail_first,
-        fail_statuses=tuple(int(s) for s in args.fail_status.split(",")),
-        delay_s=args.delay_s,
-    )
-    app = create_app(load_backend(args.model, args.cache_dir), config)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    args = build_parser().parse_args(argv)
+    serve(create_app(load_backend(args.model, args.cache_dir), server_config(args)), args.host, args.port)
 
 
 if __name__ == "__main__":

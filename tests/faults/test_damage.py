@@ -22,8 +22,7 @@ from ragfactory.flows.build import build
 from ragfactory.schemas.tables import TABLES
 from ragfactory.warehouse.integrity import check
 from ragfactory.warehouse.store import Warehouse
-from tests.fakes import ScriptedBackend
-from tests.flows.conftest import use_engine
+from tests.fakes import ScriptedBackend, registered_engine
 from tests.flows.test_build_decex import _config, policy
 
 # Each test, build copy and repair included, ends within this many seconds (a build of 3 questions
@@ -40,17 +39,16 @@ VOLATILE = {"runs": {"started_at", "finished_at", "config_hash"}, "llm_calls": {
 @pytest.fixture(scope="module")
 def undisturbed(tmp_path_factory):
     root = tmp_path_factory.mktemp("undisturbed") / "wh"
-    with pytest.MonkeyPatch.context() as mp:
-        use_engine(mp, ScriptedBackend(policy))
+    with registered_engine(ScriptedBackend(policy)):
         summary = build(_config(root), run_id=RUN)
     assert summary["status"] == "completed"
     return root
 
 
 @pytest.fixture
-def damaged(undisturbed, tmp_path, monkeypatch):
+def damaged(undisturbed, tmp_path, engines):
     """A copy of the undisturbed warehouse (whose runs record the original root) to damage."""
-    use_engine(monkeypatch, ScriptedBackend(policy))
+    engines(ScriptedBackend(policy))
     root = tmp_path / "copy"
     shutil.copytree(undisturbed, root)
     return root

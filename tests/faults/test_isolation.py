@@ -21,8 +21,7 @@ from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.tasks.ingest import ingest_corpus, ingest_dataset
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
-from tests.fakes import ScriptedBackend
-from tests.flows.conftest import use_engine
+from tests.fakes import ScriptedBackend, scripted_llm
 from tests.flows.scripted_policies import decex_policy
 
 # the bundled HotpotQA sample (ragfactory/data/hotpotqa/dev.jsonl): 500 questions whose context
@@ -69,14 +68,15 @@ def _decex_config(root, name: str, datasets: list[dict]) -> BuildConfig:
         "datasets": datasets,
         "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},  # expand every question
         "retrieval": {"dense": {"enabled": False}},
+        "llm": scripted_llm(),
         "search": {"strategies": ["decex"], "shard_size": 2,
                    "decex": {"k": 2, "n_rollouts": 1, "t_max": 2, "termination_samples": 1}},
     })
 
 
-def test_two_builds_with_different_configs_at_once_leave_both_intact(tmp_path, monkeypatch):
+def test_two_builds_with_different_configs_at_once_leave_both_intact(tmp_path, engines):
     gold = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=6).questions}
-    use_engine(monkeypatch, ScriptedBackend(decex_policy(gold)))
+    engines(ScriptedBackend(decex_policy(gold)))
     root = tmp_path / "wh"
     configs = {
         "small": _decex_config(root, "small", [{"name": "hotpotqa", "limit": 3}]),

@@ -267,3 +267,19 @@ def test_the_network_policy_turns_an_imported_hub_client_offline(monkeypatch):
     apply_network_policy(allow_downloads=False)
     assert os.environ["HF_HUB_OFFLINE"] == os.environ["TRANSFORMERS_OFFLINE"] == "1"
     assert constants.HF_HUB_OFFLINE is True
+
+
+def test_an_engine_not_registered_in_this_process_fails_before_the_flow(tmp_path, engines):
+    """A registered plugged engine passes (its model is its own business); one registered only in
+    another process (say, a test's, seen from a worker) is named with what this process has."""
+    from ragfactory.schemas.config import BuildConfig
+    from ragfactory.tasks.preflight import PreflightError, check_build
+    from tests.fakes import ScriptedBackend, scripted_llm
+
+    name = engines(ScriptedBackend())
+    check_build(BuildConfig.model_validate({"llm": {"policy": {"backend": name, "model": "served-elsewhere"}}}),
+                Warehouse(tmp_path))
+    config = BuildConfig.model_validate({"llm": scripted_llm(judge="scripted:other-process")})
+    with pytest.raises(PreflightError, match=r"llm.judge.backend: no engine 'scripted:other-process' is "
+                                             r"registered in this process; registered: openai, scripted:engine"):
+        check_build(config, Warehouse(tmp_path))

@@ -1,9 +1,11 @@
 """Fault injection: run states tell the truth (issue 25, "Honest run states").
 
 Real `ragfactory build` processes, each in its own root. The engine is the OpenAI-compatible
-echo server (``tasks/llm/openai_server.py --model echo``) behind the config's ``openai`` backend,
-slowed with ``--delay-s`` so a signal lands while a shard waits on an engine call: the build is
-known to be mid-shard when it holds an open connection to the server.
+echo server (``tests/echo_server.py --model echo``: the library's server over a test double)
+behind the config's ``openai`` backend, slowed with ``--delay-s`` so a signal lands while a
+shard waits on an engine call: the build is known to be mid-shard when it holds an open
+connection to the server. (A scripted engine registered in this process could not serve here:
+the build runs in another process, which never sees this one's registry.)
 
 - SIGTERM / SIGINT mid-shard: exit 143 / 130 within ``EXIT_WITHIN_S`` of the signal, one line
   naming the signal and the run, ``runs.status = 'interrupted'``, no process the build started
@@ -35,6 +37,7 @@ from ragfactory.cli import app
 from ragfactory.warehouse.runs import holding_run, mark_abandoned_runs, now
 from ragfactory.warehouse.store import Warehouse
 
+REPO = Path(__file__).resolve().parents[2]  # `python -m tests.echo_server` runs from here
 EXIT_WITHIN_S = 30  # from the signal to the build's exit, the Prefect server stopped included
 START_WITHIN_S = 300  # a build's Prefect server migrates a fresh database: slow on 2 busy cores
 
@@ -54,9 +57,9 @@ def _env() -> dict[str, str]:
 def slow_engine():
     """The echo server answering after 300 s: an engine call a signal always interrupts."""
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "ragfactory.tasks.llm.openai_server", "--model", "echo",
+    server = subprocess.Popen([sys.executable, "-m", "tests.echo_server", "--model", "echo",
                                "--port", str(port), "--delay-s", "300"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:

@@ -12,8 +12,7 @@ from ragfactory.flows.build import build
 from ragfactory.schemas.config import BuildConfig
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
-from tests.fakes import ScriptedBackend
-from tests.flows.conftest import use_engine
+from tests.fakes import ScriptedBackend, scripted_llm
 
 
 def policy(request, sample: int) -> str:
@@ -25,9 +24,9 @@ def policy(request, sample: int) -> str:
 
 
 @pytest.fixture
-def scripted(monkeypatch):
+def scripted(engines):
     backend = ScriptedBackend(policy)
-    use_engine(monkeypatch, backend)
+    engines(backend)
     return backend
 
 
@@ -39,6 +38,7 @@ def test_apex_plans_are_scored_executed_and_joined(tmp_path, scripted):
         "datasets": [{"name": "musique", "limit": 2}],
         "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},  # both questions expanded
         "retrieval": {"dense": {"enabled": False}},
+        "llm": scripted_llm(),
         "search": {"strategies": ["apex"], "apex": {"n_plans": 2, "max_hops": 1}},
     })
     summary = build(config)

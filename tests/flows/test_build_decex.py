@@ -20,9 +20,8 @@ from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.runs import default_run_id
 from ragfactory.warehouse.store import Warehouse
-from tests.fakes import ScriptedBackend
+from tests.fakes import ScriptedBackend, scripted_llm
 from tests.flows.scripted_policies import decex_policy
-from tests.flows.conftest import use_engine
 
 GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=3).questions}
 
@@ -32,9 +31,9 @@ policy = decex_policy(GOLD)
 
 
 @pytest.fixture
-def scripted(monkeypatch):
+def scripted(engines):
     backend = ScriptedBackend(policy)
-    use_engine(monkeypatch, backend)
+    engines(backend)
     return backend
 
 
@@ -47,7 +46,7 @@ def _config(root, **decex) -> BuildConfig:
         # is about partitions)
         "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
         "retrieval": {"dense": {"enabled": False}},
-        "llm": {"max_in_flight": 3},
+        "llm": scripted_llm(max_in_flight=3),
         "search": {"strategies": ["decex"], "shard_size": 2,
                    "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1, **decex}},
     })
@@ -119,10 +118,10 @@ def test_build_expands_exports_and_rebuilds_from_cache(tmp_path, scripted, capsy
             assert before[table][path].equals(after[table][path]), path
 
 
-def test_a_failing_expand_shard_is_recorded_and_the_others_go_on(tmp_path, monkeypatch):
+def test_a_failing_expand_shard_is_recorded_and_the_others_go_on(tmp_path, monkeypatch, engines):
     bad_question = load_bundled("hotpotqa", limit=3).questions[2]["question"]
     backend = ScriptedBackend(policy, fail_when=lambda r: bad_question in r.messages[0].content)
-    use_engine(monkeypatch, backend)
+    engines(backend)
     monkeypatch.setattr(expand_module.expand_trees, "retry_delay_seconds", [0, 0])
     state = build(_config(tmp_path / "wh"), return_state=True)
     assert state.is_failed() and state.name == "Partial"

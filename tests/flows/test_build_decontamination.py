@@ -20,8 +20,7 @@ from ragfactory.flows.build import build
 from ragfactory.schemas.config import BuildConfig
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
-from tests.fakes import ScriptedBackend
-from tests.flows.conftest import use_engine
+from tests.fakes import ScriptedBackend, scripted_llm
 from tests.flows.scripted_policies import decex_policy
 
 HELDOUT = [("1", "Who directed the 1975 film Jaws, adapted from the novel by Peter Benchley?", "Steven Spielberg"),
@@ -39,12 +38,12 @@ def _write(path, rows) -> str:
 
 
 @pytest.fixture
-def scripted(monkeypatch):
+def scripted(engines):
     golden = {q: a for _, q, a in TRAINSET}
-    use_engine(monkeypatch, ScriptedBackend(decex_policy(golden)))
+    engines(ScriptedBackend(decex_policy(golden)))
 
 
-def _config(tmp_path, mode: str) -> BuildConfig:
+def _config(tmp_path, mode: str, judge: str | None = None) -> BuildConfig:
     return BuildConfig.model_validate({
         "name": f"decontaminate-{mode}", "warehouse": {"root": str(tmp_path / "wh")},
         "datasets": [
@@ -55,6 +54,7 @@ def _config(tmp_path, mode: str) -> BuildConfig:
              "partition": "test"},
         ],
         "retrieval": {"dense": {"enabled": False}},
+        "llm": scripted_llm(judge=judge),
         "search": {"strategies": ["decex"], "datasets": ["trainset"],
                    "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1}},
         "export": {"decontamination": {"mode": mode, "eval_files": [
@@ -94,19 +94,11 @@ def test_flag_mode_keeps_the_rows_and_records_them(tmp_path, scripted):
     assert flagged == ["trainset:1", "trainset:2", "trainset:4"] and set(flagged) <= set(exported)
 
 
-def test_the_judge_rules_on_embedding_matches_and_its_calls_are_kept(tmp_path, scripted, monkeypatch):
+def test_the_judge_rules_on_embedding_matches_and_its_calls_are_kept(tmp_path, scripted, engines):
     """With the judge on, the paraphrase (an embedding-only match) counts only if the judge says
     yes; this judge says no, so trainset:2 is exported. Its one call is an llm_calls row."""
-    from ragfactory.tasks import training_data
-    from ragfactory.tasks.llm import engine
-
     judge = ScriptedBackend(lambda request, sample: "no", fingerprint="judge")
-
-    def make_batcher(llm, cache, cache_dir=None, backends=None):
-        return engine.make_batcher(llm, cache, cache_dir, backends={"judge": judge})
-
-    monkeypatch.setattr(training_data, "make_batcher", make_batcher)
-    config = _config(tmp_path, "drop")
+    config = _config(tmp_path, "drop", judge=engines(judge, "scripted:judge"))
     decontamination = config.export.decontamination.model_copy(update={"judge": True})
     build(config.model_copy(update={"export": config.export.model_copy(update={"decontamination": decontamination})}))
     wh = Warehouse(tmp_path / "wh")

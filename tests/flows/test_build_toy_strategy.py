@@ -24,8 +24,7 @@ from ragfactory.tasks.search.strategy import ExportInputs, Exporter, ShardContex
 from ragfactory.tasks.search.tree import QuestionTree, TableRows, stable_id
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
-from tests.fakes import ScriptedBackend
-from tests.flows.conftest import use_engine
+from tests.fakes import ScriptedBackend, scripted_llm
 
 GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=3).questions}
 
@@ -78,6 +77,7 @@ def _config(root) -> BuildConfig:
         "datasets": [{"name": "hotpotqa", "limit": 3}],
         "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
         "retrieval": {"dense": {"enabled": False}},
+        "llm": scripted_llm(),
         "search": {"strategies": ["toy"], "shard_size": 2},
     })
 
@@ -87,9 +87,9 @@ def test_an_unregistered_strategy_is_a_config_error_naming_the_known_ones(tmp_pa
         _config(tmp_path)
 
 
-def test_a_registered_toy_strategy_builds_exports_and_rebuilds_from_cache(tmp_path, toy, monkeypatch):
+def test_a_registered_toy_strategy_builds_exports_and_rebuilds_from_cache(tmp_path, toy, engines):
     backend = ScriptedBackend(lambda request, sample: GOLD[request.messages[0].content])
-    use_engine(monkeypatch, backend)
+    engines(backend)
     root = tmp_path / "wh"
     summary = build(_config(root))
     assert summary["status"] == "completed", summary

@@ -13,8 +13,7 @@ from ragfactory.flows.build import build
 from ragfactory.schemas.config import BuildConfig
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
-from tests.fakes import ScriptedBackend
-from tests.flows.conftest import use_engine
+from tests.fakes import ScriptedBackend, scripted_llm
 from tests.flows.test_build_decex import policy as decex_policy
 from tests.search.treeps_scenario import mixed
 
@@ -25,9 +24,9 @@ def policy(request, sample: int) -> str:
 
 
 @pytest.fixture
-def scripted(monkeypatch):
+def scripted(engines):
     backend = ScriptedBackend(policy)
-    use_engine(monkeypatch, backend)
+    engines(backend)
     return backend
 
 
@@ -38,6 +37,7 @@ def test_treeps_and_decex_build_side_by_side(tmp_path, scripted):
         "warehouse": {"root": str(root)},
         "datasets": [{"name": "hotpotqa", "limit": 2}],
         "retrieval": {"dense": {"enabled": False}},
+        "llm": scripted_llm(),
         "search": {"strategies": ["decex", "treeps"],
                    "decex": {"k": 2, "n_rollouts": 2, "t_max": 1, "termination_samples": 1},
                    "treeps": {"n": 4, "depth": 2}},

@@ -1,9 +1,9 @@
 """The evaluate flow on 20 bundled HotpotQA test questions: a base and a trained model, compared in SQL.
 
-The engine is the only double (a scripted backend per model, picked by the model the flow
-loads): the real flow, tasks, ingest, BM25 index, batcher, call cache and warehouse run. The
-"trained" model follows ReasonRAG's format and answers correctly; the base model writes no tags.
-The slow test repeats it with real weights: SmolLM2 and one SFT step of it, 20 questions each.
+The engine is the only double (a scripted backend per model, registered as an engine that picks
+it by the model the flow loads): the real flow, tasks, ingest, BM25 index, batcher, call cache
+and warehouse run. The "trained" model follows ReasonRAG's format and answers correctly; the
+base model writes no tags. The slow test repeats it with real weights: SmolLM2 and one SFT step of it, 20 questions each.
 """
 
 from __future__ import annotations
@@ -15,14 +15,12 @@ from typer.testing import CliRunner
 
 from ragfactory.cli import app
 from ragfactory.flows.evaluate import evaluate
-from ragfactory.schemas.config import EvalConfig
-from ragfactory.tasks import evaluate as evaluate_module
+from ragfactory.schemas.config import ENGINE_ENV, EvalConfig
 from ragfactory.tasks.data.loaders import load_bundled
-from ragfactory.tasks.llm import engine
 from ragfactory.tasks.training.registry import model_row, register_model
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
-from tests.fakes import ScriptedBackend
+from tests.fakes import ScriptedBackend, scripted_llm
 
 GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa").questions}
 TRAINED = "sft-test"
@@ -48,16 +46,6 @@ def base_policy(request, sample: int) -> str:
     return "I am a small model and I do not know."
 
 
-def use_models(monkeypatch, backends: dict[str, ScriptedBackend]) -> None:
-    """The evaluate task's batcher runs the scripted backend of the model it was asked to load."""
-
-    def make_batcher(llm, cache, cache_dir=None, backends_=None):
-        backend = backends[llm.policy.model]
-        return engine.make_batcher(llm, cache, cache_dir, backends={"policy": backend, "judge": backend})
-
-    monkeypatch.setattr(evaluate_module, "make_batcher", make_batcher)
-
-
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     root = tmp_path_factory.mktemp("wh")
@@ -68,19 +56,22 @@ def root(tmp_path_factory):
 
 
 @pytest.fixture
-def engines(root, monkeypatch):
+def models(root, engines, monkeypatch):
+    """One scripted backend per model the flow may load, behind one registered engine that picks
+    by the role's model; configs name it, and the CLI's through ``$RAGFACTORY_ENGINE``."""
     backends = {"embedded": ScriptedBackend(base_policy, fingerprint="base"),
                 root[1]: ScriptedBackend(trained_policy, fingerprint="trained")}
-    use_models(monkeypatch, backends)
+    monkeypatch.setenv(ENGINE_ENV, engines(lambda role, cache_dir: backends[role.model]))
     return backends
 
 
 def _config(root, model: str, **extra) -> EvalConfig:
     return EvalConfig.model_validate({"model": model, "datasets": ["hotpotqa"], "limit": 20,
-                                      "max_rounds": 4, "warehouse": {"root": str(root)}, **extra})
+                                      "max_rounds": 4, "warehouse": {"root": str(root)}, "llm": scripted_llm(),
+                                      **extra})
 
 
-def test_base_and_trained_models_write_evals_that_one_query_compares(root, engines):
+def test_base_and_trained_models_write_evals_that_one_query_compares(root, models):
     wh = Warehouse(root[0])
     base = evaluate(_config(root[0], "embedded"))
     trained = evaluate(_config(root[0], TRAINED))
@@ -109,15 +100,15 @@ def test_base_and_trained_models_write_evals_that_one_query_compares(root, engin
     assert {r["status"] for r in runs.to_pylist()} == {"completed"}
 
 
-def test_a_rerun_replaces_its_rows_from_the_call_cache(root, engines):
+def test_a_rerun_replaces_its_rows_from_the_call_cache(root, models):
     wh = Warehouse(root[0])
     first = evaluate(_config(root[0], TRAINED, modes=["direct", "rag"]))
-    calls = engines[root[1]].calls
+    calls = models[root[1]].calls
     before = query(wh, "select eval_id, prediction from evals where run_id = $r order by 1",
                    {"r": first["run_id"]}).to_pylist()
     again = evaluate(_config(root[0], TRAINED, modes=["direct", "rag"]))
     assert again["run_id"] == first["run_id"]
-    assert engines[root[1]].calls == calls  # every completion came from llm_calls
+    assert models[root[1]].calls == calls  # every completion came from llm_calls
     after = query(wh, "select eval_id, prediction from evals where run_id = $r order by 1",
                   {"r": first["run_id"]}).to_pylist()
     assert after == before and len(after) >= 40  # rows replaced, not added; other modes kept
@@ -129,21 +120,21 @@ def test_a_rerun_replaces_its_rows_from_the_call_cache(root, engines):
     assert used[0]["calls"] == used[0]["referenced"] >= 40  # each mode's shard holds its calls
 
 
-def test_other_settings_are_another_run(root, engines):
+def test_other_settings_are_another_run(root, models):
     other = evaluate(_config(root[0], TRAINED, modes=["direct"], max_tokens=32, limit=3))
     rows = query(Warehouse(root[0]), "select count(*) as n from evals where run_id = $r",
                  {"r": other["run_id"]}).to_pylist()
     assert rows == [{"n": 3}] and other["aggregates"][0]["n_questions"] == 3
 
 
-def test_cli_evaluates_and_prints_the_aggregates(root, engines):
+def test_cli_evaluates_and_prints_the_aggregates(root, models):
     result = CliRunner().invoke(app, ["evaluate", "--model", TRAINED, "--dataset", "hotpotqa",
                                       "--limit", "5", "--mode", "direct", "--root", str(root[0])])
     assert result.exit_code == 0, result.output
     assert TRAINED in result.output and "direct" in result.output and "eval_summary" in result.output
 
 
-def test_compare_scores_both_models_on_the_same_questions(root, engines):
+def test_compare_scores_both_models_on_the_same_questions(root, models):
     """The trained model answers all 6 test questions right and the base none: EM delta 1, a point
     interval [1, 1] (every pair differs by 1), McNemar 6 vs 0 discordant: p = 2 * (1/2)^6."""
     result = CliRunner().invoke(app, ["evaluate", "--model", TRAINED, "--compare", "embedded", "--limit", "6",
@@ -162,7 +153,7 @@ def test_compare_scores_both_models_on_the_same_questions(root, engines):
     assert len(evaluated) == 2 and evaluated[0]["ids"] == evaluated[1]["ids"]
 
 
-def test_compare_from_the_flow_parameter(root, engines):
+def test_compare_from_the_flow_parameter(root, models):
     summary = evaluate(_config(root[0], TRAINED, modes=["direct", "rag"], limit=3, compare="embedded"))
     assert summary["status"] == "completed" and summary["base"]["model_id"] == "embedded"
     assert [(r["mode"], r["n"], r["n_a_only"]) for r in summary["comparison"]] == [("direct", 3, 3), ("rag", 3, 3)]
@@ -173,7 +164,7 @@ def test_compare_from_the_flow_parameter(root, engines):
     (["--mode", "search"], "modes"),
     (["--model", "sft-missing-weights"], "not on disk"),
 ])
-def test_cli_reports_bad_requests(root, engines, args, message, tmp_path):
+def test_cli_reports_bad_requests(root, models, args, message, tmp_path):
     register_model(Warehouse(root[0]), model_row("sft-missing-weights", {}, "embedded", "sft", "s", {}, {},
                                                  str(tmp_path / "gone")))
     result = CliRunner().invoke(app, ["evaluate", "--limit", "2", *args, "--root", str(root[0])])

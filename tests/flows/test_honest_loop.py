@@ -17,13 +17,10 @@ from ragfactory.flows.build import build
 from ragfactory.flows.evaluate import evaluate
 from ragfactory.flows.train import train
 from ragfactory.schemas.config import BuildConfig, EvalConfig, TrainConfig
-from ragfactory.tasks import evaluate as evaluate_module
 from ragfactory.tasks.data.loaders import load_bundled
-from ragfactory.tasks.llm import engine
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
-from tests.fakes import ScriptedBackend
-from tests.flows.conftest import use_engine
+from tests.fakes import ScriptedBackend, registered_engine, scripted_llm
 from tests.flows.scripted_policies import decex_policy
 from tests.training.conftest import tiny_model  # noqa: F401  (fixture)
 
@@ -34,7 +31,7 @@ def _build_config(root, **search) -> BuildConfig:
     return BuildConfig.model_validate({
         "name": "honest", "warehouse": {"root": str(root)},
         "datasets": [{"name": "hotpotqa", "limit": 40}],
-        "retrieval": {"dense": {"enabled": False}}, "llm": {"max_in_flight": 3},
+        "retrieval": {"dense": {"enabled": False}}, "llm": scripted_llm(max_in_flight=3),
         "search": {"strategies": ["decex"], "questions_per_dataset": 3, "shard_size": 3,
                    "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1}, **search},
     })
@@ -47,8 +44,7 @@ def _answer_x(request, sample):
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory, tiny_model):  # noqa: F811
     root = tmp_path_factory.mktemp("honest")
-    with pytest.MonkeyPatch.context() as patch:
-        use_engine(patch, ScriptedBackend(decex_policy(GOLD)))
+    with registered_engine(ScriptedBackend(decex_policy(GOLD))):
         built = build(_build_config(root))
     trained = train(TrainConfig(method="sft", run_id=built["run_id"], base_model=tiny_model,
                                 warehouse={"root": str(root)}, trl={"max_steps": 1, "per_device_train_batch_size": 2}))
@@ -56,18 +52,13 @@ def loop(tmp_path_factory, tiny_model):  # noqa: F811
 
 
 @pytest.fixture
-def scripted_evals(monkeypatch):
-    backend = ScriptedBackend(_answer_x, fingerprint="x")
-
-    def make_batcher(llm, cache, cache_dir=None, backends=None):
-        return engine.make_batcher(llm, cache, cache_dir, backends={"policy": backend, "judge": backend})
-
-    monkeypatch.setattr(evaluate_module, "make_batcher", make_batcher)
+def scripted_evals(engines):
+    engines(ScriptedBackend(_answer_x, fingerprint="x"))
 
 
 def _eval_config(root, model, **extra) -> EvalConfig:
     return EvalConfig.model_validate({"model": model, "modes": ["direct"], "warehouse": {"root": str(root)},
-                                      **extra})
+                                      "llm": scripted_llm(), **extra})
 
 
 def test_the_build_expands_train_questions_in_hash_order(loop, capsys):
@@ -133,9 +124,9 @@ def test_evaluating_on_train_marks_seen_questions_and_warns(loop, scripted_evals
     assert "train partition" in warnings[0] and f"{seen} of {row['n_questions']}" in warnings[1]
 
 
-def test_a_build_on_the_test_partition_is_warned_about_and_recorded(loop, monkeypatch):
+def test_a_build_on_the_test_partition_is_warned_about_and_recorded(loop, engines):
     root, _, _ = loop
-    use_engine(monkeypatch, ScriptedBackend(decex_policy(GOLD)))
+    engines(ScriptedBackend(decex_policy(GOLD)))
     config = _build_config(root, partition="test", questions_per_dataset=1)
     summary = build(config.model_copy(update={"name": "honest-test"}))
     assert len(summary["warnings"]) == 1 and "'test'" in summary["warnings"][0]
@@ -170,8 +161,7 @@ def test_a_build_expands_exactly_the_listed_questions(loop, per_strategy):
     root, _, _ = loop
     wanted = _train_ids(root, 2)
     listed = {"decex": wanted} if per_strategy else wanted
-    with pytest.MonkeyPatch.context() as patch:
-        use_engine(patch, ScriptedBackend(decex_policy(GOLD)))
+    with registered_engine(ScriptedBackend(decex_policy(GOLD))):
         built = build(_build_config(root, question_ids=listed))
     assert built["status"] == "completed", built
     expanded = query(Warehouse(root), "select distinct question_id from nodes where run_id = $r",
@@ -188,8 +178,7 @@ def test_listed_questions_outside_the_partition_or_unknown_are_refused(loop, pic
                     ).column("question_id").to_pylist()
     else:
         ids = ["hotpotqa:no-such-question"]
-    with pytest.MonkeyPatch.context() as patch:
-        use_engine(patch, ScriptedBackend(decex_policy(GOLD)))
+    with registered_engine(ScriptedBackend(decex_policy(GOLD))):
         with pytest.raises(ValueError, match=message):
             build(_build_config(root, question_ids=ids))
 

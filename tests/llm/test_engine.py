@@ -1,4 +1,5 @@
-"""Engines from config: role sharing, retries, option checking (issue "Backends", "Failure")."""
+"""Engines from config: the registry by name, role sharing, retries, option checking (issue "Backends",
+"Failure")."""
 
 from __future__ import annotations
 
@@ -7,9 +8,16 @@ import json
 
 import pytest
 
-from ragfactory.schemas.config import BuildConfig, LLMConfig, LLMRoleConfig
+from ragfactory.schemas.config import ENGINE_ENV, BuildConfig, LLMConfig, LLMRoleConfig
 from ragfactory.tasks.llm.cache import CallCache
-from ragfactory.tasks.llm.engine import RetryingBackend, make_backend, make_backends, make_batcher
+from ragfactory.tasks.llm.engine import (
+    RetryingBackend,
+    make_backend,
+    make_backends,
+    make_batcher,
+    shared_backend,
+)
+from ragfactory.tasks.llm.registry import register_backend, unregister_backend
 from ragfactory.tasks.llm.types import Request, RetryPolicy
 from tests.fakes import ScriptedBackend
 
@@ -107,3 +115,56 @@ def test_a_process_builds_one_engine_per_setting(checkpoint):
     second = make_backends(LLMConfig(policy=policy, judge=policy.model_copy(update={"structured": False})),
                            cache_dir=None)
     assert first["policy"] is second["policy"] is second["judge"]
+
+
+def test_a_registered_engine_is_built_from_the_name_in_the_config(engines):
+    """The batcher's roles get the engine their config names; a second role naming another gets it."""
+    policy, judge = ScriptedBackend(fingerprint="p"), ScriptedBackend(fingerprint="j")
+    llm = LLMConfig.model_validate({"policy": {"backend": engines(policy)},
+                                    "judge": {"backend": engines(judge, "scripted:judge")}})
+    batcher = make_batcher(llm, CallCache("run"))
+
+    async def main():
+        await batcher.generate(Request.chat([{"role": "user", "content": "p"}]))
+        await batcher.generate(Request.chat([{"role": "user", "content": "j"}], role="judge"))
+
+    asyncio.run(main())
+    assert (policy.calls, judge.calls) == (1, 1)
+
+
+def test_an_unregistered_name_is_an_error_naming_what_is_registered():
+    role = LLMRoleConfig(backend="scripted:nowhere")
+    with pytest.raises(ValueError, match=r"unknown LLM backend 'scripted:nowhere'; registered in this process: "
+                                         r"openai, transformers, vllm"):
+        make_backend(role, cache_dir=None)
+
+
+def test_names_are_builtin_or_plugged_and_taken_ones_are_refused(engines):
+    with pytest.raises(ValueError, match="'tgi' is neither a built-in engine"):
+        register_backend("tgi", lambda role, cache_dir: ScriptedBackend())
+    engines(ScriptedBackend())
+    with pytest.raises(ValueError, match="'scripted:engine' is already registered"):
+        register_backend("scripted:engine", lambda role, cache_dir: ScriptedBackend())
+
+
+def test_a_shared_engine_is_pooled_until_its_name_is_registered_again():
+    built = []
+
+    def factory(role, cache_dir):
+        built.append(ScriptedBackend(fingerprint=f"v{len(built)}"))
+        return built[-1]
+
+    role = LLMRoleConfig(backend="pooled:test")
+    register_backend("pooled:test", factory)
+    try:
+        assert shared_backend(role, None) is shared_backend(role, None) and len(built) == 1
+        register_backend("pooled:test", factory, replace=True)
+        assert shared_backend(role, None).fingerprint == "v1"
+    finally:
+        unregister_backend("pooled:test")
+
+
+def test_the_engine_variable_is_read_when_a_config_is_made(monkeypatch):
+    monkeypatch.setenv(ENGINE_ENV, "scripted:from-env")
+    assert LLMConfig().policy.backend == "scripted:from-env"
+    assert BuildConfig().llm.policy.backend == "scripted:from-env"

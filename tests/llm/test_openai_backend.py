@@ -1,8 +1,9 @@
 """The OpenAI-compatible backend against real server processes on 127.0.0.1.
 
-Two ``openai_server`` processes run for the module: one serving the echo backend behind an API
-key, one that fails every distinct request twice (429, then 503) and answers slowly. The slow
-test serves the embedded SmolLM2 through the same server.
+Two server processes (``tests/echo_server.py``: the library's server over test doubles) run
+for the module: one serving the echo backend behind an API key, one that fails every distinct
+request twice (429, then 503) and answers slowly. The slow test serves the embedded SmolLM2
+through the library's ``openai_server`` itself.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -25,19 +27,24 @@ from ragfactory.tasks.llm.openai_backend import (
     openai_fingerprint,
     split_tokens,
 )
-from ragfactory.tasks.llm.openai_server import EchoBackend, ServerConfig, create_app
+from ragfactory.tasks.llm.openai_server import ServerConfig, create_app
 from ragfactory.tasks.llm.types import Backend, Grammar, Request
+from tests.echo_server import EchoBackend
+
+REPO = Path(__file__).resolve().parents[2]
+ECHO_SERVER = "tests.echo_server"
+LIBRARY_SERVER = "ragfactory.tasks.llm.openai_server"
 
 KEY_ENV = "RAGFACTORY_TEST_OPENAI_KEY"
 SECRET = "sk-test-0123456789abcdef"
 SLOW_REPLY_S = 1.0
 
 
-def _start_server(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+def _start_server(*args: str, env: dict | None = None, module: str = ECHO_SERVER) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    cmd = [sys.executable, "-m", "ragfactory.tasks.llm.openai_server", "--port", str(port), *args]
+    cmd = [sys.executable, "-m", module, "--port", str(port), *args]
     proc = subprocess.Popen(
-        cmd, env={**os.environ, **(env or {})}, stderr=subprocess.PIPE, text=True
+        cmd, env={**os.environ, **(env or {})}, stderr=subprocess.PIPE, text=True, cwd=REPO
     )
     return proc, f"http://127.0.0.1:{port}/v1"
 
@@ -383,7 +390,8 @@ def test_a_server_without_structured_outputs_names_the_switch():
 def test_serves_the_embedded_model(embedded_model):
     from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
 
-    proc, base_url = _start_server("--model", str(embedded_model), "--served-name", "smollm2")
+    proc, base_url = _start_server("--model", str(embedded_model), "--served-name", "smollm2",
+                                   module=LIBRARY_SERVER)
     try:
         _wait_ready(proc, base_url, {}, 120)
         backend = OpenAIBackend(
@@ -425,7 +433,8 @@ def test_serves_the_embedded_model_held_to_a_grammar(embedded_model):
     grammar = load_grammar("treeps_step", 96)
     prompt = render_prompt("treeps_step", question="Who directed Jaws?")
     request = Request.chat([{"role": "user", "content": prompt}], max_tokens=96, grammar=grammar)
-    proc, base_url = _start_server("--model", str(embedded_model), "--served-name", "smollm2")
+    proc, base_url = _start_server("--model", str(embedded_model), "--served-name", "smollm2",
+                                   module=LIBRARY_SERVER)
     try:
         _wait_ready(proc, base_url, {}, 120)
         config = OpenAIConfig(model="smollm2", base_url=base_url, api_key_env="RAGFACTORY_UNSET_KEY")

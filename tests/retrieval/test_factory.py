@@ -46,3 +46,32 @@ def test_config_default_kind(passages, tmp_path):
 def test_bad_requests_are_refused(kind, options, message):
     with pytest.raises(ValueError, match=message):
         make_retriever(kind, **options)
+
+
+def test_a_registered_kind_is_built_by_name_from_the_config(passages):
+    """A plugged retriever (here a fake) is named in the config like a built-in one."""
+    from ragfactory.tasks.retrieval.factory import register_retriever, unregister_retriever
+    from tests.fakes import FixedRetriever
+
+    fake, seen = FixedRetriever({"q": ["hit"]}), {}
+
+    def factory(**options):
+        seen.update(options)
+        return fake
+
+    register_retriever("fixed:test", factory)
+    try:
+        retriever = make_retriever_from_config(RetrievalConfig(default="fixed:test"), passages)
+        assert retriever is fake and retriever.search(["q"], k=1) == [["hit"]]
+        assert seen["passages"] is passages
+        with pytest.raises(ValueError, match="'fixed:test' is already registered"):
+            register_retriever("fixed:test", factory)
+    finally:
+        unregister_retriever("fixed:test")
+    with pytest.raises(ValueError, match=r"unknown retriever kind 'fixed:test'; registered in this process: bm25"):
+        make_retriever("fixed:test")
+
+
+def test_a_misspelt_kind_is_refused_by_the_config():
+    with pytest.raises(ValueError, match="retriever kind 'bm52' is neither a built-in retriever"):
+        RetrievalConfig(default="bm52")
