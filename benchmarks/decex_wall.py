@@ -24,7 +24,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import report  # noqa: E402
 
-from ragfactory.schemas.config import load_build_config  # noqa: E402
+from ragfactory.flows.config import load_build_config  # noqa: E402
 from ragfactory.tasks.data.loaders import load_bundled  # noqa: E402
 from ragfactory.tasks.llm.cache import CallCache  # noqa: E402
 from ragfactory.tasks.llm.engine import make_batcher  # noqa: E402

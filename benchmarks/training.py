@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import report  # noqa: E402
-from ragfactory.schemas.config import TrainConfig  # noqa: E402
+from ragfactory.flows.config import TrainConfig  # noqa: E402
 from ragfactory.tasks.data.loaders import load_bundled  # noqa: E402
 from ragfactory.tasks.llm.embedded import embedded_model_path  # noqa: E402
 from ragfactory.tasks.training.runs import plan_training, train_planned  # noqa: E402

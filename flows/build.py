@@ -24,7 +24,7 @@ from prefect import flow, get_run_logger
 from prefect.futures import PrefectFuture
 from prefect.states import Failed, State
 
-from ragfactory.schemas.config import BuildConfig
+from ragfactory.flows.config import BuildConfig
 from ragfactory.tasks.expand import expand_trees, plan_shards, result_storage, shard_written
 from ragfactory.tasks.index import build_indexes
 from ragfactory.tasks.ingest import backfill_question_partitions, ingest_corpus, ingest_dataset

@@ -17,7 +17,8 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 from prefect.states import State
 
-from ragfactory.schemas.config import DatasetConfig, EvalConfig, PartitionConfig
+from ragfactory.flows.config import EvalConfig
+from ragfactory.tasks.data.config import DatasetConfig, PartitionConfig
 from ragfactory.tasks.evaluate import (
     compare_evaluations,
     evaluate_dataset,

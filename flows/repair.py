@@ -26,7 +26,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 
-from ragfactory.schemas.config import BuildConfig, DatasetConfig, EvalConfig
+from ragfactory.flows.config import BuildConfig, EvalConfig
+from ragfactory.tasks.data.config import DatasetConfig
 from ragfactory.tasks.data.loaders import bundled_names
 from ragfactory.tasks.ingest import ingest_dataset
 from ragfactory.warehouse.catalog import refresh_catalog

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from ragfactory.schemas.config import TrainConfig
+from ragfactory.flows.config import TrainConfig
 from ragfactory.tasks.preflight import apply_network_policy, check_training
 from ragfactory.tasks.train import plan_model, train_model, write_model
 from ragfactory.warehouse.catalog import refresh_catalog

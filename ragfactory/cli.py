@@ -321,7 +321,7 @@ def build(
 
     Example: `ragfactory build --config configs/demo.yaml`
     """
-    from ragfactory.schemas.config import ConfigError, load_build_config
+    from ragfactory.flows.config import ConfigError, load_build_config
     from ragfactory.tasks.preflight import apply_network_policy, check_build
 
     if not config.is_file():
@@ -398,7 +398,7 @@ def train(
 
     Example: `ragfactory train --method dpo --run-id demo-0123abcd --trl max_steps=50 --lora`
     """
-    from ragfactory.schemas.config import TrainConfig
+    from ragfactory.flows.config import TrainConfig
 
     cfg = _options_config(TrainConfig, root, method=method, run_id=run_id, parquet=parquet,
                           base_model=base_model, task=task, rewards=rewards,
@@ -459,7 +459,7 @@ def evaluate(
     """
     import pyarrow as pa
 
-    from ragfactory.schemas.config import EvalConfig
+    from ragfactory.flows.config import EvalConfig
 
     from ragfactory.tasks.preflight import apply_network_policy, check_evaluation
 
@@ -508,7 +508,7 @@ def print_comparison(rows: list[dict]) -> None:
 
 
 def _corpus_retriever(root: Path | None, kind: str, sources: list[str] | None):
-    from ragfactory.schemas.config import RetrievalConfig
+    from ragfactory.tasks.retrieval.config import RetrievalConfig
     from ragfactory.tasks.index import open_retriever
     from ragfactory.warehouse.catalog import query
 

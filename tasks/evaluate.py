@@ -19,7 +19,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NONE
 
-from ragfactory.schemas.config import EvalConfig, LLMConfig
+from ragfactory.flows.config import EvalConfig
 from ragfactory.tasks.data.loaders import bundled_names
 from ragfactory.tasks.eval.compare import CompareConfig, compare_rows, compare_run_id
 from ragfactory.tasks.eval.inference import EvalQuestion, Outcome
@@ -35,6 +35,7 @@ from ragfactory.tasks.eval.runner import (
 )
 from ragfactory.tasks.index import corpus_passages, open_retriever
 from ragfactory.tasks.llm.cache import CallCache, utc_now
+from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.llm.engine import make_batcher
 from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.tasks.training.registry import seen_question_ids

@@ -17,7 +17,7 @@ from pathlib import Path
 from prefect import get_run_logger, task
 from prefect.context import TaskRunContext
 
-from ragfactory.schemas.config import BuildConfig
+from ragfactory.flows.config import BuildConfig
 from ragfactory.schemas.tables import SCHEMA_VERSION
 from ragfactory.tasks.index import open_retriever
 from ragfactory.tasks.llm.cache import CallCache

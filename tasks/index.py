@@ -9,10 +9,10 @@ from __future__ import annotations
 import pyarrow as pa
 from prefect import get_run_logger, task
 
-from ragfactory.schemas.config import RetrievalConfig
+from ragfactory.tasks.retrieval.config import RetrievalConfig
+from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
-from ragfactory.tasks.retry import retry_unless_permanent
 
 CORPUS_SQL = """
 with wanted as (

@@ -22,13 +22,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from prefect import get_run_logger, task
 
-from ragfactory.schemas.config import DatasetConfig, PartitionConfig
+from ragfactory.tasks.data.config import DatasetConfig, PartitionConfig
 from ragfactory.tasks.data.corpus import load_corpus
 from ragfactory.tasks.data.jsonl import MAX_PASSAGE_CHARS, JsonlLimits
 from ragfactory.tasks.data.loaders import bundled_path, load_questions
 from ragfactory.tasks.data.partitions import PartitionRule, backfill_partitions, lacks_partitions, with_partitions
-from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.tasks.data.versions import empty_source_warning, file_sha256, ingest_version, moved_partitions_warning
+from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.warehouse.integrity import is_intact
 from ragfactory.warehouse.store import Warehouse, conform, safe_name
 

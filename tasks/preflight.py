@@ -19,9 +19,11 @@ import os
 import sys
 from pathlib import Path
 
-from ragfactory.schemas.config import BuildConfig, DatasetConfig, EvalConfig, LLMConfig, LLMRoleConfig, TrainConfig
+from ragfactory.flows.config import BuildConfig, EvalConfig, TrainConfig
 from ragfactory.schemas.errors import PermanentError
+from ragfactory.tasks.data.config import DatasetConfig
 from ragfactory.tasks.data.loaders import bundled_names
+from ragfactory.tasks.llm.config import LLMConfig, LLMRoleConfig
 from ragfactory.tasks.llm.embedded import is_embedded
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.training.registry import LATEST, find_model, latest_model

@@ -15,7 +15,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NONE
 
-from ragfactory.schemas.config import TrainConfig
+from ragfactory.flows.config import TrainConfig
 from ragfactory.schemas.errors import is_permanent
 from ragfactory.tasks.training.registry import find_model, register_model
 from ragfactory.tasks.training.runs import TrainingPlan, plan_training, registry_row, train_planned

@@ -18,20 +18,21 @@ from __future__ import annotations
 
 from prefect import get_run_logger, task
 
-from ragfactory.schemas.config import DecontaminationConfig, ExportConfig, LLMConfig
 from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.data.loaders import load_questions
+from ragfactory.tasks.export.config import DecontaminationConfig, ExportConfig
 from ragfactory.tasks.export.contamination import EvalSet, contaminated_rows, screen_questions
 from ragfactory.tasks.export.verl import write_verl_parquet
 from ragfactory.tasks.ingest import dataset_file
 from ragfactory.tasks.llm.cache import CallCache
+from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.llm.engine import make_batcher
 from ragfactory.tasks.retrieval.dense import LazyEmbedder
+from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
-from ragfactory.tasks.retry import retry_unless_permanent
 
 TREE_SQL = """
 with run_nodes as (

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ragfactory.schemas.config import BuildConfig, EvalConfig, TrainConfig, load_build_config
+from ragfactory.flows.config import BuildConfig, EvalConfig, TrainConfig, load_build_config
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = yaml.safe_load((REPO / "prefect.yaml").read_text())

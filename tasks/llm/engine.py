@@ -31,10 +31,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ragfactory.schemas.config import LLMConfig, LLMRoleConfig
 from ragfactory.tasks.llm.batcher import Batcher, BatcherConfig
 from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.coalesce import CoalescingBackend
+from ragfactory.tasks.llm.config import LLMConfig, LLMRoleConfig
 from ragfactory.tasks.llm.embedded import resolve_model
 from ragfactory.tasks.llm.registry import backend_entry, register_backend
 from ragfactory.tasks.llm.types import Backend, Completion, Request, RetryPolicy

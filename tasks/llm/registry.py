@@ -41,11 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ragfactory.schemas.config import engine_name
+from ragfactory.tasks.llm.config import engine_name
 from ragfactory.tasks.llm.types import Backend
 
 if TYPE_CHECKING:
-    from ragfactory.schemas.config import LLMRoleConfig
+    from ragfactory.tasks.llm.config import LLMRoleConfig
 
 BackendFactory = Callable[["LLMRoleConfig", "Path | None"], Backend]
 

@@ -38,7 +38,7 @@ PARAMS_FILE = "bm25_params.json"
 
 @dataclass(frozen=True)
 class BM25Params:
-    k1: float = 1.5  # bm25s default term-frequency saturation (schemas/config.py BM25Config)
+    k1: float = 1.5  # bm25s default term-frequency saturation (tasks/retrieval/config.py BM25Config)
     b: float = 0.75  # bm25s default document-length normalisation
     method: str = "lucene"  # bm25s default variant: Lucene's BM25, as Pyserini in Search-R1
     stopwords: str = "en"  # bm25s bundles the NLTK English list, so no download is needed

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragfactory.schemas.config import TrainConfig
+from ragfactory.flows.config import TrainConfig
 from ragfactory.tasks.llm.embedded import embedded_model_path, is_embedded
 from ragfactory.tasks.training.data import export_files, read_export, snapshot_hash, training_dataset
 from ragfactory.tasks.training.progress import LossLogger

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ragfactory.schemas.config import LoraSection
+from ragfactory.tasks.training.config import LoraSection
 
 # Why each default: metrics reach the registry, not a tracker; every step logged feeds the loss
 # lines; checkpoints carry optimizer state so a resumed run continues the same trajectory.

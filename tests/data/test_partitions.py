@@ -25,7 +25,8 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from ragfactory.schemas.config import BuildConfig, DatasetConfig, PartitionConfig
+from ragfactory.flows.config import BuildConfig
+from ragfactory.tasks.data.config import DatasetConfig, PartitionConfig
 from ragfactory.tasks.data.loaders import bundled_names, bundled_path, load_bundled, load_questions
 from ragfactory.tasks.data.partitions import (
     PartitionRule,

@@ -31,7 +31,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from ragfactory.schemas.config import LLMConfig
+from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.export.contamination import (
     ContaminationConfig,
     EvalSet,

@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from ragfactory.flows.build import build
-from ragfactory.schemas.config import BuildConfig, DatasetConfig
+from ragfactory.flows.config import BuildConfig
+from ragfactory.tasks.data.config import DatasetConfig
 from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.tasks.ingest import ingest_corpus, ingest_dataset
 from ragfactory.warehouse.catalog import query

@@ -194,7 +194,7 @@ def test_a_permanent_cause_is_permanent_and_a_state_without_an_exception_retries
 def test_validation_errors_are_permanent():
     from pydantic import ValidationError
 
-    from ragfactory.schemas.config import BuildConfig
+    from ragfactory.flows.config import BuildConfig
 
     with pytest.raises(ValidationError) as info:
         BuildConfig.model_validate({"nmae": "typo"})
@@ -231,7 +231,7 @@ def test_models_resolve_from_the_registry_a_folder_or_the_local_hub_cache(tmp_pa
 
 
 def test_a_build_check_names_every_problem_at_once(tmp_path):
-    from ragfactory.schemas.config import BuildConfig
+    from ragfactory.flows.config import BuildConfig
     from ragfactory.tasks.preflight import PreflightError, check_build
 
     config = BuildConfig.model_validate({
@@ -272,7 +272,7 @@ def test_the_network_policy_turns_an_imported_hub_client_offline(monkeypatch):
 def test_an_engine_not_registered_in_this_process_fails_before_the_flow(tmp_path, engines):
     """A registered plugged engine passes (its model is its own business); one registered only in
     another process (say, a test's, seen from a worker) is named with what this process has."""
-    from ragfactory.schemas.config import BuildConfig
+    from ragfactory.flows.config import BuildConfig
     from ragfactory.tasks.preflight import PreflightError, check_build
     from tests.fakes import ScriptedBackend, scripted_llm
 

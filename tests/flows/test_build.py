@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from ragfactory.cli import app
 from ragfactory.flows.build import build
-from ragfactory.schemas.config import BuildConfig
+from ragfactory.flows.config import BuildConfig
 from ragfactory.schemas.tables import SCHEMA_VERSION
 from ragfactory.warehouse.catalog import query
 

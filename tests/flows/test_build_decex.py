@@ -14,7 +14,7 @@ import pytest
 
 from ragfactory.cli import print_build_summary
 from ragfactory.flows.build import build
-from ragfactory.schemas.config import BuildConfig
+from ragfactory.flows.config import BuildConfig
 from ragfactory.tasks import expand as expand_module
 from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.warehouse.catalog import query

@@ -17,7 +17,7 @@ import json
 import pytest
 
 from ragfactory.flows.build import build
-from ragfactory.schemas.config import BuildConfig
+from ragfactory.flows.config import BuildConfig
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ragfactory.flows.build import build
-from ragfactory.schemas.config import BuildConfig
+from ragfactory.flows.config import BuildConfig
 from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.tasks.llm.types import Message, Request, Sampling
 from ragfactory.tasks.search.common import Expansion, question_fields

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ragfactory.flows.build import build
-from ragfactory.schemas.config import BuildConfig
+from ragfactory.flows.config import BuildConfig
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm

@@ -14,9 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 from ragfactory.cli import app
+from ragfactory.flows.config import EvalConfig
 from ragfactory.flows.evaluate import evaluate
-from ragfactory.schemas.config import ENGINE_ENV, EvalConfig
 from ragfactory.tasks.data.loaders import load_bundled
+from ragfactory.tasks.llm.config import ENGINE_ENV
 from ragfactory.tasks.training.registry import model_row, register_model
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
@@ -175,7 +176,7 @@ def test_cli_reports_bad_requests(root, models, args, message, tmp_path):
 def test_the_embedded_model_and_a_trained_one_are_evaluated_and_compared(tmp_path, embedded_model):
     """The acceptance run with real weights: SmolLM2 and one SFT step of it, 20 questions each."""
     from ragfactory.flows.train import train
-    from ragfactory.schemas.config import TrainConfig
+    from ragfactory.flows.config import TrainConfig
     from tests.training.exports import write_exports
 
     root = tmp_path / "wh"

@@ -14,9 +14,9 @@ import pytest
 
 from ragfactory.cli import print_build_summary
 from ragfactory.flows.build import build
+from ragfactory.flows.config import BuildConfig, EvalConfig, TrainConfig
 from ragfactory.flows.evaluate import evaluate
 from ragfactory.flows.train import train
-from ragfactory.schemas.config import BuildConfig, EvalConfig, TrainConfig
 from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse

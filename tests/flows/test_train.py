@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ragfactory.flows.build import build
+from ragfactory.flows.config import TrainConfig
 from ragfactory.flows.train import train
-from ragfactory.schemas.config import TrainConfig
 from ragfactory.tasks import train as train_tasks
 from ragfactory.tasks.training import runs
 from ragfactory.warehouse.catalog import query

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragfactory.schemas.config import LLMRoleConfig
+from ragfactory.tasks.llm.config import LLMRoleConfig
 from ragfactory.tasks.llm.device import default_device
 from ragfactory.tasks.training.trainers import device_settings, vllm_generation
 

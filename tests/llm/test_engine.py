@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from ragfactory.schemas.config import ENGINE_ENV, BuildConfig, LLMConfig, LLMRoleConfig
+from ragfactory.flows.config import BuildConfig
 from ragfactory.tasks.llm.cache import CallCache
+from ragfactory.tasks.llm.config import ENGINE_ENV, LLMConfig, LLMRoleConfig
 from ragfactory.tasks.llm.engine import (
     RetryingBackend,
     make_backend,

@@ -2,8 +2,8 @@ import os
 
 import pytest
 
-from ragfactory.schemas.config import BM25Config
 from ragfactory.tasks.retrieval.bm25 import BM25Params, BM25Retriever, load_or_build_bm25
+from ragfactory.tasks.retrieval.config import BM25Config
 from ragfactory.tasks.retrieval.types import Retriever
 
 from .conftest import assert_ranked

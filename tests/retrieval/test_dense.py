@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragfactory.schemas.config import DenseConfig
+from ragfactory.tasks.retrieval.config import DenseConfig
 from ragfactory.tasks.retrieval.dense import (
     BUNDLED_MODEL,
     DenseParams,

@@ -1,9 +1,9 @@
 import pytest
 
-from ragfactory.schemas.config import BM25Config, RetrievalConfig
 from ragfactory.tasks.retrieval import Retriever, make_retriever, make_retriever_from_config
 from ragfactory.tasks.retrieval.bm25 import BM25Retriever
 from ragfactory.tasks.retrieval.client import HttpRetriever
+from ragfactory.tasks.retrieval.config import BM25Config, RetrievalConfig
 from ragfactory.tasks.retrieval.dense import DenseRetriever
 
 

@@ -9,7 +9,7 @@ import pytest
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
-from ragfactory.schemas.config import TrainConfig
+from ragfactory.flows.config import TrainConfig
 from ragfactory.tasks.training.data import read_export, sft_prompt_completions, training_dataset
 from ragfactory.tasks.training.registry import cache_key
 from ragfactory.tasks.training.runs import plan_training, train_planned

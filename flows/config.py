@@ -1,0 +1,244 @@
+"""The flows' parameters: the build config (YAML) and the train and evaluate parameters.
+
+``BuildConfig``, ``TrainConfig`` and ``EvalConfig`` are the pydantic models Prefect shows as each
+flow's run form (``prefect.yaml``); they gather sections that live beside the code they
+parameterise: ``tasks/data/config.py`` (datasets, partitions, corpus),
+``tasks/retrieval/config.py``, ``tasks/llm/config.py``, ``tasks/search/config.py`` (with each
+strategy's config in its folder), ``tasks/export/config.py`` and ``tasks/training/config.py``.
+Unknown keys are refused so a typo in a YAML file is an error that names the key, not a silently
+ignored setting.
+
+This module sits in ``flows/`` (DESIGN.md: flows hold the flow parameters) but imports no flow:
+``flows/__init__.py`` is empty, so the task wrappers that receive these models
+(``tasks/expand.py``, ``tasks/train.py``, ...) import it without loading a flow, and without an
+import cycle; ``tests/test_layering.py`` counts it as a part of its own, "Flow parameters".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ragfactory.schemas.errors import PermanentError
+from ragfactory.tasks.data.config import CorpusConfig, DatasetConfig, Partition, PartitionConfig
+from ragfactory.tasks.eval.inference import InferenceConfig
+from ragfactory.tasks.export.config import ExportConfig
+from ragfactory.tasks.llm.config import LLMConfig
+from ragfactory.tasks.retrieval.config import RetrievalConfig
+from ragfactory.tasks.search.config import SearchConfig
+from ragfactory.tasks.training.config import LoraSection
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WarehouseConfig(Section):
+    root: str | None = Field(
+        None, description="Warehouse root; default $RAGFACTORY_HOME, else ~/.ragfactory"
+    )
+
+
+class BuildConfig(Section):
+    name: str = "build"
+    seed: int = 0
+    warehouse: WarehouseConfig = WarehouseConfig()
+    datasets: list[DatasetConfig] = Field(default_factory=list)
+    partitions: PartitionConfig = Field(
+        default_factory=PartitionConfig, description="Train / valid / test partitions of the questions"
+    )
+    corpus: CorpusConfig = CorpusConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    search: SearchConfig = SearchConfig()
+    export: ExportConfig = ExportConfig()
+    allow_downloads: bool = Field(
+        False, description="Let the build fetch models from a model hub; false (default): the build "
+        "runs offline (HF_HUB_OFFLINE=1) and every model must be on this machine already",
+    )
+
+    def config_hash(self) -> str:
+        """A stable hash of everything that shapes the build's outputs (not whether it may
+        download: the same model gives the same rows either way)."""
+        payload = json.dumps(self.model_dump(mode="json", exclude={"allow_downloads"}), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+class ConfigError(PermanentError, ValueError):
+    """A configuration file that cannot be read, is not a mapping, or does not validate."""
+
+
+def load_build_config(path: str | Path) -> BuildConfig:
+    """Read a YAML build config; errors name the file and the offending key.
+
+    An empty file, or one whose document is not a mapping (a list, a bare string), is an error
+    rather than a build with every default: a config that says nothing is a mistake (the wrong
+    file, a truncated copy), not a request for the defaults.
+    """
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read config: {_first_line(exc)}") from exc
+    if raw is None:
+        raise ConfigError(f"{path}: the config file is empty; give at least `name` and `datasets` "
+                          "(see configs/demo.yaml)")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings (name, datasets, search, ...), "
+                          f"got a YAML {type(raw).__name__}")
+    try:
+        return BuildConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"{path}: {problems}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    """The error on one line (YAML errors span several: what, where, the offending text)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+TrainMethod = Literal["sft", "dpo", "grpo"]
+
+
+class TrainConfig(Section):
+    """Parameters of the ``train`` flow: what to train, on which export, from which base."""
+
+    method: TrainMethod
+    run_id: str | None = Field(None, description="Build run whose export is trained on")
+    name: str | None = Field(
+        None, description="Lineage name of the trained model (default: the method); a build's "
+        "policy model 'latest:NAME' picks the newest model of that lineage",
+    )
+    table: str | None = Field(
+        None, description="Export table; default sft_examples / preference_pairs / grpo_prompts"
+    )
+    parquet: str | None = Field(None, description="A parquet file or folder instead of a run's export")
+    task: str | None = Field(
+        None, description="GRPO: train only the grpo_prompts rows of this task ('qa' answers, "
+        "'plan' APEX planner prompts scored by SEPR); default every row",
+    )
+    base_model: str = Field(
+        "embedded", description="A local checkpoint folder, a model id, or 'embedded' (SmolLM2-135M)"
+    )
+    trl: dict[str, Any] = Field(
+        default_factory=dict, description="Overrides of the TRL SFTConfig / DPOConfig / GRPOConfig"
+    )
+    lora: LoraSection = LoraSection()
+    rewards: list[str] = Field(
+        default_factory=lambda: ["answer_f1", "format"],
+        description="GRPO reward functions: answer_em, answer_f1, format, sepr",
+    )
+    save_steps: int = Field(50, ge=1, description="Checkpoint every N steps; a retry resumes there")
+    seed: int = 0
+    output_dir: str | None = Field(
+        None, description="Where the model goes; default <root>/artifacts/models/trained/<model_id>"
+    )
+    warehouse: WarehouseConfig = WarehouseConfig()
+    allow_downloads: bool = Field(
+        False, description="Let the training fetch its base model from a model hub; false (default): it "
+        "runs offline and the base must be 'embedded', registered, a local folder or in the local HF cache",
+    )
+
+    def model_post_init(self, __context) -> None:
+        if (self.run_id is None) == (self.parquet is None):
+            raise ValueError("train: give exactly one of run_id (a build's export) or parquet")
+
+    @property
+    def lineage_name(self) -> str:
+        return self.name or self.method
+
+    @property
+    def export_table(self) -> str:
+        return self.table or {"sft": "sft_examples", "dpo": "preference_pairs",
+                              "grpo": "grpo_prompts"}[self.method]
+
+    def training_fields(self) -> dict:
+        """The fields that shape the trained weights (not where inputs and outputs live)."""
+        fields = self.model_dump(mode="json", exclude={"run_id", "parquet", "output_dir", "warehouse", "name",
+                                                       "allow_downloads"})
+        return fields | {"table": self.export_table}
+
+
+EvalMode = Literal["agentic", "direct", "rag"]
+EVAL_MODES: tuple[str, ...] = ("agentic", "direct", "rag")
+_INFERENCE = InferenceConfig()
+
+
+class EvalConfig(Section):
+    """Parameters of the ``evaluate`` flow: which model answers which questions, and how."""
+
+    model: str = Field(
+        "embedded", description="'embedded', a model id or latest:NAME (newest of a lineage) from the models table "
+        "(its path is loaded), a local checkpoint folder, or a model name the backend knows",
+    )
+    datasets: list[str] = Field(
+        default_factory=lambda: ["hotpotqa"], min_length=1,
+        description="Datasets whose questions are answered; a bundled one the warehouse lacks is ingested",
+    )
+    partition: Partition = Field(
+        "test", description="Partition whose questions are answered: test for reported figures, valid "
+        "for model selection; train overlaps what builds expand (warned about and recorded)",
+    )
+    limit: int | None = Field(
+        None, ge=1, description="The first N questions of each dataset's partition, in sample_key (hash) order"
+    )
+    modes: list[EvalMode] = Field(
+        default_factory=lambda: list(EVAL_MODES), min_length=1,
+        description="agentic (ReasonRAG Algorithm 1), direct (naive generation), rag (standard RAG)",
+    )
+    max_rounds: int = Field(
+        _INFERENCE.max_rounds, ge=1, description="Algorithm 1's N: model calls per agentic question"
+    )
+    top_k: int | None = Field(None, ge=1, description="Documents per retrieval; default retrieval.top_k")
+    max_tokens: int = Field(_INFERENCE.max_tokens, ge=1, description="Tokens per model call at most")
+    temperature: float = Field(_INFERENCE.temperature, ge=0.0, description="0: greedy, repeatable")
+    sources: list[str] | None = Field(
+        None, description="Passage sources searched; default each dataset's own passages"
+    )
+    compare: str | None = Field(
+        None, description="A base model to compare with: it answers the same questions in the same modes, "
+        "and eval_compare gets EM / F1 deltas with paired bootstrap 95% intervals and McNemar's test",
+    )
+    retrieval: RetrievalConfig = RetrievalConfig()
+    llm: LLMConfig = Field(
+        default_factory=LLMConfig, description="Engine settings; the policy's model is set by `model`"
+    )
+    seed: int = 0
+    warehouse: WarehouseConfig = WarehouseConfig()
+    allow_downloads: bool = Field(
+        False, description="Let the evaluation fetch its model from a model hub; false (default): it runs "
+        "offline and the model must be 'embedded', registered, a local folder or in the local HF cache",
+    )
+
+    def model_post_init(self, context: Any, /) -> None:
+        for name in ("datasets", "modes"):
+            values = getattr(self, name)
+            if len(set(values)) != len(values):
+                raise ValueError(f"evaluate: {name} lists a value twice: {values}")
+
+    @model_validator(mode="after")
+    def _max_tokens_fit_the_grammars(self) -> EvalConfig:
+        if self.llm.policy.structured:
+            from ragfactory.tasks.eval.inference import check_max_tokens
+
+            check_max_tokens(self.modes, self.max_tokens)
+        return self
+
+    def inference(self) -> InferenceConfig:
+        return InferenceConfig(
+            max_rounds=self.max_rounds, top_k=self.top_k or self.retrieval.top_k,
+            max_tokens=self.max_tokens, temperature=self.temperature, seed=self.seed,
+        )
+
+    def answer_fields(self) -> dict:
+        """The settings that shape an answer (not which questions or modes, nor where rows go)."""
+        fields = self.model_dump(mode="json", include={"sources", "retrieval"})
+        return fields | {"inference": vars(self.inference()), "backend": self.llm.policy.backend}

@@ -1,0 +1,84 @@
+"""Parameters of the export stage: how search trees become training data, and decontamination.
+
+The ``export`` section of the build config (``flows/config.py``), gathering the exporters' own
+parameters (each beside its writer in ``tasks/export/``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ragfactory.tasks.data.config import DatasetConfig, Partition
+from ragfactory.tasks.export.apex import ApexExportConfig
+from ragfactory.tasks.export.contamination import ContaminationConfig
+from ragfactory.tasks.export.dpo import DpoConfig
+from ragfactory.tasks.export.ngrams import NgramConfig
+from ragfactory.tasks.export.sft import SftConfig
+from ragfactory.tasks.export.step_labels import StepLabelConfig
+from ragfactory.tasks.export.trajectories import TrajectoryConfig
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_CONTAMINATION = ContaminationConfig()
+
+
+class DecontaminationConfig(Section):
+    """Which evaluation questions training exports are checked against, and how
+    (tasks/export/contamination.py)."""
+
+    mode: Literal["drop", "flag", "off"] = Field(
+        _CONTAMINATION.mode, description="drop: contaminated rows are left out of the export; flag: kept "
+        "and recorded; off: no check. Either way the matches land in the contamination table",
+    )
+    against: list[Partition] = Field(
+        default_factory=lambda: ["valid", "test"],
+        description="Partitions of the warehouse's questions (every dataset) held out from training",
+    )
+    eval_files: list[DatasetConfig] = Field(
+        default_factory=list, description="Further evaluation sets to keep out of training: a JSONL file "
+        "(name, format, path) or a bundled dataset (path: bundled)",
+    )
+    ngram: int = Field(_CONTAMINATION.ngram.n, ge=1, le=64, description="Words in a shared n-gram that flags")
+    max_ngram_questions: int = Field(
+        _CONTAMINATION.ngram.max_questions, ge=2,
+        description="An n-gram in more distinct questions than this is a template and flags nothing",
+    )
+    embedding: bool = Field(_CONTAMINATION.embedding, description="Flag embedding nearest neighbours too")
+    embedder: str = Field("all-MiniLM-L6-v2", description="sentence-transformers model of the embedding stage")
+    cosine: float = Field(
+        _CONTAMINATION.cosine, gt=0.0, le=1.0,
+        description="Cosine at or above which the nearest evaluation question is a match (0.8 with a judge)",
+    )
+    judge: bool = Field(
+        _CONTAMINATION.judge, description="Ask the judge LLM role 'same question?' about embedding-only matches"
+    )
+
+    def params(self) -> ContaminationConfig:
+        ngram = NgramConfig(n=self.ngram, max_questions=self.max_ngram_questions)
+        return ContaminationConfig(mode=self.mode, ngram=ngram, embedding=self.embedding,
+                                   cosine=self.cosine, judge=self.judge)
+
+
+class ExportConfig(Section):
+    """How search trees become training data."""
+
+    sft: SftConfig = Field(default_factory=SftConfig, description="Best-chain SFT examples")
+    dpo: DpoConfig = Field(default_factory=DpoConfig, description="Sibling preference pairs")
+    trajectories: TrajectoryConfig = Field(
+        default_factory=TrajectoryConfig, description="Sampled root-to-leaf paths (TreePS)"
+    )
+    step_labels: StepLabelConfig = Field(
+        default_factory=StepLabelConfig, description="Stepwise process labels for PRMs (TreePS)"
+    )
+    apex: ApexExportConfig = Field(
+        default_factory=ApexExportConfig, description="Executor SFT and planner GRPO rows (APEX)"
+    )
+    decontamination: DecontaminationConfig = Field(
+        default_factory=DecontaminationConfig,
+        description="Training rows whose question matches a held-out or evaluation question",
+    )

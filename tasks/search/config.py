@@ -1,0 +1,84 @@
+"""Parameters of the search stage: which strategies expand which questions, and the sharding.
+
+The ``search`` section of the build config (``flows/config.py``); each strategy's own parameters
+live beside it (``tasks/search/<strategy>/``), with the papers' defaults.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ragfactory.tasks.data.config import Partition
+from ragfactory.tasks.search.apex.expansion import ApexConfig
+from ragfactory.tasks.search.decex.config import DecExConfig
+from ragfactory.tasks.search.treeps.expansion import TreePSConfig
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SearchConfig(Section):
+    """Which strategies expand which questions, and how questions are sharded."""
+
+    strategies: list[str] = Field(
+        default_factory=list, description="Search strategies to run, by registered name (decex, treeps, "
+        "apex; tasks/search/registry.py); none: ingest and index only",
+    )
+    datasets: list[str] | None = Field(
+        None, description="Datasets whose questions are expanded; default: every dataset built"
+    )
+    partition: Partition = Field(
+        "train", description="Partition whose questions are expanded; anything but train overlaps "
+        "the questions evaluations hold out (warned about and recorded in runs.warnings)",
+    )
+    questions_per_dataset: int | None = Field(
+        None, ge=1, description="Expand the first N questions of each dataset's partition, in "
+        "sample_key (hash) order: a uniform sample that a larger N extends",
+    )
+    question_ids: list[str] | dict[str, list[str]] | None = Field(
+        None, description="Expand exactly these questions, in this order, instead of a sample "
+        "(questions_per_dataset): one list for every strategy, or a list per strategy name (a "
+        "strategy not named takes the sample); each must be ingested and in `partition`",
+    )
+    shard_size: int = Field(
+        16, ge=1, description="Questions per shard task: the unit of retries and of failure"
+    )
+    max_concurrent_shards: int = Field(
+        4, ge=1, description="Shards a worker expands at once; their engine calls merge into shared "
+        "batches (an engine's decode step costs about the same for 4 rows as for 8)",
+    )
+    decex: DecExConfig = Field(
+        default_factory=DecExConfig, description="DecEx-RAG parameters (paper defaults)"
+    )
+    treeps: TreePSConfig = Field(
+        default_factory=TreePSConfig, description="TreePS-RAG parameters (paper defaults)"
+    )
+    apex: ApexConfig = Field(
+        default_factory=ApexConfig, description="APEX-Searcher planning, SEPR and execution"
+    )
+
+    @field_validator("strategies")
+    @classmethod
+    def _registered(cls, names: list[str]) -> list[str]:
+        from ragfactory.tasks.search.registry import STRATEGIES  # the registry imports the exporters
+
+        known = STRATEGIES.names()
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ValueError(f"search.strategies: unknown {unknown}; registered strategies: {known}")
+        return names
+
+    @model_validator(mode="after")
+    def _listed_strategies_run(self) -> SearchConfig:
+        if isinstance(self.question_ids, dict):
+            unknown = sorted(set(self.question_ids) - set(self.strategies))
+            if unknown:
+                raise ValueError(f"search.question_ids names strategies the build does not run: {unknown}")
+        return self
+
+    def listed_questions(self, strategy: str) -> list[str] | None:
+        """The questions ``question_ids`` lists for ``strategy``; None: take the sample."""
+        if isinstance(self.question_ids, dict):
+            return self.question_ids.get(strategy)
+        return self.question_ids

@@ -1,0 +1,63 @@
+"""The flows' parameters (flows/config.py) and the package boundary of schemas/ (issue 13).
+
+Pure tests of pydantic models: they live beside test_layering.py rather than in tests/flows/,
+whose autouse fixture starts a Prefect server they do not need.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ragfactory.flows.config import BuildConfig, load_build_config
+from ragfactory.tasks.llm.config import ENGINE_ENV
+
+REPO = Path(__file__).resolve().parents[1]
+
+# The hashes of main before the config models left schemas/config.py. A build's run id and the
+# cache keys of its tasks derive from config_hash, so a moved or reordered field, a renamed
+# section or a changed default would rebuild every warehouse; change these only on purpose.
+GOLDEN_HASHES = {
+    "default": "d41fc43ab772d461",
+    "configs/demo.yaml": "cf5a6637a47f5ada",
+}
+
+
+@pytest.fixture(autouse=True)
+def _default_engine(monkeypatch):
+    # the policy's backend defaults to $RAGFACTORY_ENGINE, which a GPU work pool sets
+    monkeypatch.delenv(ENGINE_ENV, raising=False)
+
+
+def test_default_build_config_hash_is_pinned():
+    assert BuildConfig().config_hash() == GOLDEN_HASHES["default"]
+
+
+def test_demo_config_hash_is_pinned():
+    assert load_build_config(REPO / "configs/demo.yaml").config_hash() == GOLDEN_HASHES["configs/demo.yaml"]
+
+
+def test_build_config_sections_keep_their_order():
+    assert list(BuildConfig.model_fields) == [
+        "name", "seed", "warehouse", "datasets", "partitions", "corpus", "retrieval", "llm",
+        "search", "export", "allow_downloads",
+    ]
+
+
+def _project_modules_loaded_by(statement: str) -> list[str]:
+    code = (f"import sys; {statement}; "
+            "print(__import__('json').dumps(sorted(m for m in sys.modules if m.startswith('ragfactory'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("module", ["ragfactory.schemas", "ragfactory.schemas.tables", "ragfactory.schemas.errors"])
+def test_schemas_import_nothing_of_ours(module):
+    loaded = _project_modules_loaded_by(f"import {module}")
+    assert set(loaded) <= {"ragfactory", "ragfactory.schemas", "ragfactory.schemas.tables",
+                           "ragfactory.schemas.errors"}, loaded
+    assert module in loaded
