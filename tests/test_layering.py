@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import tomllib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,227 @@ def test_every_package_folder_is_listed_in_pyproject():
             relative = init.parent.relative_to(REPO / folder)
             name = ".".join([package, *relative.parts])
             assert name in listed, f"{name} ({init.parent}) is missing from pyproject packages"
+
+
+# --- Parts of DESIGN.md and the arrows between them ------------------------------------------
+
+# A project module's part is that of its longest prefix here; the top-level task wrappers
+# (tasks/*.py) are "Tasks", and ragfactory/*.py (CLI, serve, progress, output) is "CLI".
+PARTS = {
+    "ragfactory": "CLI",
+    # progress bars that tasks draw too; a leaf that imports nothing of ours
+    "ragfactory.progress": "Common",
+    "ragfactory.data": "Data",
+    "ragfactory.schemas": "Schemas",
+    "ragfactory.warehouse": "Warehouse",
+    "ragfactory.flows": "Flows",
+    # the flows' parameter models: task wrappers receive them, so they form a part of their own
+    # below Flows (flows/config.py imports no flow)
+    "ragfactory.flows.config": "Flow parameters",
+    "ragfactory.tasks": "Tasks",
+    "ragfactory.tasks.llm": "LLM",
+    "ragfactory.tasks.retrieval": "Retrieval",
+    "ragfactory.tasks.search": "Search",
+    "ragfactory.tasks.rewards": "Rewards",
+    "ragfactory.tasks.valuation": "Valuation",
+    "ragfactory.tasks.export": "Export",
+    "ragfactory.tasks.training": "Training",
+    "ragfactory.tasks.eval": "Eval",
+    "ragfactory.tasks.data": "Data",
+    "ragfactory.tasks.prompts": "Prompts",
+}
+
+# DESIGN.md "Layout": never these arrows. Flow parameters count as Flows for Search. Schemas and
+# Common import nothing of ours (checked in forbidden_imports).
+FORBIDDEN = {
+    ("Search", "Warehouse"), ("Search", "Flows"), ("Search", "Flow parameters"),
+    ("LLM", "Search"), ("Retrieval", "LLM"), ("Warehouse", "Search"), ("Warehouse", "LLM"),
+}
+
+# Imports (importing module, imported module) that today cross a forbidden arrow or close a cycle
+# between parts, left for later work on issue 13. They are exempt from the checks below, and a
+# test fails once one of them is gone, so the list only shrinks; any other import that breaks a
+# rule fails at once.
+KNOWN_EXCEPTIONS: set[tuple[str, str]] = {
+    # Search <-> Rewards (issue 13): SEPR parses APEX plans with the planner's own format.
+    ("ragfactory.tasks.rewards.sepr", "ragfactory.tasks.search.apex.plan_format"),
+    # Search <-> Valuation (issue 13): TreePS values its tree in memory inside the strategy instead
+    # of valuation running as its own stage over the nodes table.
+    ("ragfactory.tasks.search.treeps.expansion", "ragfactory.tasks.valuation.node_values"),
+    # Search <-> Export (issue 13): each strategy's plug-in names its exporters, and the exporters
+    # read the tree model and the strategies' step formats from tasks/search.
+    ("ragfactory.tasks.search.apex.plugin", "ragfactory.tasks.export.apex"),
+    ("ragfactory.tasks.search.decex.plugin", "ragfactory.tasks.export.dpo"),
+    ("ragfactory.tasks.search.decex.plugin", "ragfactory.tasks.export.sft"),
+    ("ragfactory.tasks.search.treeps.plugin", "ragfactory.tasks.export.grpo"),
+    ("ragfactory.tasks.search.treeps.plugin", "ragfactory.tasks.export.step_labels"),
+    ("ragfactory.tasks.search.treeps.plugin", "ragfactory.tasks.export.trajectories"),
+    ("ragfactory.tasks.search.treeps.plugin", "ragfactory.tasks.export.verl"),
+    # Training <-> Flow parameters (issue 13): the training runner takes the train flow's whole
+    # TrainConfig (which holds the trainers' LoraSection) rather than the fields it trains with.
+    ("ragfactory.tasks.training.runs", "ragfactory.flows.config"),
+}
+
+
+def part_of(module: str) -> str | None:
+    """The DESIGN.md part of a project module, None for anything not ours."""
+    parts = module.split(".")
+    for i in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:i])
+        if prefix in PARTS:
+            return PARTS[prefix]
+    return None
+
+
+def project_modules(root: Path, package_dirs: Mapping[str, str]) -> dict[str, Path]:
+    """Every project module by dotted name, from pyproject's package-dir mapping."""
+    modules = {}
+    for package, folder in package_dirs.items():
+        for path in _python_files(root / folder):
+            rel = path.relative_to(root / folder).with_suffix("")
+            names = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+            modules.setdefault(".".join([package, *names]), path)
+    return modules
+
+
+def import_edges(modules: Mapping[str, Path]) -> set[tuple[str, str]]:
+    """(importer, imported) for every import of a project module, lazy ones included;
+    ``from pkg import mod`` counts as importing ``pkg.mod``."""
+    edges = set()
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                           for a in node.names]
+            else:
+                continue
+            edges.update((name, t) for t in targets if part_of(t) is not None and t != name)
+    return edges
+
+
+def part_arrows(edges: Iterable[tuple[str, str]]) -> dict[tuple[str, str], set[tuple[str, str]]]:
+    """Arrows between distinct parts, each with the imports that make it."""
+    arrows: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for src, dst in edges:
+        a, b = part_of(src), part_of(dst)
+        if a != b:
+            arrows.setdefault((a, b), set()).add((src, dst))
+    return arrows
+
+
+def forbidden_imports(edges: Iterable[tuple[str, str]]) -> list[str]:
+    """Imports that cross an arrow DESIGN.md forbids (Schemas and Common import nothing of ours)."""
+    bad = []
+    for (a, b), imports in sorted(part_arrows(edges).items()):
+        if (a, b) in FORBIDDEN or a in ("Schemas", "Common"):
+            bad += [f"{a} -> {b}: {src} imports {dst}" for src, dst in sorted(imports)]
+    return bad
+
+
+def part_cycles(edges: Iterable[tuple[str, str]]) -> list[list[str]]:
+    """Groups of parts that import each other in a cycle (strongly connected, Tarjan)."""
+    graph: dict[str, set[str]] = {}
+    for a, b in part_arrows(edges):
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(cycles)
+
+
+def describe_cycles(edges: set[tuple[str, str]]) -> list[str]:
+    """Each cycle with the imports inside it, to say which one to cut."""
+    arrows = part_arrows(edges)
+    lines = []
+    for group in part_cycles(edges):
+        lines.append(" <-> ".join(group))
+        lines += [f"    {a} -> {b}: {src} imports {dst}" for (a, b), imports in sorted(arrows.items())
+                  if a in group and b in group for src, dst in sorted(imports)]
+    return lines
+
+
+def _repo_edges() -> set[tuple[str, str]]:
+    package_dirs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    return import_edges(project_modules(REPO, package_dirs))
+
+
+def test_every_project_module_has_a_part():
+    package_dirs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    modules = project_modules(REPO, package_dirs)
+    assert len(modules) > 50
+    assert all(part_of(m) for m in modules)
+
+
+def test_no_forbidden_arrow_between_parts():
+    bad = forbidden_imports(_repo_edges() - KNOWN_EXCEPTIONS)
+    assert not bad, "imports DESIGN.md forbids:\n" + "\n".join(bad)
+
+
+def test_no_import_cycle_between_parts():
+    lines = describe_cycles(_repo_edges() - KNOWN_EXCEPTIONS)
+    assert not lines, "import cycles between parts:\n" + "\n".join(lines)
+
+
+def test_known_exceptions_still_exist():
+    gone = sorted(KNOWN_EXCEPTIONS - _repo_edges())
+    assert not gone, f"no longer imported, drop them from KNOWN_EXCEPTIONS: {gone}"
+
+
+def _fake_tree(root: Path, files: Mapping[str, str]) -> set[tuple[str, str]]:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    package_dirs = {"ragfactory.tasks": "tasks", "ragfactory.warehouse": "warehouse",
+                    "ragfactory.schemas": "schemas"}
+    return import_edges(project_modules(root, package_dirs))
+
+
+def test_checker_catches_a_forbidden_import(tmp_path):
+    edges = _fake_tree(tmp_path, {
+        "warehouse/store.py": "import pyarrow\n",
+        "schemas/tables.py": "from ragfactory.warehouse import store\n",
+        "tasks/search/shard.py": "def f():\n    from ragfactory.warehouse.store import Warehouse\n",
+        "tasks/search/tree.py": "from ragfactory.tasks.search.shard import f\n",
+    })
+    assert forbidden_imports(edges) == [
+        "Schemas -> Warehouse: ragfactory.schemas.tables imports ragfactory.warehouse.store",
+        "Search -> Warehouse: ragfactory.tasks.search.shard imports ragfactory.warehouse.store",
+    ]
+    assert part_cycles(edges) == []
+
+
+def test_checker_catches_an_import_cycle_between_parts(tmp_path):
+    edges = _fake_tree(tmp_path, {
+        "tasks/llm/batcher.py": "from ragfactory.tasks.rewards import answer\n",
+        "tasks/rewards/answer.py": "import ragfactory.tasks.valuation.values\n",
+        "tasks/valuation/values.py": "from ragfactory.tasks.llm.batcher import x\n",
+        "tasks/export/sft.py": "from ragfactory.tasks.llm import batcher\n",
+    })
+    assert part_cycles(edges) == [["LLM", "Rewards", "Valuation"]]
+    assert describe_cycles(edges)[0] == "LLM <-> Rewards <-> Valuation"
+    assert forbidden_imports(edges) == []
