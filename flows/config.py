@@ -31,7 +31,7 @@ from ragfactory.tasks.export.config import ExportConfig
 from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.retrieval.config import RetrievalConfig
 from ragfactory.tasks.search.config import SearchConfig
-from ragfactory.tasks.training.config import LoraSection
+from ragfactory.tasks.training.config import LoraSection, TrainMethod
 
 
 class Section(BaseModel):
@@ -104,8 +104,6 @@ def _first_line(exc: BaseException) -> str:
     """The error on one line (YAML errors span several: what, where, the offending text)."""
     return " ".join(str(exc).split()) or type(exc).__name__
 
-
-TrainMethod = Literal["sft", "dpo", "grpo"]
 
 
 class TrainConfig(Section):

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ragfactory.flows.config import BuildConfig, load_build_config
+from ragfactory.flows.config import BuildConfig, TrainConfig, load_build_config
 from ragfactory.tasks.llm.config import ENGINE_ENV
+from ragfactory.tasks.training.config import TrainingRequest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,6 +47,12 @@ def test_build_config_sections_keep_their_order():
         "name", "seed", "warehouse", "datasets", "partitions", "corpus", "retrieval", "llm",
         "search", "export", "allow_downloads",
     ]
+
+
+def test_train_config_answers_what_a_training_run_reads():
+    names = set(TrainingRequest.__annotations__) | {n for n in vars(TrainingRequest) if not n.startswith("_")}
+    config = TrainConfig(method="sft", run_id="r")
+    assert {n for n in names if not hasattr(config, n)} == set()
 
 
 def _project_modules_loaded_by(statement: str) -> list[str]:

@@ -115,9 +115,6 @@ KNOWN_EXCEPTIONS: set[tuple[str, str]] = {
     ("ragfactory.tasks.search.treeps.plugin", "ragfactory.tasks.export.step_labels"),
     ("ragfactory.tasks.search.treeps.plugin", "ragfactory.tasks.export.trajectories"),
     ("ragfactory.tasks.search.treeps.plugin", "ragfactory.tasks.export.verl"),
-    # Training <-> Flow parameters (issue 13): the training runner takes the train flow's whole
-    # TrainConfig (which holds the trainers' LoraSection) rather than the fields it trains with.
-    ("ragfactory.tasks.training.runs", "ragfactory.flows.config"),
 }
 
 

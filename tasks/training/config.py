@@ -1,12 +1,17 @@
-"""Parameters of the trainers that are not TRL's own: peft LoRA adapters.
+"""Parameters of the trainers that are not TRL's own: peft LoRA adapters, and what a run reads.
 
-The ``lora`` section of the train flow's parameters (``flows/config.py``), beside the trainers
-that turn it into a ``peft.LoraConfig`` (``tasks/training/trainers.py``).
+``LoraSection`` is the ``lora`` section of the train flow's parameters (``flows/config.py``),
+beside the trainers that turn it into a ``peft.LoraConfig`` (``tasks/training/trainers.py``);
+``TrainingRequest`` is the part of those parameters a training run reads (``runs.py``).
 """
 
 from __future__ import annotations
 
+from typing import Any, Literal, Protocol
+
 from pydantic import BaseModel, ConfigDict, Field
+
+TrainMethod = Literal["sft", "dpo", "grpo"]
 
 
 class Section(BaseModel):
@@ -23,3 +28,29 @@ class LoraSection(Section):
     target_modules: str | list[str] = Field(
         "all-linear", description="Modules that get adapters; every linear layer by default"
     )
+
+
+class TrainingRequest(Protocol):
+    """What one training run reads of the train flow's parameters (``flows/config.py``
+    ``TrainConfig``): the runner takes the request, not the flow's model, so training imports no
+    flow layer."""
+
+    method: TrainMethod
+    run_id: str | None
+    parquet: str | None
+    task: str | None
+    base_model: str
+    trl: dict[str, Any]
+    lora: LoraSection
+    rewards: list[str]
+    save_steps: int
+    seed: int
+    output_dir: str | None
+
+    @property
+    def lineage_name(self) -> str: ...
+
+    @property
+    def export_table(self) -> str: ...
+
+    def training_fields(self) -> dict: ...

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragfactory.flows.config import TrainConfig
 from ragfactory.tasks.llm.embedded import embedded_model_path, is_embedded
+from ragfactory.tasks.training.config import TrainingRequest
 from ragfactory.tasks.training.data import export_files, read_export, snapshot_hash, training_dataset
 from ragfactory.tasks.training.progress import LossLogger
 from ragfactory.tasks.training.registry import (
@@ -47,7 +47,7 @@ def resolve_base_model(base_model: str, wh: Warehouse) -> str:
     return str(path.resolve()) if path.exists() else base_model
 
 
-def plan_training(wh: Warehouse, config: TrainConfig) -> TrainingPlan:
+def plan_training(wh: Warehouse, config: TrainingRequest) -> TrainingPlan:
     """The export snapshot, cache key, model id and output folder of a requested training."""
     files = export_files(wh.root, config.export_table, config.run_id, config.parquet)
     snapshot = snapshot_hash(files)
@@ -58,7 +58,7 @@ def plan_training(wh: Warehouse, config: TrainConfig) -> TrainingPlan:
     return TrainingPlan(model_id, snapshot, tuple(str(f) for f in files), base, str(output))
 
 
-def train_planned(wh: Warehouse, config: TrainConfig, plan: TrainingPlan,
+def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
                   logger: logging.Logger | logging.LoggerAdapter,
                   callbacks: Sequence = (), extra_rewards: Mapping[str, RewardFunc] | None = None) -> dict:
     """Train as planned and return the run's metrics (the weights land in ``plan.output_dir``)."""
@@ -90,7 +90,7 @@ def plan_reward(wh: Warehouse) -> RewardFunc:
     return update_wrapper(reward, sepr_reward)
 
 
-def trained_question_ids(wh: Warehouse, config: TrainConfig, plan: TrainingPlan) -> set[str]:
+def trained_question_ids(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan) -> set[str]:
     """Every question the trained model saw: its export's, and what its base model saw."""
     base_id = None if is_embedded(config.base_model) else resolve_model(wh, config.base_model)[1]
     seen = seen_question_ids(wh, base_id) if base_id is not None else set()
@@ -104,7 +104,7 @@ group by partition order by partition
 """
 
 
-def registry_row(wh: Warehouse, config: TrainConfig, plan: TrainingPlan, metrics: dict) -> dict:
+def registry_row(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan, metrics: dict) -> dict:
     """The ``models`` row of a finished training, with the questions it saw and their partitions."""
     seen = sorted(trained_question_ids(wh, config, plan))
     counts = query(wh, PARTITION_COUNTS_SQL, {"ids": seen}).to_pylist()
