@@ -25,6 +25,10 @@ from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm
 from tests.flows.scripted_policies import decex_policy
 
+# Each test, its builds and ingests included, ends within this many seconds (the two concurrent
+# builds take about 40 s here); a hang fails the test instead of the suite.
+pytestmark = pytest.mark.timeout(600)
+
 # the bundled HotpotQA sample (ragfactory/data/hotpotqa/dev.jsonl): 500 questions whose context
 # paragraphs make 4,956 distinct passages
 HOTPOTQA_QUESTIONS = 500
