@@ -69,6 +69,8 @@ PARTS = {
     "ragfactory": "CLI",
     # progress bars that tasks draw too; a leaf that imports nothing of ours
     "ragfactory.progress": "Common",
+    # the built-in-or-plugged name check that engine and retriever configs share
+    "ragfactory.plugins": "Common",
     "ragfactory.data": "Data",
     "ragfactory.schemas": "Schemas",
     "ragfactory.warehouse": "Warehouse",

@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from ragfactory.plugins import builtin_or_plugged
+
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -26,15 +28,7 @@ def engine_name(name: str) -> str:
     Which plugged names exist is known only to the process's registry
     (``tasks/llm/registry.py``); the shape alone tells a plugged name from a misspelt built-in.
     """
-    return _builtin_or_plugged(name, BUILTIN_ENGINES, "backend", "engine")
-
-
-def _builtin_or_plugged(name: str, builtins: tuple[str, ...], field: str, what: str) -> str:
-    plugin, sep, rest = name.partition(":")
-    if name in builtins or (sep and plugin and rest):
-        return name
-    raise ValueError(f"{field} {name!r} is neither a built-in {what} ({', '.join(builtins)}) "
-                     "nor a registered one named '<plugin>:<name>'")
+    return builtin_or_plugged(name, BUILTIN_ENGINES, "backend", "engine")
 
 
 LLMBackendName = Annotated[str, AfterValidator(engine_name)]

@@ -11,6 +11,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from ragfactory.plugins import builtin_or_plugged
+
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -41,15 +43,7 @@ BUILTIN_RETRIEVERS = ("bm25", "dense", "http")
 def retriever_kind(name: str) -> str:
     """``name`` if it is a built-in retriever kind or a plugged one, ``<plugin>:<name>``
     (registered in ``tasks/retrieval/factory.py``)."""
-    return _builtin_or_plugged(name, BUILTIN_RETRIEVERS, "retriever kind", "retriever")
-
-
-def _builtin_or_plugged(name: str, builtins: tuple[str, ...], field: str, what: str) -> str:
-    plugin, sep, rest = name.partition(":")
-    if name in builtins or (sep and plugin and rest):
-        return name
-    raise ValueError(f"{field} {name!r} is neither a built-in {what} ({', '.join(builtins)}) "
-                     "nor a registered one named '<plugin>:<name>'")
+    return builtin_or_plugged(name, BUILTIN_RETRIEVERS, "retriever kind", "retriever")
 
 
 class RetrievalConfig(Section):
