@@ -32,6 +32,7 @@ from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.retrieval.config import RetrievalConfig
 from ragfactory.tasks.search.config import SearchConfig
 from ragfactory.tasks.training.config import LoraSection, TrainMethod
+from ragfactory.tasks.valuation.config import ValuationSection
 
 
 class Section(BaseModel):
@@ -56,16 +57,33 @@ class BuildConfig(Section):
     retrieval: RetrievalConfig = RetrievalConfig()
     llm: LLMConfig = Field(default_factory=LLMConfig)
     search: SearchConfig = SearchConfig()
+    valuation: ValuationSection = Field(
+        default_factory=ValuationSection, description="Monte-Carlo node values of the expanded trees"
+    )
     export: ExportConfig = ExportConfig()
     allow_downloads: bool = Field(
         False, description="Let the build fetch models from a model hub; false (default): the build "
         "runs offline (HF_HUB_OFFLINE=1) and every model must be on this machine already",
     )
 
+    @model_validator(mode="after")
+    def _valued_strategies_are_searched(self) -> BuildConfig:
+        unknown = [s for s in self.valuation.strategies or () if s not in self.search.strategies]
+        if unknown:
+            raise ValueError(f"valuation.strategies lists {unknown}, which search.strategies "
+                             f"{list(self.search.strategies)} does not expand")
+        return self
+
     def config_hash(self) -> str:
         """A stable hash of everything that shapes the build's outputs (not whether it may
-        download: the same model gives the same rows either way)."""
-        payload = json.dumps(self.model_dump(mode="json", exclude={"allow_downloads"}), sort_keys=True)
+        download: the same model gives the same rows either way).
+
+        A default ``valuation`` section is left out: it values what TreePS valued in memory before
+        valuation was a stage, so builds made before the section existed keep their hash (their
+        run ids and cached shards); any other valuation setting is in the hash.
+        """
+        exclude = {"allow_downloads"} | ({"valuation"} if self.valuation == ValuationSection() else set())
+        payload = json.dumps(self.model_dump(mode="json", exclude=exclude), sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

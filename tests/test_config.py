@@ -45,8 +45,23 @@ def test_demo_config_hash_is_pinned():
 def test_build_config_sections_keep_their_order():
     assert list(BuildConfig.model_fields) == [
         "name", "seed", "warehouse", "datasets", "partitions", "corpus", "retrieval", "llm",
-        "search", "export", "allow_downloads",
+        "search", "valuation", "export", "allow_downloads",
     ]
+
+
+def test_a_default_valuation_section_leaves_the_hash_alone_and_any_other_changes_it():
+    base = BuildConfig()
+    assert BuildConfig(valuation={"strategies": None}).config_hash() == base.config_hash()
+    assert BuildConfig(valuation={"metric": "f1"}).config_hash() != base.config_hash()
+    assert BuildConfig(valuation={"strategies": []}).config_hash() != base.config_hash()
+
+
+def test_valuation_values_only_strategies_the_build_expands():
+    with pytest.raises(ValueError, match=r"valuation.strategies lists \['treeps'\]"):
+        BuildConfig(valuation={"strategies": ["treeps"]})
+    config = BuildConfig(search={"strategies": ["decex", "treeps"]}, valuation={"strategies": ["decex"]})
+    assert config.valuation.values("decex", False) and not config.valuation.values("treeps", True)
+    assert BuildConfig().valuation.values("treeps", True) and not BuildConfig().valuation.values("decex", False)
 
 
 def test_train_config_answers_what_a_training_run_reads():
