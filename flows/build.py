@@ -1,4 +1,5 @@
-"""The `build` flow: ingest, index, expand search trees, export training data, refresh the catalog.
+"""The `build` flow: ingest, index, expand search trees, value their nodes, export training data,
+refresh the catalog.
 
 Composition only: every stage is a task in ``tasks/*.py``; tasks exchange the warehouse root,
 source names and question-id shards, never rows. A shard (a dataset file, or a slice of
@@ -7,7 +8,10 @@ questions for one strategy) that still fails after its retries is recorded in th
 records the versions it ingested (``runs.inputs``) and expands only their questions, so builds
 with different configs into one root, even at the same time, leave each other's inputs intact. Expansion shards of every strategy run at once,
 ``search.max_concurrent_shards`` at a time: they share the worker's engine, whose calls from
-different shards merge into one batch (``tasks/llm/coalesce.py``).
+different shards merge into one batch (``tasks/llm/coalesce.py``). Once they are done, the
+valuation stage (``tasks/valuate.py``) values the nodes of each expanded shard of the strategies
+the ``valuation`` section names (default: those whose plug-in asks for values), and only then
+does the export read them; a strategy whose valuation failed is not exported.
 
 The flow holds its run (``warehouse/runs.py``): the row says ``running`` only while this process
 lives, ``interrupted`` or ``failed`` when the flow is cut short. A run with failed shards ends in
@@ -35,6 +39,7 @@ from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.shard import shard_name
 from ragfactory.tasks.training.registry import resolve_model
 from ragfactory.tasks.training_data import write_training_data
+from ragfactory.tasks.valuate import value_nodes
 from ragfactory.warehouse.catalog import refresh_catalog
 from ragfactory.warehouse.runs import default_run_id, holding_run, mark_abandoned_runs, now
 from ragfactory.warehouse.store import Warehouse
@@ -55,9 +60,9 @@ def _settle(futures: dict[str, PrefectFuture], errors: dict[str, str]) -> tuple[
 
 
 def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], sources: list[str],
-            versions: list[str], errors: dict[str, str]):
-    """Expand and export every configured strategy; returns (shard results, exports, failures),
-    the reason of each failure in ``errors``.
+            versions: list[str], errors: dict[str, str]) -> tuple[list[dict], list[str]]:
+    """Expand every configured strategy; returns (shard results, failed shards), the reason of
+    each failure in ``errors``.
 
     A shard whose inputs are unchanged since an earlier run is a cache hit (its rows are already
     in the warehouse) and does no work; a shard whose rows are gone runs again. A dataset this
@@ -86,9 +91,27 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
         else:
             failed.append(name)
             errors[name] = failure_reason(name, future.state)
-    exports = [write_training_data(root, run_id, tree_strategy(config, strategy), config.export, config.seed, config.llm)
-               for strategy in search.strategies]
-    return shards, exports, failed
+    return shards, failed
+
+
+def _value(root: str, run_id: str, config: BuildConfig, shards: list[dict],
+           errors: dict[str, str]) -> tuple[list[dict], list[str], set[str]]:
+    """Value the ``nodes`` of every expanded shard whose strategy the ``valuation`` section
+    values; returns (the valuations done, those that failed, named ``value-<shard>``, and the
+    strategies of the failed ones)."""
+    valued = {s: config.valuation.values(s, STRATEGIES.get(s).valued) for s in config.search.strategies}
+    futures = {f"value-{r['shard']}": value_nodes.submit(root, run_id, r["shard"], config.valuation)
+               for r in shards if valued[r["strategy"]]}
+    done, failed = _settle(futures, errors)
+    by_name = {f"value-{r['shard']}": r["strategy"] for r in shards}
+    return done, failed, {by_name[name] for name in failed}
+
+
+def _export(root: str, run_id: str, config: BuildConfig, unvalued: set[str]) -> list[dict]:
+    """Export every configured strategy but those whose valuation failed (their exports would
+    read nodes without values)."""
+    return [write_training_data(root, run_id, tree_strategy(config, strategy), config.export, config.seed, config.llm)
+            for strategy in config.search.strategies if strategy not in unvalued]
 
 
 def _ingest(root: str, config: BuildConfig, errors: dict[str, str]) -> tuple[list[dict], list[str]]:
@@ -179,15 +202,17 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
         sources = sorted(r["source"] for r in ingested if r["passages"])
         indexes = build_indexes(root, sources, config.retrieval) if sources else {}
         datasets = sorted(r["source"] for r in ingested if r["questions"])
-        shards, exports, expand_failed = _expand(root, run_id, config, datasets, sources,
-                                                 [r["version"] for r in ingested], errors)
-        failed += expand_failed
+        shards, expand_failed = _expand(root, run_id, config, datasets, sources,
+                                        [r["version"] for r in ingested], errors)
+        valuations, value_failed, unvalued = _value(root, run_id, config, shards, errors)
+        exports = _export(root, run_id, config, unvalued)
+        failed += expand_failed + value_failed
         status = "completed" if not failed else ("partial" if ingested else "failed")
         hold.record(status, failed_shards=failed, error=f"failed shards: {failed}" if failed else None)
     refresh_catalog(wh)
     report = publish_build_report(root, run_id, config.name, datasets, shards)
     return final_state({"run_id": run_id, "root": root, "catalog": str(wh.catalog_path), "status": status,
-                        "ingested": ingested, "indexes": indexes, "shards": shards, "exports": exports,
+                        "ingested": ingested, "indexes": indexes, "shards": shards, "valuations": valuations, "exports": exports,
                         "failed_shards": failed, "errors": errors, "warnings": run["warnings"],
                         "report": report})
 

@@ -105,9 +105,6 @@ FORBIDDEN = {
 KNOWN_EXCEPTIONS: set[tuple[str, str]] = {
     # Search <-> Rewards (issue 13): SEPR parses APEX plans with the planner's own format.
     ("ragfactory.tasks.rewards.sepr", "ragfactory.tasks.search.apex.plan_format"),
-    # Search <-> Valuation (issue 13): TreePS values its tree in memory inside the strategy instead
-    # of valuation running as its own stage over the nodes table.
-    ("ragfactory.tasks.search.treeps.expansion", "ragfactory.tasks.valuation.node_values"),
     # Search <-> Export (issue 13): each strategy's plug-in names its exporters, and the exporters
     # read the tree model and the strategies' step formats from tasks/search.
     ("ragfactory.tasks.search.apex.plugin", "ragfactory.tasks.export.apex"),

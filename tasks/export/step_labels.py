@@ -51,7 +51,8 @@ def step_label_rows(
             unvalued = [n["node_id"] for n in steps if n.get("value") is None]
             if unvalued:
                 raise ValueError(f"question {tree.question_id!r}: node {unvalued[0]!r} has no value; "
-                                 "run valuation (estimate_node_values) first")
+                                 "run valuation first (the build's valuation stage, tasks/valuate.py, "
+                                 "values the strategies valuation.strategies names)")
             values = [float(n["value"]) for n in steps]
             rows.append({
                 "label_id": stable_id("step_labels", tree.run_id, tree.question_id, tree.strategy,

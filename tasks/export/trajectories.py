@@ -91,7 +91,7 @@ def trajectory_rows(
     config: TrajectoryConfig = TrajectoryConfig(),
     run_seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """``trajectories`` rows for every tree in ``nodes_rows`` (valued: see valuation.node_values)."""
+    """``trajectories`` rows for every tree in ``nodes_rows`` (valued by the valuation stage: tasks/valuate.py)."""
     rows: list[dict[str, Any]] = []
     for tree in group_trees(nodes_rows).values():
         prompt = [{"role": "user", "content": tree_prompt(tree)}]
@@ -110,7 +110,8 @@ def _row(tree: RowTree, prompt: list[dict], chain: list[dict], sampled: bool, se
     if None in advantages:
         node = chain[1:][advantages.index(None)]
         raise ValueError(f"question {tree.question_id!r}: node {node['node_id']!r} has no advantage; "
-                         "run valuation (estimate_node_values) first")
+                         "run valuation first (the build's valuation stage, tasks/valuate.py, "
+                         "values the strategies valuation.strategies names)")
     return {
         "trajectory_id": stable_id("trajectory", tree.run_id, tree.question_id, tree.strategy,
                                    leaf["node_id"]),

@@ -11,7 +11,10 @@ A strategy is a registered plug-in that declares:
 4. its ``exporters``: each names the table it writes and the tables it reads;
 5. optionally ``open_scorer`` (a service built once per shard from its config, e.g. APEX's SEPR
    plan scorer; flushed when the shard is done) and ``encoders`` (embedding models it loads, by
-   config field, so preflight resolves them before the build starts).
+   config field, so preflight resolves them before the build starts);
+6. ``valued``: whether its exporters read Monte-Carlo node values (``visits``, ``value``,
+   ``advantage``), which the build's valuation stage fills in over its ``nodes`` after expansion
+   (``tasks/valuate.py``); a strategy never values its tree itself for export.
 
 The shard runner, the expand task and the export task look strategies up here and know none by
 name. Adding a strategy is one sub-package under ``tasks/search/`` and one line in
@@ -77,6 +80,7 @@ class Strategy:
     variants: tuple[str, ...] = ()
     open_scorer: Callable[[Any, Path], Any] | None = None
     encoders: Callable[[Any], dict[str, str]] = field(default=lambda config: {})
+    valued: bool = False
 
     @property
     def tree_names(self) -> tuple[str, ...]:

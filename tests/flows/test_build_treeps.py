@@ -45,6 +45,7 @@ def test_treeps_and_decex_build_side_by_side(tmp_path, scripted):
     })
     summary = build(config)
     assert summary["status"] == "completed", summary
+    assert [(v["shard"], v["rewritten"]) for v in summary["valuations"]] == [("treeps-0000", True)]
     wh = Warehouse(root)
     per_strategy = query(wh, "select strategy, count(distinct question_id) as q, count(*) as n "
                              "from nodes group by 1 order by 1").to_pylist()
@@ -66,3 +67,27 @@ def test_treeps_and_decex_build_side_by_side(tmp_path, scripted):
     depths = query(wh, "select depth, n_kept, mean_value from treeps_tree order by question_id, depth").to_pylist()
     assert {r["depth"] for r in depths} == {0, 1, 2}
     assert all(r["mean_value"] is None or 0.0 <= r["mean_value"] <= 1.0 for r in depths)
+    treeps_nodes = query(wh, "select visits, value, is_leaf, reward from nodes where strategy = 'treeps'").to_pylist()
+    assert all(r["visits"] is not None for r in treeps_nodes)
+    assert all(r["value"] == r["reward"] and r["visits"] == 1 for r in treeps_nodes if r["is_leaf"])
+
+
+def test_a_rebuild_from_cache_values_nothing_anew_and_calls_no_engine(tmp_path, scripted):
+    config = BuildConfig.model_validate({
+        "name": "treeps-rebuild",
+        "warehouse": {"root": str(tmp_path / "wh")},
+        "datasets": [{"name": "hotpotqa", "limit": 2}],
+        "retrieval": {"dense": {"enabled": False}},
+        "llm": scripted_llm(),
+        "search": {"strategies": ["treeps"], "treeps": {"n": 4, "depth": 2}},
+    })
+    first = build(config)
+    wh = Warehouse(config.warehouse.root)
+    nodes = {p: p.read_bytes() for p in wh.files("nodes")}
+    calls = scripted.calls
+    again = build(config)
+    assert again["status"] == "completed" and scripted.calls == calls
+    assert [s["cached"] for s in again["shards"]] == [True]
+    assert [v["rewritten"] for v in again["valuations"]] == [False]
+    assert {p: p.read_bytes() for p in wh.files("nodes")} == nodes
+    assert again["exports"] == first["exports"]

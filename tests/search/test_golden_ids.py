@@ -12,12 +12,15 @@ import asyncio
 import hashlib
 import json
 
+import pyarrow as pa
 import pytest
 
+from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.llm.seeds import derive_seed
 from ragfactory.tasks.search.shard import expand_shard
 from ragfactory.tasks.search.tree import node_id, stable_id
+from ragfactory.tasks.valuation.node_values import estimate_node_values
 from tests.fakes import FixedRetriever, FunctionRetriever, ScriptedBackend
 from tests.search import apex_scenario, jaws_scenario, treeps_scenario
 
@@ -67,9 +70,18 @@ def test_decex_shard_rows_and_calls_are_unchanged(decex_shard):
     assert (len(calls), call_digest(calls)) == (90, "f12fe2c1193740cf")
 
 
+def valued(rows):
+    """``nodes`` rows as the valuation stage rewrites them (through the table's schema)."""
+    return estimate_node_values(pa.Table.from_pylist(rows, schema=table_spec("nodes").schema)).to_pylist()
+
+
 def test_treeps_shard_rows_and_calls_are_unchanged():
+    """TreePS valued its nodes inside the search before valuation became a stage: the digest of
+    its nodes is that of the shard once the stage has valued it."""
     tables, calls = shard("treeps", treeps_scenario.QUESTIONS, treeps_scenario.mixed,
                           FunctionRetriever(treeps_scenario.two_groups), treeps_scenario.TreePSConfig(), 5)
+    assert {n["value"] for n in tables["nodes"]} == {None}
+    tables["nodes"] = valued(tables["nodes"])
     assert {t: len(r) for t, r in tables.items()} == {"nodes": 66, "rollouts": 52, "plans": 0, "plan_scores": 0}
     assert {t: digest(r) for t, r in tables.items()} == {"nodes": "5589267720ad1d1c", "rollouts": "237e9c3eb328d13b", "plans": "4f53cda18c2baa0c", "plan_scores": "4f53cda18c2baa0c"}
     assert (len(calls), call_digest(calls)) == (64, "c9884f25463363d8")

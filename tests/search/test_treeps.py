@@ -146,11 +146,11 @@ def test_fixed_branching_with_full_retention_gives_independent_trajectories():
     assert set(children.values()) == {8, 1} and len(trees[0].rollouts) == 8
 
 
-def test_values_filled_at_expansion_equal_the_valuation_of_the_rows():
-    trees, _, _ = build(mixed)
-    rows = trees[0].node_rows()
-    table = pa.Table.from_pylist(rows, schema=table_spec("nodes").schema)
-    assert estimate_node_values(table).to_pylist() == table.to_pylist()
+def test_expansion_leaves_the_values_to_the_valuation_stage():
+    bare = build(mixed, valued=False)[0][0].node_rows()
+    assert {(r["visits"], r["value"], r["advantage"]) for r in bare} == {(None, None, None)}
+    table = pa.Table.from_pylist(bare, schema=table_spec("nodes").schema)
+    assert estimate_node_values(table).to_pylist() == build(mixed)[0][0].node_rows()
 
 
 def test_rollout_rows_are_the_leaves_trajectories():

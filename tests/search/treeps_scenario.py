@@ -2,6 +2,8 @@
 
 The policy reads the parent's path from the request tags and the sample index; the retriever
 turns a query into passage ids, so each test decides which children retrieve the same passages.
+``build`` values the trees as the build's valuation stage does (``valued=False``: as the search
+leaves them).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.llm.types import Request
 from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.treeps.expansion import TreePSConfig, expand_question
+from ragfactory.tasks.valuation.node_values import assign_node_values
 from tests.fakes import FunctionRetriever, ScriptedBackend
 
 QUESTIONS = [
@@ -50,7 +53,7 @@ def two_groups(query: str, k: int) -> list[Hit]:
     return [Hit(f"{group}#{i}", "T", "text", 1.0) for i in range(k)]
 
 
-def build(reply, hits=own_passages, config=TreePSConfig(), questions=QUESTIONS, run_seed=0):
+def build(reply, hits=own_passages, config=TreePSConfig(), questions=QUESTIONS, run_seed=0, valued=True):
     backend = ScriptedBackend(reply)
     batcher = Batcher(backend)
     retriever = FunctionRetriever(hits)
@@ -59,4 +62,7 @@ def build(reply, hits=own_passages, config=TreePSConfig(), questions=QUESTIONS, 
         jobs = [expand_question(q, batcher, retriever, config, "run", run_seed) for q in questions]
         return await batcher.run_all(jobs, max_in_flight=len(questions))
 
-    return asyncio.run(run()), backend, retriever
+    trees = asyncio.run(run())
+    for tree in trees if valued else ():
+        assign_node_values(tree.nodes)
+    return trees, backend, retriever

@@ -17,9 +17,10 @@ question's prompt, generate-then-prune:
 4. Search children kept at depth D are leaves too (Algorithm 1, line 24): they end without an
    answer and score 0.
 
-Every generated child is a node: kept (``is_selected``) or pruned. Values and advantages are
-filled in at the end (``valuation.node_values``) and every leaf is also a ``rollouts`` row: the
-trajectory from the root to it, in Search-R1's single-sequence layout.
+Every generated child is a node: kept (``is_selected``) or pruned, and every leaf is also a
+``rollouts`` row: the trajectory from the root to it, in Search-R1's single-sequence layout.
+Values and advantages (§2.3) are not the search's business: the build's valuation stage fills
+them in over the ``nodes`` table once the shard is written (``tasks/valuate.py``).
 
 Every step request carries the prompt's output grammar (``treeps_step.lark``: ``<reason>``,
 then ``<search>`` or ``<answer>``); with structured generation on, no child is malformed.
@@ -55,7 +56,6 @@ from ragfactory.tasks.search.treeps.steps import (
     render_response,
     step_turns,
 )
-from ragfactory.tasks.valuation.node_values import assign_node_values
 
 STRATEGY = "treeps"
 _SEGMENTS = {"search": "s", "answer": "a", None: "f"}  # path prefix per action; f: malformed
@@ -153,7 +153,6 @@ async def expand_question(
         frontier = await _expand_layer(exp, frontier, depth)
     for parent in frontier:  # kept at depth D: forced leaves (Algorithm 1, line 24)
         _make_leaf(exp, parent.node, None, forced=True)
-    assign_node_values(tree.nodes)
     tree.rollouts.extend(_rollouts(exp, root))
     return tree
 

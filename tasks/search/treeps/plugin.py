@@ -51,4 +51,5 @@ TREEPS = Strategy(
         Exporter("verl_prompts", ("nodes", "questions"), verl_prompts),
         Exporter("step_labels", ("nodes",), step_labels),
     ),
+    valued=True,  # trajectories and step labels carry the nodes' advantages and values (§2.3)
 )
