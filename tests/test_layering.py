@@ -103,8 +103,6 @@ FORBIDDEN = {
 # test fails once one of them is gone, so the list only shrinks; any other import that breaks a
 # rule fails at once.
 KNOWN_EXCEPTIONS: set[tuple[str, str]] = {
-    # Search <-> Rewards (issue 13): SEPR parses APEX plans with the planner's own format.
-    ("ragfactory.tasks.rewards.sepr", "ragfactory.tasks.search.apex.plan_format"),
     # Search <-> Export (issue 13): each strategy's plug-in names its exporters, and the exporters
     # read the tree model and the strategies' step formats from tasks/search.
     ("ragfactory.tasks.search.apex.plugin", "ragfactory.tasks.export.apex"),

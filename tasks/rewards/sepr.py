@@ -20,24 +20,15 @@ paraphrases" but does not print it. On ten MuSiQue dev gold plans (symbolic step
 puts every paraphrase at >= 0.79 and every other step of the same plan at <= 0.68 (a county's
 location against its neighbour); 0.7 sits in that gap.
 
-``sepr_reward`` is the same score as a TRL reward function, reading the completion with the
-planner's parser and the gold plan from the ``gold_plan`` column (JSON text, as
-``grpo_prompts.gold_plan`` stores it):
-
->>> from functools import partial
->>> from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache, HashingEmbedder
->>> reward = partial(sepr_reward, scorer=PlanScorer(EmbeddingCache(HashingEmbedder())))
->>> gold = '["Who directed Jaws?", "Who is the mother of #1?"]'
->>> completions = ["<plan>\\n1. Who directed Jaws?\\n2. Who is the mother of #1?\\n</plan>",
-...                "<plan>\\n1. Who directed Jaws?\\n</plan>", "I cannot plan this."]
->>> [round(r, 3) for r in reward(prompts=["..."] * 3, completions=completions, gold_plan=[gold] * 3)]
-[1.0, 0.667, 0.0]
+``sepr_reward`` (``tasks/training/rewards.py``) is the same score as a TRL reward function: it
+reads the completion with the APEX planner's parser, which this module does not import, so the
+reward stays below the strategies that use it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +37,6 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache
-from ragfactory.tasks.search.apex.plan_format import MAX_STEPS, parse_plan, plan_texts
 
 _REFERENCE = re.compile(r"#\d+")
 
@@ -145,52 +135,6 @@ def load_plan_scorer(
     from ragfactory.tasks.retrieval.dense import load_embedder
 
     return PlanScorer(EmbeddingCache(load_embedder(config.model, device), cache_dir), config)
-
-
-def completion_text(completion: Any) -> str:
-    """A TRL completion as text: a string, or a conversational list of messages."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], Mapping):
-        return str(completion[-1].get("content") or "")
-    if isinstance(completion, Mapping):
-        return str(completion.get("content") or "")
-    raise TypeError(f"a completion is text or a list of messages, got {type(completion).__name__}")
-
-
-def sepr_reward(
-    prompts: Sequence[Any],
-    completions: Sequence[Any],
-    gold_plan: Sequence[Any] | None = None,
-    *,
-    scorer: PlanScorer,
-    max_steps: int = MAX_STEPS,
-    **columns: Any,
-) -> list[float]:
-    """SEPR of each completion's plan against its row's gold plan (a TRL reward function).
-
-    ``gold_plan`` is the dataset column (JSON text or a list per row); the other columns TRL
-    passes are ignored. A malformed plan scores 0.0.
-    """
-    if gold_plan is None or len(gold_plan) != len(completions):
-        raise ValueError(
-            f"sepr_reward needs a gold_plan column with one value per completion "
-            f"({len(completions)}), got {None if gold_plan is None else len(gold_plan)}"
-        )
-    rewards = [0.0] * len(completions)
-    pairs, slots = [], []
-    for i, (completion, gold) in enumerate(zip(completions, gold_plan)):
-        try:
-            gold_texts = plan_texts(gold)
-        except ValueError as exc:
-            raise ValueError(f"gold_plan of row {i}: {exc}") from None
-        plan = parse_plan(completion_text(completion), max_steps)
-        if plan.error is None:
-            pairs.append((plan.questions, gold_texts))
-            slots.append(i)
-    for i, match in zip(slots, scorer.score_many(pairs)):
-        rewards[i] = match.f1
-    return rewards
 
 
 def plan_score_row(

@@ -84,7 +84,8 @@ def plan_reward(wh: Warehouse) -> RewardFunc:
     """SEPR (APEX-Searcher) as a TRL reward function, its embeddings cached in the warehouse."""
     from functools import partial, update_wrapper
 
-    from ragfactory.tasks.rewards.sepr import load_plan_scorer, sepr_reward
+    from ragfactory.tasks.rewards.sepr import load_plan_scorer
+    from ragfactory.tasks.training.rewards import sepr_reward
 
     reward = partial(sepr_reward, scorer=load_plan_scorer(cache_dir=wh.artifacts_dir("embeddings")))
     return update_wrapper(reward, sepr_reward)

@@ -21,8 +21,9 @@ from ragfactory.tasks.rewards.sepr import (
     match_vectors,
     normalize_sub_question,
     plan_score_row,
-    sepr_reward,
 )
+from ragfactory.tasks.training import rewards as training_rewards
+from ragfactory.tasks.training.rewards import sepr_reward
 from ragfactory.warehouse.store import conform
 from tests.fakes import TableEmbedder
 
@@ -126,8 +127,8 @@ def test_plan_score_row_fits_the_table(scorer):
 
 
 def test_reward_docstring_example_runs():
-    result = doctest.testmod(sepr, optionflags=doctest.ELLIPSIS)
-    assert result.attempted >= 6 and result.failed == 0
+    result = doctest.testmod(training_rewards, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 8 and result.failed == 0
 
 
 def _plan(*steps: str) -> str:
