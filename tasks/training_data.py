@@ -1,7 +1,7 @@
 """Prefect task for the export stage: a run's search trees -> training-data tables.
 
-Which tables a strategy's trees feed, and which tables those exporters read, the strategy
-declares (its ``exporters`` in the registry, ``tasks/search/registry.py``). One shard per (run,
+Which tables a strategy's trees feed, and which tables those exporters read, the export
+registry declares under the strategy's name (``tasks/export/registry.py``). One shard per (run,
 tree strategy), named after it, so re-exporting replaces it exactly. The rows keep the node ids
 they came from and read with ``datasets.load_dataset("parquet", ...)``; a ``verl_prompts`` table
 is also written as a standalone verl parquet under ``artifacts/verl/<run>/`` that verl reads
@@ -22,6 +22,7 @@ from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.data.loaders import load_questions
 from ragfactory.tasks.export.config import DecontaminationConfig, ExportConfig
 from ragfactory.tasks.export.contamination import EvalSet, contaminated_rows, screen_questions
+from ragfactory.tasks.export.registry import EXPORTS
 from ragfactory.tasks.export.verl import write_verl_parquet
 from ragfactory.tasks.ingest import dataset_file
 from ragfactory.tasks.llm.cache import CallCache
@@ -109,12 +110,12 @@ def decontaminate(wh: Warehouse, run_id: str, strategy: str, tables: dict[str, l
 def write_training_data(root: str, run_id: str, strategy: str, config: ExportConfig, run_seed: int = 0,
                         llm: LLMConfig | None = None) -> dict:
     """Write the run's decontaminated training-data shards for one tree strategy (``nodes.strategy``)
-    with the exporters its registered strategy declares; returns rows per table and the
+    with the exporters registered for its strategy; returns rows per table and the
     contaminated rows found."""
     wh = Warehouse(root)
-    plugin = STRATEGIES.by_tree_name(strategy)
-    inputs = export_inputs(wh, run_id, strategy, plugin.reads)
-    tables = plugin.export(inputs, config, run_seed)
+    exports = EXPORTS.get(STRATEGIES.by_tree_name(strategy).name)
+    inputs = export_inputs(wh, run_id, strategy, exports.reads)
+    tables = exports.export(inputs, config, run_seed)
     tables, contaminated = decontaminate(wh, run_id, strategy, tables, inputs["questions"],
                                          config.decontamination, llm)
     wh.write("contamination", contaminated, strategy, partition={"run_id": run_id})

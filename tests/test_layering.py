@@ -98,21 +98,11 @@ FORBIDDEN = {
     ("LLM", "Search"), ("Retrieval", "LLM"), ("Warehouse", "Search"), ("Warehouse", "LLM"),
 }
 
-# Imports (importing module, imported module) that today cross a forbidden arrow or close a cycle
-# between parts, left for later work on issue 13. They are exempt from the checks below, and a
-# test fails once one of them is gone, so the list only shrinks; any other import that breaks a
-# rule fails at once.
-KNOWN_EXCEPTIONS: set[tuple[str, str]] = {
-    # Search <-> Export (issue 13): each strategy's plug-in names its exporters, and the exporters
-    # read the tree model and the strategies' step formats from tasks/search.
-    ("ragfactory.tasks.search.apex.plugin", "ragfactory.tasks.export.apex"),
-    ("ragfactory.tasks.search.decex.plugin", "ragfactory.tasks.export.dpo"),
-    ("ragfactory.tasks.search.decex.plugin", "ragfactory.tasks.export.sft"),
-    ("ragfactory.tasks.search.treeps.plugin", "ragfactory.tasks.export.grpo"),
-    ("ragfactory.tasks.search.treeps.plugin", "ragfactory.tasks.export.step_labels"),
-    ("ragfactory.tasks.search.treeps.plugin", "ragfactory.tasks.export.trajectories"),
-    ("ragfactory.tasks.search.treeps.plugin", "ragfactory.tasks.export.verl"),
-}
+# Imports (importing module, imported module) that cross a forbidden arrow or close a cycle
+# between parts but are exempt while later work removes them. A test fails once one of them is
+# gone, so the list only shrinks; any other import that breaks a rule fails at once. Issue 13
+# emptied it: keep it empty.
+KNOWN_EXCEPTIONS: set[tuple[str, str]] = set()
 
 
 def part_of(module: str) -> str | None:

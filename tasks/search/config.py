@@ -61,7 +61,7 @@ class SearchConfig(Section):
     @field_validator("strategies")
     @classmethod
     def _registered(cls, names: list[str]) -> list[str]:
-        from ragfactory.tasks.search.registry import STRATEGIES  # the registry imports the exporters
+        from ragfactory.tasks.search.registry import STRATEGIES  # the registry imports every strategy
 
         known = STRATEGIES.names()
         unknown = [n for n in names if n not in known]

@@ -8,17 +8,21 @@ A strategy is a registered plug-in that declares:
 2. its ``config_type``: the frozen dataclass beside the algorithm, with the paper's defaults;
 3. ``expand``: one ``questions`` row in a ``ShardContext`` (generator, retriever, scorer, run id
    and seed) to the rows of every table it fills (``TableRows``);
-4. its ``exporters``: each names the table it writes and the tables it reads;
-5. optionally ``open_scorer`` (a service built once per shard from its config, e.g. APEX's SEPR
+4. optionally ``open_scorer`` (a service built once per shard from its config, e.g. APEX's SEPR
    plan scorer; flushed when the shard is done) and ``encoders`` (embedding models it loads, by
    config field, so preflight resolves them before the build starts);
-6. ``valued``: whether its exporters read Monte-Carlo node values (``visits``, ``value``,
+5. ``valued``: whether its exporters read Monte-Carlo node values (``visits``, ``value``,
    ``advantage``), which the build's valuation stage fills in over its ``nodes`` after expansion
    (``tasks/valuate.py``); a strategy never values its tree itself for export.
 
+Its exporters (the training-data tables its trees feed) are not part of the plug-in: they read
+the tree model and the step formats defined here, so the export part keys them by strategy name
+(``tasks/export/registry.py``) and Search never imports Export.
+
 The shard runner, the expand task and the export task look strategies up here and know none by
 name. Adding a strategy is one sub-package under ``tasks/search/`` and one line in
-``tasks/search/registry.py``; a test may ``register`` a toy one for as long as it runs.
+``tasks/search/registry.py`` (and one entry in ``tasks/export/registry.py`` for the tables it
+feeds); a test may ``register`` a toy one for as long as it runs.
 """
 
 from __future__ import annotations
@@ -32,12 +36,6 @@ from typing import Any
 from ragfactory.tasks.llm.types import Generator
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.search.tree import TableRows
-
-Rows = list[dict[str, Any]]
-ExportInputs = Mapping[str, Sequence[Mapping[str, Any]]]
-# Tables an exporter may read: the run's rows of one tree strategy (nodes), the questions those
-# nodes answer, and whole-run tables the strategy filled (plans, plan_scores).
-EXPORT_INPUTS = ("nodes", "questions", "plans", "plan_scores", "rollouts")
 
 
 @dataclass(frozen=True)
@@ -55,28 +53,12 @@ Expand = Callable[[Mapping[str, Any], ShardContext, Any], Awaitable[TableRows]]
 
 
 @dataclass(frozen=True)
-class Exporter:
-    """One training-data table a strategy's trees feed: ``rows(inputs, export_config, run_seed)``
-    reads ``inputs[t]`` for each ``t`` in ``reads`` and returns the rows of ``table``."""
-
-    table: str
-    reads: tuple[str, ...]
-    rows: Callable[[ExportInputs, Any, int], Rows]
-
-    def __post_init__(self):
-        unknown = sorted(set(self.reads) - set(EXPORT_INPUTS))
-        if unknown:
-            raise ValueError(f"exporter of {self.table!r} reads {unknown}; exporters read {list(EXPORT_INPUTS)}")
-
-
-@dataclass(frozen=True)
 class Strategy:
     """A search strategy as the build sees it (module docstring)."""
 
     name: str
     config_type: type
     expand: Expand
-    exporters: tuple[Exporter, ...] = ()
     variants: tuple[str, ...] = ()
     open_scorer: Callable[[Any, Path], Any] | None = None
     encoders: Callable[[Any], dict[str, str]] = field(default=lambda config: {})
@@ -100,19 +82,6 @@ class Strategy:
         has no ``<name>`` field (a plug-in the config schema does not list)."""
         config = getattr(search, self.name, None)
         return self.config_type() if config is None else config
-
-    @property
-    def reads(self) -> tuple[str, ...]:
-        """The tables its exporters read, in ``EXPORT_INPUTS`` order."""
-        wanted = {t for e in self.exporters for t in e.reads}
-        return tuple(t for t in EXPORT_INPUTS if t in wanted)
-
-    def export(self, inputs: ExportInputs, config: Any, run_seed: int) -> dict[str, Rows]:
-        """``{table: rows}`` of every exporter, in declaration order."""
-        missing = [t for t in self.reads if t not in inputs]
-        if missing:
-            raise ValueError(f"strategy {self.name!r}: export inputs lack {missing}")
-        return {e.table: e.rows(inputs, config, run_seed) for e in self.exporters}
 
 
 class Registry:

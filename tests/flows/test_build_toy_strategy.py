@@ -1,8 +1,8 @@
 """A strategy the library does not ship, registered by the test and built through the build flow.
 
 The toy strategy answers each question with one greedy sample (a root and an ``answer`` node)
-and exports one SFT example per question. Registering it is all it takes: the config accepts
-its name, the flow shards and expands it, the export task writes its table, and a rebuild is
+and exports one SFT example per question. Registering it (and its exporter) is all it takes:
+the config accepts its name, the flow shards and expands it, the export task writes its table, and a rebuild is
 answered from the call cache.
 """
 
@@ -20,7 +20,8 @@ from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.tasks.llm.types import Message, Request, Sampling
 from ragfactory.tasks.search.common import Expansion, question_fields
 from ragfactory.tasks.search.registry import STRATEGIES
-from ragfactory.tasks.search.strategy import ExportInputs, Exporter, ShardContext, Strategy
+from ragfactory.tasks.export.registry import EXPORTS, ExportInputs, Exporter, StrategyExports
+from ragfactory.tasks.search.strategy import ShardContext, Strategy
 from ragfactory.tasks.search.tree import QuestionTree, TableRows, stable_id
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
@@ -61,12 +62,13 @@ def toy_sft(inputs: ExportInputs, config: Any, run_seed: int) -> list[dict]:
     } for n in answers]
 
 
-TOY = Strategy("toy", ToyConfig, expand_toy, exporters=(Exporter("sft_examples", ("nodes", "questions"), toy_sft),))
+TOY = Strategy("toy", ToyConfig, expand_toy)
+TOY_EXPORTS = StrategyExports("toy", (Exporter("sft_examples", ("nodes", "questions"), toy_sft),))
 
 
 @pytest.fixture
 def toy():
-    with STRATEGIES.registered(TOY):
+    with STRATEGIES.registered(TOY), EXPORTS.registered(TOY_EXPORTS):
         yield TOY
 
 

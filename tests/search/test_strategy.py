@@ -1,4 +1,4 @@
-"""The Strategy contract and registry: lookups, name clashes, declared export inputs."""
+"""The Strategy contract and registry: lookups, name clashes, tree names."""
 
 from __future__ import annotations
 
@@ -6,24 +6,18 @@ import pytest
 
 from ragfactory.tasks.search.decex.config import DecExConfig
 from ragfactory.tasks.search.registry import STRATEGIES
-from ragfactory.tasks.search.strategy import Exporter, Registry, Strategy
+from ragfactory.tasks.search.strategy import Registry, Strategy
 
 
 async def _expand(question, context, config):
     raise AssertionError("not expanded here")
 
 
-def _rows(inputs, config, run_seed):
-    return [{"n": len(inputs["nodes"])}]
-
-
-def test_the_shipped_strategies_are_registered_with_their_tree_names_and_exports():
+def test_the_shipped_strategies_are_registered_with_their_tree_names():
     assert STRATEGIES.names() == ["apex", "decex", "treeps"]
     assert STRATEGIES.by_tree_name("decex_no_pruning") is STRATEGIES.get("decex")
     assert STRATEGIES.get("decex").tree_name(DecExConfig(no_pruning=True)) == "decex_no_pruning"
-    assert [e.table for e in STRATEGIES.get("treeps").exporters] == [
-        "trajectories", "grpo_prompts", "verl_prompts", "step_labels"]
-    assert STRATEGIES.get("apex").reads == ("nodes", "questions", "plans", "plan_scores")
+    assert [s.name for s in (STRATEGIES.get(n) for n in STRATEGIES.names()) if s.valued] == ["treeps"]
     assert STRATEGIES.get("apex").encoders(STRATEGIES.get("apex").config_type()) == {
         "sepr.model": "all-MiniLM-L6-v2"}
 
@@ -46,15 +40,6 @@ def test_registered_holds_a_strategy_for_the_block_only():
     with STRATEGIES.registered(toy):
         assert STRATEGIES.get("toy") is toy
     assert "toy" not in STRATEGIES.names()
-
-
-def test_exporters_declare_what_they_read_and_get_only_that():
-    with pytest.raises(ValueError, match=r"exporter of 'x' reads \['passages'\]"):
-        Exporter("x", ("passages",), _rows)
-    strategy = Strategy("s", dict, _expand, exporters=(Exporter("sft_examples", ("nodes",), _rows),))
-    assert strategy.export({"nodes": [{}, {}]}, None, 0) == {"sft_examples": [{"n": 2}]}
-    with pytest.raises(ValueError, match=r"strategy 's': export inputs lack \['nodes'\]"):
-        strategy.export({"questions": []}, None, 0)
 
 
 def test_a_config_naming_a_tree_its_strategy_does_not_write_is_an_error():

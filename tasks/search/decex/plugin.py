@@ -1,7 +1,8 @@
 """DecEx-RAG as a registered strategy (``tasks/search/strategy.py``).
 
-Its trees train SFT on the best chains and DPO on sibling branches (000, §2.3); without pruning
-(``no_pruning``, §4.1) it writes trees named ``decex_no_pruning`` beside ``decex``.
+Without pruning (``no_pruning``, §4.1) it writes trees named ``decex_no_pruning`` beside
+``decex``; its trees train SFT on the best chains and DPO on sibling branches (000, §2.3), with
+the exporters ``tasks/export/registry.py`` keys by its name.
 """
 
 from __future__ import annotations
@@ -9,11 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ragfactory.tasks.export.dpo import preference_pairs
-from ragfactory.tasks.export.sft import sft_examples
 from ragfactory.tasks.search.decex.config import STRATEGY, STRATEGY_NO_PRUNING, DecExConfig
 from ragfactory.tasks.search.decex.expansion import expand_question
-from ragfactory.tasks.search.strategy import ExportInputs, Exporter, Rows, ShardContext, Strategy
+from ragfactory.tasks.search.strategy import ShardContext, Strategy
 from ragfactory.tasks.search.tree import TableRows
 
 
@@ -24,21 +23,9 @@ async def expand(question: Mapping[str, Any], context: ShardContext, config: Dec
     return tree.table_rows()
 
 
-def sft_rows(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return sft_examples(inputs["nodes"], inputs["questions"], config.sft)
-
-
-def dpo_rows(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return preference_pairs(inputs["nodes"], inputs["questions"], config.dpo)
-
-
 DECEX = Strategy(
     name=STRATEGY,
     config_type=DecExConfig,
     expand=expand,
-    exporters=(
-        Exporter("sft_examples", ("nodes", "questions"), sft_rows),
-        Exporter("preference_pairs", ("nodes", "questions"), dpo_rows),
-    ),
     variants=(STRATEGY_NO_PRUNING,),
 )

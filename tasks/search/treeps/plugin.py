@@ -1,7 +1,8 @@
 """TreePS-RAG as a registered strategy (``tasks/search/strategy.py``).
 
 Its trees train on sampled root-to-leaf trajectories with process advantages, GRPO and verl
-prompts, and stepwise process labels (004, §2.3).
+prompts, and stepwise process labels (004, §2.3), with the exporters ``tasks/export/registry.py``
+keys by its name; those read node values, so the build's valuation stage values its trees.
 """
 
 from __future__ import annotations
@@ -9,11 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ragfactory.tasks.export.grpo import grpo_prompt_rows
-from ragfactory.tasks.export.step_labels import step_label_rows
-from ragfactory.tasks.export.trajectories import trajectory_rows
-from ragfactory.tasks.export.verl import verl_rows
-from ragfactory.tasks.search.strategy import ExportInputs, Exporter, Rows, ShardContext, Strategy
+from ragfactory.tasks.search.strategy import ShardContext, Strategy
 from ragfactory.tasks.search.tree import TableRows
 from ragfactory.tasks.search.treeps.expansion import STRATEGY, TreePSConfig, expand_question
 
@@ -25,31 +22,9 @@ async def expand(question: Mapping[str, Any], context: ShardContext, config: Tre
     return tree.table_rows()
 
 
-def trajectories(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return trajectory_rows(inputs["nodes"], config.trajectories, run_seed)
-
-
-def grpo_prompts(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return grpo_prompt_rows(inputs["nodes"], inputs["questions"])
-
-
-def verl_prompts(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return verl_rows(inputs["nodes"], inputs["questions"])
-
-
-def step_labels(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return step_label_rows(inputs["nodes"], config.step_labels)
-
-
 TREEPS = Strategy(
     name=STRATEGY,
     config_type=TreePSConfig,
     expand=expand,
-    exporters=(
-        Exporter("trajectories", ("nodes",), trajectories),
-        Exporter("grpo_prompts", ("nodes", "questions"), grpo_prompts),
-        Exporter("verl_prompts", ("nodes", "questions"), verl_prompts),
-        Exporter("step_labels", ("nodes",), step_labels),
-    ),
     valued=True,  # trajectories and step labels carry the nodes' advantages and values (§2.3)
 )
