@@ -37,7 +37,7 @@ from ragfactory.tasks.report import publish_build_report
 from ragfactory.tasks.retry import failure_reason
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.shard import shard_name
-from ragfactory.tasks.training.registry import resolve_model
+from ragfactory.tasks.training.registry import resolve_model_ref
 from ragfactory.tasks.training_data import write_training_data
 from ragfactory.tasks.valuate import value_nodes
 from ragfactory.warehouse.catalog import refresh_catalog
@@ -152,11 +152,15 @@ def with_policy_model(config: BuildConfig, wh: Warehouse, policy_model: str | No
     that lineage) or a registered model id becomes the weights' folder, so the config hash, the
     run id and the shard cache keys change when a new model lands."""
     spec = policy_model or config.llm.policy.model
-    model, model_id = resolve_model(wh, spec)
-    if model == config.llm.policy.model:
-        return config
-    if model_id is not None:
-        get_run_logger().info("policy model %s is %s (%s)", spec, model_id, model)
+    ref = resolve_model_ref(wh, spec)
+    if ref.registered_id is None:
+        # a folder or a name is loaded as written, so its config hash is the one it always had
+        return config if spec == config.llm.policy.model else _with_policy(config, spec)
+    get_run_logger().info("policy model %s is %s (%s)", spec, ref.model_id, ref.load)
+    return _with_policy(config, ref.load)
+
+
+def _with_policy(config: BuildConfig, model: str) -> BuildConfig:
     policy = config.llm.policy.model_copy(update={"model": model})
     return config.model_copy(update={"llm": config.llm.model_copy(update={"policy": policy})})
 

@@ -23,7 +23,6 @@ from ragfactory.flows.config import EvalConfig
 from ragfactory.tasks.data.loaders import bundled_names
 from ragfactory.tasks.eval.compare import CompareConfig, compare_rows, compare_run_id
 from ragfactory.tasks.eval.inference import EvalQuestion, Outcome
-from ragfactory.tasks.eval.models import resolve_eval_model
 from ragfactory.tasks.eval.runner import (
     aggregate,
     answer_questions,
@@ -38,7 +37,7 @@ from ragfactory.tasks.llm.cache import CallCache, utc_now
 from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.llm.engine import make_batcher
 from ragfactory.tasks.retry import retry_unless_permanent
-from ragfactory.tasks.training.registry import seen_question_ids
+from ragfactory.tasks.training.registry import resolve_model_ref, seen_question_ids
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 
@@ -99,7 +98,7 @@ def write_eval_shards(
 def plan_evaluation(root: str, config: EvalConfig) -> dict:
     """The model (id and what to load), the eval run id, and the datasets to ingest first."""
     wh = Warehouse(root)
-    model = resolve_eval_model(wh, config.model)
+    model = resolve_model_ref(wh, config.model)
     present = set(query(wh, "select distinct dataset from questions").column("dataset").to_pylist())
     missing = [name for name in config.datasets if name not in present]
     unknown = sorted(set(missing) - set(bundled_names()))
@@ -108,7 +107,7 @@ def plan_evaluation(root: str, config: EvalConfig) -> dict:
                          f"bundled datasets are ingested on demand: {sorted(bundled_names())}")
     # the partition is part of the run: an evaluation on valid never replaces one on test
     config_hash = eval_hash(model.model_id, config.answer_fields() | {"partition": config.partition})
-    return {"model_id": model.model_id, "model_ref": model.ref, "model_source": model.source,
+    return {"model_id": model.model_id, "model_ref": model.load, "model_source": model.source,
             "config_hash": config_hash, "run_id": f"eval-{config_hash}", "ingest": missing,
             "partition": config.partition}
 

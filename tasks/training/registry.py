@@ -17,10 +17,12 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from ragfactory.tasks.llm.embedded import is_embedded
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 
@@ -87,6 +89,7 @@ def register_model(wh: Warehouse, row: dict) -> Path:
 
 
 LATEST = "latest:"
+EMBEDDED = "embedded"
 
 
 def latest_model(wh: Warehouse, name: str) -> dict | None:
@@ -99,22 +102,54 @@ def latest_model(wh: Warehouse, name: str) -> dict | None:
     return None
 
 
-def resolve_model(wh: Warehouse, spec: str) -> tuple[str, str | None]:
-    """(what to load, registered model id) of a model spec.
+@dataclass(frozen=True)
+class ModelRef:
+    """A model spec resolved once, at the flow's edge.
 
-    ``latest:<name>`` is the newest model of that lineage, a registered model id its weights'
-    folder; anything else ('embedded', a local path, a hub id) is returned as given. A registered
-    id whose weights are gone is an error, not a hub id to try.
+    ``load`` is what an engine or ``from_pretrained`` is given ('embedded' stays as it is: the
+    engine converts and caches the embedded checkpoint itself); ``model_id`` names the rows the
+    run writes (a registry id, 'embedded', a folder's absolute path, or the name as given);
+    ``source`` says which of the four it was.
     """
+
+    spec: str
+    load: str
+    model_id: str
+    source: str  # embedded | registry | path | name
+
+    @property
+    def registered_id(self) -> str | None:
+        """The registry id when the spec named a registered model, else None."""
+        return self.model_id if self.source == "registry" else None
+
+
+def resolve_model_ref(wh: Warehouse, spec: str) -> ModelRef:
+    """The model a spec names: 'embedded', ``latest:<lineage>`` (the newest model of that lineage
+    whose weights are on disk), a registered model id, an existing folder (which wins over a
+    registry id of the same name), or anything else an engine understands (a hub id, a served
+    model name). A registered id whose weights are gone is an error, not a hub id to try.
+    """
+    spec = spec.strip()
+    if not spec:
+        raise ValueError("no model given: use 'embedded', a model id from the models table, or a path")
+    if is_embedded(spec):
+        return ModelRef(spec, EMBEDDED, EMBEDDED, "embedded")
     if spec.startswith(LATEST):
         name = spec[len(LATEST):]
         row = latest_model(wh, name)
         if row is None:
             raise LookupError(f"{spec!r}: no trained model of lineage {name!r} in {wh.root} "
                               "(models.lineage name, default the training method)")
-        return row["path"], row["model_id"]
-    if Path(spec).expanduser().exists():
-        return spec, None
+        return ModelRef(spec, row["path"], row["model_id"], "registry")
+    path = Path(spec).expanduser()
+    if path.exists():
+        return ModelRef(spec, str(path.resolve()), str(path.resolve()), "path")
+    row = find_model(wh, spec)
+    if row is not None:
+        return ModelRef(spec, row["path"], row["model_id"], "registry")
+    if wh.read("models", model_id=spec).num_rows:
+        raise FileNotFoundError(f"model {spec!r} is registered but its weights are not on disk")
+    return ModelRef(spec, spec, spec, "name")
     row = find_model(wh, spec)
     if row is not None:
         return row["path"], row["model_id"]

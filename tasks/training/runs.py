@@ -18,7 +18,8 @@ from ragfactory.tasks.training.config import TrainingRequest
 from ragfactory.tasks.training.data import export_files, read_export, snapshot_hash, training_dataset
 from ragfactory.tasks.training.progress import LossLogger
 from ragfactory.tasks.training.registry import (
-    cache_key, export_question_ids, model_id_for, model_row, resolve_model, seen_question_ids,
+    cache_key, export_question_ids, model_id_for, model_row, ModelRef, resolve_model_ref,
+    seen_question_ids,
 )
 from ragfactory.tasks.training.rewards import RewardFunc, reward_functions
 from ragfactory.tasks.training.trainers import (
@@ -35,27 +36,36 @@ class TrainingPlan:
     files: tuple[str, ...]
     base_model: str
     output_dir: str
+    base_model_id: str | None = None  # the base's registry id, when it is a registered model
 
 
-def resolve_base_model(base_model: str, wh: Warehouse) -> str:
-    """A loadable path or id: the embedded SmolLM2 checkpoint, a local folder, a registered model
-    (its id, or ``latest:<lineage>``), or a hub model id."""
+def base_model_key(ref: ModelRef) -> str:
+    """The base model as the cache key and the ``models`` row record it: the spec as written for
+    the embedded model (the engine converts it), else the absolute folder or the name."""
+    if ref.source == "embedded":
+        return ref.spec
+    path = Path(ref.load).expanduser()
+    return str(path.resolve()) if path.exists() else ref.load
+
+
+def loadable(base_model: str, wh: Warehouse) -> str:
+    """What ``from_pretrained`` loads for a planned base: the converted embedded checkpoint, or it."""
     if is_embedded(base_model):
         return str(embedded_model_path(wh.artifacts_dir("models")))
-    base_model = resolve_model(wh, base_model)[0]
-    path = Path(base_model).expanduser()
-    return str(path.resolve()) if path.exists() else base_model
+    return base_model
 
 
 def plan_training(wh: Warehouse, config: TrainingRequest) -> TrainingPlan:
     """The export snapshot, cache key, model id and output folder of a requested training."""
     files = export_files(wh.root, config.export_table, config.run_id, config.parquet)
     snapshot = snapshot_hash(files)
-    base = config.base_model if is_embedded(config.base_model) else resolve_base_model(config.base_model, wh)
+    ref = resolve_model_ref(wh, config.base_model)
+    base = base_model_key(ref)
     key = cache_key(snapshot, config.method, config.training_fields(), base)
     model_id = model_id_for(config.method, key)
     output = Path(config.output_dir) if config.output_dir else wh.root / "artifacts" / "models" / "trained" / model_id
-    return TrainingPlan(model_id, snapshot, tuple(str(f) for f in files), base, str(output))
+    return TrainingPlan(model_id, snapshot, tuple(str(f) for f in files), base, str(output),
+                        ref.registered_id)
 
 
 def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
@@ -64,7 +74,7 @@ def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
     """Train as planned and return the run's metrics (the weights land in ``plan.output_dir``)."""
     rows = read_export([Path(f) for f in plan.files], config.method, config.task)
     dataset = training_dataset(rows, config.method)
-    model, tokenizer = load_model(resolve_base_model(plan.base_model, wh))
+    model, tokenizer = load_model(loadable(plan.base_model, wh))
     args = trl_args(config.method, plan.output_dir, config.save_steps, config.seed, config.trl)
     rewards = None
     if config.method == "grpo":
@@ -93,7 +103,7 @@ def plan_reward(wh: Warehouse) -> RewardFunc:
 
 def trained_question_ids(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan) -> set[str]:
     """Every question the trained model saw: its export's, and what its base model saw."""
-    base_id = None if is_embedded(config.base_model) else resolve_model(wh, config.base_model)[1]
+    base_id = plan.base_model_id
     seen = seen_question_ids(wh, base_id) if base_id is not None else set()
     return export_question_ids(plan.files) | seen
 

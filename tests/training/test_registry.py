@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ragfactory.tasks.training.data import export_files, read_export
-from ragfactory.tasks.training.registry import latest_model, resolve_model
+from ragfactory.tasks.training.registry import latest_model, resolve_model_ref
 from ragfactory.warehouse.store import Warehouse
 from tests.training.exports import register_trained, write_exports
 
@@ -17,13 +17,16 @@ def test_latest_is_the_newest_model_of_the_lineage_whose_weights_exist(tmp_path)
     register_trained(wh, tmp_path, "sft-c", "nightly", 3, keep=False)  # weights deleted
     register_trained(wh, tmp_path, "sft-d", "other", 4)
     assert latest_model(wh, "nightly")["model_id"] == "sft-b"
-    assert resolve_model(wh, "latest:nightly") == (str(tmp_path / "sft-b"), "sft-b")
-    assert resolve_model(wh, "sft-d") == (str(tmp_path / "sft-d"), "sft-d")
-    assert resolve_model(wh, "embedded") == ("embedded", None)
+    ref = resolve_model_ref(wh, "latest:nightly")
+    assert (ref.load, ref.registered_id) == (str(tmp_path / "sft-b"), "sft-b")
+    ref = resolve_model_ref(wh, "sft-d")
+    assert (ref.load, ref.registered_id) == (str(tmp_path / "sft-d"), "sft-d")
+    ref = resolve_model_ref(wh, "embedded")
+    assert (ref.load, ref.registered_id) == ("embedded", None)
     with pytest.raises(FileNotFoundError, match="'sft-c' is registered but its weights are not on disk"):
-        resolve_model(wh, "sft-c")
+        resolve_model_ref(wh, "sft-c")
     with pytest.raises(LookupError, match="lineage 'missing'"):
-        resolve_model(wh, "latest:missing")
+        resolve_model_ref(wh, "latest:missing")
 
 
 def test_grpo_task_filter_keeps_one_kind_of_prompt(tmp_path):

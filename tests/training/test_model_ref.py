@@ -1,11 +1,10 @@
-"""What ``--model`` names: the embedded model, a registered model, a folder, or a served name."""
+"""What a model spec (``--model``, ``--base-model``, ``--policy-model``) names: the embedded model, a registered model, a folder, or a served name."""
 
 from __future__ import annotations
 
 import pytest
 
-from ragfactory.tasks.eval.models import resolve_eval_model
-from ragfactory.tasks.training.registry import model_row, register_model
+from ragfactory.tasks.training.registry import model_row, register_model, resolve_model_ref
 
 
 def _register(warehouse, model_id, path):
@@ -15,8 +14,8 @@ def _register(warehouse, model_id, path):
 
 @pytest.mark.parametrize("spec", ["embedded", "smollm2", " embedded "])
 def test_embedded(warehouse, spec):
-    model = resolve_eval_model(warehouse, spec)
-    assert (model.model_id, model.ref, model.source) == ("embedded", "embedded", "embedded")
+    model = resolve_model_ref(warehouse, spec)
+    assert (model.model_id, model.load, model.source) == ("embedded", "embedded", "embedded")
 
 
 def test_a_registered_model_is_named_by_its_id_and_loaded_from_its_path(warehouse, tmp_path):
@@ -24,29 +23,29 @@ def test_a_registered_model_is_named_by_its_id_and_loaded_from_its_path(warehous
     weights.mkdir()
     _register(warehouse, "sft-abc", weights)
     for spec in ("sft-abc", "latest:sft"):  # by id, or as the newest of its lineage
-        model = resolve_eval_model(warehouse, spec)
-        assert (model.model_id, model.ref, model.source) == ("sft-abc", str(weights), "registry")
+        model = resolve_model_ref(warehouse, spec)
+        assert (model.model_id, model.load, model.source) == ("sft-abc", str(weights), "registry")
 
 
 def test_a_registered_model_without_weights_is_an_error(warehouse, tmp_path):
     _register(warehouse, "sft-gone", tmp_path / "deleted")
     with pytest.raises(FileNotFoundError, match="sft-gone"):
-        resolve_eval_model(warehouse, "sft-gone")
+        resolve_model_ref(warehouse, "sft-gone")
 
 
 def test_a_folder_is_named_by_its_absolute_path(warehouse, tmp_path, monkeypatch):
     (tmp_path / "ckpt").mkdir()
     monkeypatch.chdir(tmp_path)
-    model = resolve_eval_model(warehouse, "ckpt")
-    assert model.model_id == model.ref == str((tmp_path / "ckpt").resolve())
+    model = resolve_model_ref(warehouse, "ckpt")
+    assert model.model_id == model.load == str((tmp_path / "ckpt").resolve())
     assert model.source == "path"
 
 
 def test_anything_else_is_a_model_name_for_the_backend(warehouse):
-    model = resolve_eval_model(warehouse, "Qwen/Qwen2.5-7B-Instruct")
-    assert (model.model_id, model.ref, model.source) == ("Qwen/Qwen2.5-7B-Instruct",) * 2 + ("name",)
+    model = resolve_model_ref(warehouse, "Qwen/Qwen2.5-7B-Instruct")
+    assert (model.model_id, model.load, model.source) == ("Qwen/Qwen2.5-7B-Instruct",) * 2 + ("name",)
 
 
 def test_no_model_is_an_error(warehouse):
     with pytest.raises(ValueError, match="no model"):
-        resolve_eval_model(warehouse, "  ")
+        resolve_model_ref(warehouse, "  ")
