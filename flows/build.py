@@ -26,9 +26,9 @@ import time
 
 from prefect import flow, get_run_logger
 from prefect.futures import PrefectFuture
-from prefect.states import Failed, State
 
 from ragfactory.flows.config import BuildConfig
+from ragfactory.flows.runs import final_state, finish, recorded_run
 from ragfactory.tasks.expand import expand_trees, plan_shards, result_storage, shard_written
 from ragfactory.tasks.index import build_indexes
 from ragfactory.tasks.ingest import backfill_question_partitions, ingest_corpus, ingest_dataset
@@ -41,7 +41,7 @@ from ragfactory.tasks.training.registry import resolve_model_ref
 from ragfactory.tasks.training_data import write_training_data
 from ragfactory.tasks.valuate import value_nodes
 from ragfactory.warehouse.catalog import refresh_catalog
-from ragfactory.warehouse.runs import default_run_id, holding_run, mark_abandoned_runs, now
+from ragfactory.warehouse.runs import default_run_id
 from ragfactory.warehouse.store import Warehouse
 
 
@@ -188,19 +188,17 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
     check_build(config, wh, policy_model)
     config = with_policy_model(config, wh, policy_model)
     run_id = run_id or default_run_id(config.name, config.config_hash())
-    run = dict(run_id=run_id, flow="build", config=config.model_dump(mode="json"),
-               config_hash=config.config_hash(), started_at=now())
-    run["warnings"] = build_warnings(config)
-    mark_abandoned_runs(wh)
-    with holding_run(wh, **run) as hold:
+    warnings = build_warnings(config)
+    with recorded_run(wh, run_id=run_id, flow="build", config=config.model_dump(mode="json"),
+                      config_hash=config.config_hash(), warnings=warnings) as hold:
         get_run_logger().info("run %s writing to %s", run_id, root)
-        for warning in run["warnings"]:
+        for warning in warnings:
             get_run_logger().warning(warning)
         errors: dict[str, str] = {}
         ingested, failed = _ingest(root, config, errors)
-        run["inputs"] = [{"dataset": r["source"], "version": r["version"]} for r in ingested]
-        run["warnings"] += [warning for r in ingested for warning in r["warnings"]]
-        hold.run.update(inputs=run["inputs"], warnings=run["warnings"])
+        warnings += [warning for r in ingested for warning in r["warnings"]]
+        hold.run.update(inputs=[{"dataset": r["source"], "version": r["version"]} for r in ingested],
+                        warnings=warnings)
         if backfilled := backfill_question_partitions(root, config.partitions):
             get_run_logger().info("partitions backfilled in questions shards written before them: %s", backfilled)
         sources = sorted(r["source"] for r in ingested if r["passages"])
@@ -211,22 +209,11 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
         valuations, value_failed, unvalued = _value(root, run_id, config, shards, errors)
         exports = _export(root, run_id, config, unvalued)
         failed += expand_failed + value_failed
-        status = "completed" if not failed else ("partial" if ingested else "failed")
-        hold.record(status, failed_shards=failed, error=f"failed shards: {failed}" if failed else None)
+        status = finish(hold, failed, anything_done=bool(ingested))
     refresh_catalog(wh)
     report = publish_build_report(root, run_id, config.name, datasets, shards)
     return final_state({"run_id": run_id, "root": root, "catalog": str(wh.catalog_path), "status": status,
                         "ingested": ingested, "indexes": indexes, "shards": shards, "valuations": valuations, "exports": exports,
-                        "failed_shards": failed, "errors": errors, "warnings": run["warnings"],
+                        "failed_shards": failed, "errors": errors, "warnings": warnings,
                         "report": report})
 
-
-def final_state(summary: dict) -> dict | State:
-    """What a flow returns: its summary when ``status`` is ``completed``; otherwise a Failed state
-    named after the status (``Partial``, ``Failed``) whose data is the summary."""
-    if summary["status"] == "completed":
-        return summary
-    failed = summary["failed_shards"]
-    return Failed(name=summary["status"].capitalize(), data=summary,
-                  message=f"run {summary['run_id']} is {summary['status']}: {len(failed)} failed shard(s): "
-                          f"{', '.join(failed)}")

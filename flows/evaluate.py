@@ -18,6 +18,7 @@ from prefect import flow, get_run_logger
 from prefect.states import State
 
 from ragfactory.flows.config import EvalConfig
+from ragfactory.flows.runs import final_state, finish, recorded_run
 from ragfactory.tasks.data.config import DatasetConfig, PartitionConfig
 from ragfactory.tasks.evaluate import (
     compare_evaluations,
@@ -26,12 +27,10 @@ from ragfactory.tasks.evaluate import (
     plan_evaluation,
     report_evaluation,
 )
-from ragfactory.flows.build import final_state
 from ragfactory.tasks.ingest import backfill_question_partitions, ingest_dataset
 from ragfactory.tasks.preflight import apply_network_policy, check_evaluation
 from ragfactory.tasks.retry import failure_reason
 from ragfactory.warehouse.catalog import refresh_catalog
-from ragfactory.warehouse.runs import holding_run, mark_abandoned_runs, now
 from ragfactory.warehouse.store import Warehouse
 
 
@@ -43,10 +42,8 @@ def evaluate_model(wh: Warehouse, config: EvalConfig) -> dict:
         ingest_dataset(root, DatasetConfig(name=name))
     backfill_question_partitions(root, PartitionConfig())
     run_config = config.model_dump(mode="json") | {"model_id": plan["model_id"], "model_ref": plan["model_ref"]}
-    run = {"run_id": plan["run_id"], "flow": "evaluate", "config": run_config,
-           "config_hash": plan["config_hash"], "started_at": now()}
-    mark_abandoned_runs(wh)
-    with holding_run(wh, **run) as hold:
+    with recorded_run(wh, run_id=plan["run_id"], flow="evaluate", config=run_config,
+                      config_hash=plan["config_hash"]) as hold:
         get_run_logger().info("evaluating %s as run %s in %s", plan["model_id"], plan["run_id"], root)
         done, failed, errors = [], [], {}
         for dataset in config.datasets:
@@ -61,9 +58,7 @@ def evaluate_model(wh: Warehouse, config: EvalConfig) -> dict:
         warnings = evaluation_warnings(config, plan["model_id"], done)
         for warning in warnings:
             get_run_logger().warning(warning)
-        status = "completed" if not failed else ("partial" if done else "failed")
-        hold.record(status, failed_shards=failed, warnings=warnings,
-                    error=f"failed datasets: {failed}" if failed else None)
+        status = finish(hold, failed, anything_done=bool(done), unit="datasets", warnings=warnings)
     return {"run_id": plan["run_id"], "model_id": plan["model_id"], "root": root,
             "catalog": str(wh.catalog_path), "status": status, "aggregates": aggregates,
             "datasets": done, "failed_shards": failed, "errors": errors, "warnings": warnings}

@@ -1,0 +1,51 @@
+"""Run bookkeeping every flow shares: hold and record the ``runs`` row, settle its status, and
+turn the summary into the flow's final Prefect state.
+
+A flow opens ``recorded_run`` around its work (abandoned rows of dead processes are marked
+first, then the run's lock is held and its row says ``running``; an error or a signal inside the
+block records ``failed`` or ``interrupted``, ``warehouse/runs.py``), ends the block with
+``finish`` (``completed``, ``partial`` or ``failed`` from what failed and whether anything was
+done), and returns ``final_state(summary)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+from prefect.states import Failed, State
+
+from ragfactory.warehouse.runs import RunHold, holding_run, mark_abandoned_runs, now
+from ragfactory.warehouse.store import Warehouse
+
+
+@contextlib.contextmanager
+def recorded_run(wh: Warehouse, *, run_id: str, flow: str, config: dict, config_hash: str,
+                 warnings: Sequence[str] = ()) -> Iterator[RunHold]:
+    """Hold run ``run_id`` of ``flow`` for the block, its ``runs`` row ``running`` meanwhile."""
+    mark_abandoned_runs(wh)
+    run = {"run_id": run_id, "flow": flow, "config": config, "config_hash": config_hash,
+           "started_at": now(), "warnings": list(warnings)}
+    with holding_run(wh, **run) as hold:
+        yield hold
+
+
+def finish(hold: RunHold, failed: Sequence[str], anything_done: bool, unit: str = "shards",
+           **fields) -> str:
+    """Record the run's final status and return it: ``completed`` when nothing failed,
+    ``partial`` when some ``unit`` failed but something was done, else ``failed``."""
+    status = "completed" if not failed else ("partial" if anything_done else "failed")
+    hold.record(status, failed_shards=list(failed),
+                error=f"failed {unit}: {list(failed)}" if failed else None, **fields)
+    return status
+
+
+def final_state(summary: dict) -> dict | State:
+    """What a flow returns: its summary when ``status`` is ``completed``; otherwise a Failed state
+    named after the status (``Partial``, ``Failed``) whose data is the summary."""
+    if summary["status"] == "completed":
+        return summary
+    failed = summary["failed_shards"]
+    return Failed(name=summary["status"].capitalize(), data=summary,
+                  message=f"run {summary['run_id']} is {summary['status']}: {len(failed)} failed shard(s): "
+                          f"{', '.join(failed)}")
