@@ -16,13 +16,15 @@ parquet included.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from prefect import get_run_logger, task
 
 from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.data.loaders import load_questions
 from ragfactory.tasks.export.config import DecontaminationConfig, ExportConfig
 from ragfactory.tasks.export.contamination import EvalSet, contaminated_rows, screen_questions
-from ragfactory.tasks.export.registry import EXPORTS
+from ragfactory.tasks.export.registry import EXPORTS, SCREENED_QUESTION_COLUMNS
 from ragfactory.tasks.export.verl import write_verl_parquet
 from ragfactory.tasks.ingest import dataset_file
 from ragfactory.tasks.llm.cache import CallCache
@@ -55,18 +57,27 @@ order by question_id
 """
 
 
-def export_inputs(wh: Warehouse, run_id: str, strategy: str, tables: tuple[str, ...]) -> dict[str, list[dict]]:
-    """The run's rows of ``tables`` an export reads: ``nodes`` of the tree strategy (by question
-    and path), the ``questions`` those nodes answer (always: decontamination reads them), and any
-    other table whole for the run."""
+def export_inputs(wh: Warehouse, run_id: str, strategy: str,
+                  reads: Mapping[str, Sequence[str]]) -> dict[str, list[dict]]:
+    """The run's rows of each table an export reads, with the declared columns only: ``nodes`` of
+    the tree strategy (by question and path), the ``questions`` those nodes answer (always, with
+    at least their text: decontamination screens it), and any other table whole for the run."""
     params = {"run_id": run_id, "strategy": strategy}
-    inputs = {"questions": query(wh, QUESTIONS_SQL, params).to_pylist()}
-    for table in tables:
+    wanted = dict(reads) | {"questions": _columns("questions", [*reads.get("questions", ()), *SCREENED_QUESTION_COLUMNS])}
+    inputs = {}
+    for table, columns in wanted.items():
         if table == "nodes":
-            inputs[table] = query(wh, TREE_SQL, params).to_pylist()
-        elif table != "questions":
-            inputs[table] = wh.read(table, run_id=run_id).to_pylist()
+            rows = query(wh, TREE_SQL, params)
+        elif table == "questions":
+            rows = query(wh, QUESTIONS_SQL, params)
+        else:
+            rows = wh.read(table, run_id=run_id)
+        inputs[table] = rows.select(list(columns)).to_pylist()
     return inputs
+
+
+def _columns(table: str, columns: Sequence[str]) -> tuple[str, ...]:
+    return tuple(c for c in table_spec(table).schema.names if c in set(columns))
 
 
 def eval_set(wh: Warehouse, config: DecontaminationConfig) -> EvalSet:

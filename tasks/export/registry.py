@@ -1,8 +1,12 @@
 """Which training-data tables each strategy's trees feed: the exporters, keyed by strategy name.
 
-An exporter names the table it writes and the tables it reads (as distilabel steps declare their
-columns); ``rows(inputs, export_config, run_seed)`` reads ``inputs[t]`` for each ``t`` in
-``reads`` and returns the rows of ``table``. The export part owns this registry rather than the
+An exporter names the table it writes and the columns it reads of each input table (as distilabel
+steps declare theirs); ``rows(inputs, export_config, run_seed)`` reads ``inputs[t]`` for each
+``t`` in ``reads`` and returns the rows of ``table``. The export task reads exactly the declared
+columns (``tasks/training_data.py``), so a column an exporter uses without declaring it is a
+KeyError in its tests, not a silent dependency. Exporters of trees read whole ``nodes`` rows
+(``TREE_COLUMNS``): the tree model (``tasks/search/tree.py``) carries every column to the step
+formats. The export part owns this registry rather than the
 strategies' plug-ins: exporters read the tree model and the strategies' step formats
 (``tasks/search``), so a plug-in naming its exporters would make Search and Export import each
 other. The export task (``tasks/training_data.py``) looks a strategy's exporters up here by the
@@ -22,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.export.apex import executor_sft_examples, planner_grpo_prompts
 from ragfactory.tasks.export.dpo import preference_pairs
 from ragfactory.tasks.export.grpo import grpo_prompt_rows
@@ -38,6 +43,10 @@ ExportInputs = Mapping[str, Sequence[Mapping[str, Any]]]
 # Tables an exporter may read: the run's rows of one tree strategy (nodes), the questions those
 # nodes answer, and whole-run tables the strategy filled (plans, plan_scores).
 EXPORT_INPUTS = ("nodes", "questions", "plans", "plan_scores", "rollouts")
+TREE_COLUMNS = tuple(table_spec("nodes").schema.names)
+# what the export task reads of ``questions`` whatever the exporters declare: decontamination
+# screens each exported row's question text
+SCREENED_QUESTION_COLUMNS = ("question_id", "question")
 
 
 @dataclass(frozen=True)
@@ -45,13 +54,18 @@ class Exporter:
     """One training-data table a strategy's trees feed (module docstring)."""
 
     table: str
-    reads: tuple[str, ...]
+    reads: Mapping[str, tuple[str, ...]]
     rows: Callable[[ExportInputs, Any, int], Rows]
 
     def __post_init__(self):
         unknown = sorted(set(self.reads) - set(EXPORT_INPUTS))
         if unknown:
             raise ValueError(f"exporter of {self.table!r} reads {unknown}; exporters read {list(EXPORT_INPUTS)}")
+        for table, columns in self.reads.items():
+            missing = sorted(set(columns) - set(table_spec(table).schema.names))
+            if missing or not columns:
+                raise ValueError(f"exporter of {self.table!r} reads columns {missing or '(none)'} of "
+                                 f"{table!r}, which has {table_spec(table).schema.names}")
 
 
 @dataclass(frozen=True)
@@ -62,10 +76,15 @@ class StrategyExports:
     exporters: tuple[Exporter, ...] = ()
 
     @property
-    def reads(self) -> tuple[str, ...]:
-        """The tables its exporters read, in ``EXPORT_INPUTS`` order."""
-        wanted = {t for e in self.exporters for t in e.reads}
-        return tuple(t for t in EXPORT_INPUTS if t in wanted)
+    def reads(self) -> dict[str, tuple[str, ...]]:
+        """``{table: columns}`` its exporters read, tables in ``EXPORT_INPUTS`` order and columns
+        in the table's schema order."""
+        wanted: dict[str, set[str]] = {}
+        for exporter in self.exporters:
+            for table, columns in exporter.reads.items():
+                wanted.setdefault(table, set()).update(columns)
+        return {t: tuple(c for c in table_spec(t).schema.names if c in wanted[t])
+                for t in EXPORT_INPUTS if t in wanted}
 
     def export(self, inputs: ExportInputs, config: Any, run_seed: int) -> dict[str, Rows]:
         """``{table: rows}`` of every exporter, in declaration order."""
@@ -134,19 +153,26 @@ def _apex_planner_grpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows
     return planner_grpo_prompts(inputs["plans"], inputs["plan_scores"], inputs["questions"], config.apex)
 
 
+TEXTS = {"questions": ("question_id", "question")}
+GOLDS = {"questions": ("question_id", "golden_answers")}
+
 EXPORTS = ExportRegistry([
     StrategyExports(DECEX, (
-        Exporter("sft_examples", ("nodes", "questions"), _decex_sft),
-        Exporter("preference_pairs", ("nodes", "questions"), _decex_dpo),
+        Exporter("sft_examples", {"nodes": TREE_COLUMNS} | TEXTS, _decex_sft),
+        Exporter("preference_pairs", {"nodes": TREE_COLUMNS} | TEXTS, _decex_dpo),
     )),
     StrategyExports(TREEPS, (
-        Exporter("trajectories", ("nodes",), _treeps_trajectories),
-        Exporter("grpo_prompts", ("nodes", "questions"), _treeps_grpo),
-        Exporter("verl_prompts", ("nodes", "questions"), _treeps_verl),
-        Exporter("step_labels", ("nodes",), _treeps_step_labels),
+        Exporter("trajectories", {"nodes": TREE_COLUMNS}, _treeps_trajectories),
+        Exporter("grpo_prompts", {"nodes": TREE_COLUMNS} | GOLDS, _treeps_grpo),
+        Exporter("verl_prompts", {"nodes": TREE_COLUMNS,
+                                  "questions": ("question_id", "dataset", "split", "golden_answers")}, _treeps_verl),
+        Exporter("step_labels", {"nodes": TREE_COLUMNS}, _treeps_step_labels),
     )),
     StrategyExports(APEX, (
-        Exporter("sft_examples", ("nodes", "questions"), _apex_executor_sft),
-        Exporter("grpo_prompts", ("plans", "plan_scores", "questions"), _apex_planner_grpo),
+        Exporter("sft_examples", {"nodes": TREE_COLUMNS} | TEXTS, _apex_executor_sft),
+        Exporter("grpo_prompts", {"plans": ("run_id", "question_id", "plan_id", "source", "steps"),
+                                  "plan_scores": ("plan_id", "f1"),
+                                  "questions": ("question_id", "question", "golden_answers")},
+                 _apex_planner_grpo),
     )),
 ])

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ragfactory.tasks.export.registry import EXPORTS, Exporter, ExportRegistry, StrategyExports
+from ragfactory.tasks.export.registry import (
+    EXPORTS, TREE_COLUMNS, Exporter, ExportRegistry, StrategyExports,
+)
 from ragfactory.tasks.search.registry import STRATEGIES
 
 
@@ -16,7 +18,13 @@ def test_every_shipped_strategy_has_its_exporters():
     assert [e.table for e in EXPORTS.get("treeps").exporters] == [
         "trajectories", "grpo_prompts", "verl_prompts", "step_labels"]
     assert [e.table for e in EXPORTS.get("decex").exporters] == ["sft_examples", "preference_pairs"]
-    assert EXPORTS.get("apex").reads == ("nodes", "questions", "plans", "plan_scores")
+    # tables in EXPORT_INPUTS order, each with the union of its exporters' columns in schema order
+    assert EXPORTS.get("apex").reads == {
+        "nodes": TREE_COLUMNS,
+        "questions": ("question_id", "question", "golden_answers"),
+        "plans": ("plan_id", "run_id", "question_id", "source", "steps"),
+        "plan_scores": ("plan_id", "f1"),
+    }
     assert all(EXPORTS.get(name).exporters for name in STRATEGIES.names())
 
 
@@ -27,8 +35,12 @@ def test_a_strategy_without_exporters_exports_nothing():
 
 def test_exporters_declare_what_they_read_and_get_only_that():
     with pytest.raises(ValueError, match=r"exporter of 'x' reads \['passages'\]"):
-        Exporter("x", ("passages",), _rows)
-    exports = StrategyExports("s", (Exporter("sft_examples", ("nodes",), _rows),))
+        Exporter("x", {"passages": ("text",)}, _rows)
+    with pytest.raises(ValueError, match=r"exporter of 'x' reads columns \['answer'\] of 'questions'"):
+        Exporter("x", {"questions": ("question_id", "answer")}, _rows)
+    with pytest.raises(ValueError, match=r"exporter of 'x' reads columns \(none\) of 'nodes'"):
+        Exporter("x", {"nodes": ()}, _rows)
+    exports = StrategyExports("s", (Exporter("sft_examples", {"nodes": ("node_id",)}, _rows),))
     assert exports.export({"nodes": [{}, {}]}, None, 0) == {"sft_examples": [{"n": 2}]}
     with pytest.raises(ValueError, match=r"strategy 's': export inputs lack \['nodes'\]"):
         exports.export({"questions": []}, None, 0)
@@ -38,7 +50,7 @@ def test_registered_holds_exporters_for_the_block_only_and_refuses_a_second_entr
     registry = ExportRegistry([StrategyExports("a")])
     with pytest.raises(ValueError, match="exporters of strategy 'a' are already registered"):
         registry.register(StrategyExports("a"))
-    toy = StrategyExports("toy", (Exporter("sft_examples", ("nodes",), _rows),))
+    toy = StrategyExports("toy", (Exporter("sft_examples", {"nodes": ("node_id",)}, _rows),))
     with EXPORTS.registered(toy):
         assert EXPORTS.get("toy") is toy
     assert EXPORTS.get("toy").exporters == ()

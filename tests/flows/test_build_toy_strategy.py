@@ -63,7 +63,10 @@ def toy_sft(inputs: ExportInputs, config: Any, run_seed: int) -> list[dict]:
 
 
 TOY = Strategy("toy", ToyConfig, expand_toy)
-TOY_EXPORTS = StrategyExports("toy", (Exporter("sft_examples", ("nodes", "questions"), toy_sft),))
+# the export task hands the exporter these columns only: reading one more would be a KeyError
+TOY_EXPORTS = StrategyExports("toy", (Exporter(
+    "sft_examples", {"nodes": ("node_id", "run_id", "question_id", "kind", "text"),
+                     "questions": ("question_id", "question")}, toy_sft),))
 
 
 @pytest.fixture
