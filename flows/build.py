@@ -124,6 +124,18 @@ def _ingest(root: str, config: BuildConfig, errors: dict[str, str]) -> tuple[lis
     return _settle(futures, errors)
 
 
+def _prepare_search(root: str, config: BuildConfig, ingested: list[dict]) -> tuple[list[str], list[str], dict]:
+    """Make what was ingested ready to expand: partitions backfilled in questions shards written
+    before them, and an index per passage source; returns (the datasets with questions, the
+    passage sources, their indexes)."""
+    if backfilled := backfill_question_partitions(root, config.partitions):
+        get_run_logger().info("partitions backfilled in questions shards written before them: %s", backfilled)
+    sources = sorted(r["source"] for r in ingested if r["passages"])
+    indexes = build_indexes(root, sources, config.retrieval) if sources else {}
+    datasets = sorted(r["source"] for r in ingested if r["questions"])
+    return datasets, sources, indexes
+
+
 def _bounded(submit, jobs: list, limit: int, poll_s: float = 0.2) -> list[tuple[object, PrefectFuture]]:
     """(job, finished future) for every job, ``limit`` submitted at a time, in job order."""
     running: list[tuple[object, PrefectFuture]] = []
@@ -199,11 +211,7 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
         warnings += [warning for r in ingested for warning in r["warnings"]]
         hold.run.update(inputs=[{"dataset": r["source"], "version": r["version"]} for r in ingested],
                         warnings=warnings)
-        if backfilled := backfill_question_partitions(root, config.partitions):
-            get_run_logger().info("partitions backfilled in questions shards written before them: %s", backfilled)
-        sources = sorted(r["source"] for r in ingested if r["passages"])
-        indexes = build_indexes(root, sources, config.retrieval) if sources else {}
-        datasets = sorted(r["source"] for r in ingested if r["questions"])
+        datasets, sources, indexes = _prepare_search(root, config, ingested)
         shards, expand_failed = _expand(root, run_id, config, datasets, sources,
                                         [r["version"] for r in ingested], errors)
         valuations, value_failed, unvalued = _value(root, run_id, config, shards, errors)

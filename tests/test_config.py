@@ -80,6 +80,5 @@ def _project_modules_loaded_by(statement: str) -> list[str]:
 @pytest.mark.parametrize("module", ["ragfactory.schemas", "ragfactory.schemas.tables", "ragfactory.schemas.errors"])
 def test_schemas_import_nothing_of_ours(module):
     loaded = _project_modules_loaded_by(f"import {module}")
-    assert set(loaded) <= {"ragfactory", "ragfactory.schemas", "ragfactory.schemas.tables",
-                           "ragfactory.schemas.errors"}, loaded
+    assert all(m in {"ragfactory", "ragfactory.schemas"} or m.startswith("ragfactory.schemas.") for m in loaded), loaded
     assert module in loaded

@@ -64,9 +64,11 @@ def test_every_package_folder_is_listed_in_pyproject():
 # --- Parts of DESIGN.md and the arrows between them ------------------------------------------
 
 # A project module's part is that of its longest prefix here; the top-level task wrappers
-# (tasks/*.py) are "Tasks", and ragfactory/*.py (CLI, serve, progress, output) is "CLI".
+# (tasks/*.py) are "Tasks", and ragfactory/*.py (serve, progress, output) and the command line
+# (ragfactory/cli/) are "CLI".
 PARTS = {
     "ragfactory": "CLI",
+    "ragfactory.cli": "CLI",
     # progress bars that tasks draw too; a leaf that imports nothing of ours
     "ragfactory.progress": "Common",
     # the built-in-or-plugged name check that engine and retriever configs share

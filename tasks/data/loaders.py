@@ -72,16 +72,23 @@ def load_questions(
             continue
         seen_ids.add(row.original_id)
         result.questions.append(_question(row, dataset, split, path, line.number))
-        for title, text in row.paragraphs:
-            passage = make_passage(dataset, title, text)
-            if (reason := oversize(passage, limits)) is not None:
-                result.rejects.append(_reject(dataset, path, line, reason, limits))
-                continue
-            passages.setdefault(passage["passage_id"], passage)
+        _add_passages(row, dataset, path, line, limits, passages, result.rejects)
         if limit is not None and len(result.questions) >= limit:
             break
     result.passages = list(passages.values())
     return result
+
+
+def _add_passages(row: ParsedRow, dataset: str, path: Path, line: Line, limits: JsonlLimits,
+                  passages: dict[str, dict], rejects: list[dict]) -> None:
+    """Add a question's context paragraphs to ``passages`` (by passage id: the first copy stays),
+    or to ``rejects`` each one over ``limits.max_passage_chars``."""
+    for title, text in row.paragraphs:
+        passage = make_passage(dataset, title, text)
+        if (reason := oversize(passage, limits)) is not None:
+            rejects.append(_reject(dataset, path, line, reason, limits))
+            continue
+        passages.setdefault(passage["passage_id"], passage)
 
 
 def _question(row: ParsedRow, dataset: str, split: str, path: Path, line: int) -> dict:

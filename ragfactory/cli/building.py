@@ -1,0 +1,123 @@
+"""The ``build`` command: run the build flow locally, then summarise what it wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ragfactory.cli.common import (
+    RootOption,
+    app,
+    console,
+    fail,
+    logged_run,
+    open_warehouse,
+    prefect_local_defaults,
+    preflight,
+    print_arrow,
+    print_failures,
+    run_flow,
+)
+
+
+@app.command()
+def build(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Build config YAML")],
+    run_id: Annotated[str | None, typer.Option(help="Run id (default: <name>-<config hash>)")] = None,
+    root: RootOption = None,
+) -> None:
+    """Run the `build` flow locally (Prefect local mode; no server to start) and print a summary.
+
+    Exits 1 when a shard failed (the run is `partial` or `failed`), 130 on Ctrl-C and 143 on
+    SIGTERM: the run is then recorded `interrupted`, every process the build started is
+    stopped, and the same command goes on from the shards already written.
+
+    Example: `ragfactory build --config configs/demo.yaml`
+    """
+    from ragfactory.flows.config import ConfigError, load_build_config
+    from ragfactory.tasks.preflight import apply_network_policy, check_build
+
+    if not config.is_file():
+        fail(f"{config}: no such config file" if not config.exists() else f"{config}: not a file")
+    try:
+        cfg = load_build_config(config)
+    except ConfigError as exc:
+        fail(str(exc))
+    if root is not None:
+        cfg = cfg.model_copy(update={"warehouse": cfg.warehouse.model_copy(update={"root": str(root)})})
+    wh = open_warehouse(Path(cfg.warehouse.root) if cfg.warehouse.root else None)
+    apply_network_policy(cfg.allow_downloads)
+    preflight(lambda: check_build(cfg, wh), prefix=f"{config}: ")
+    cleanup = prefect_local_defaults()
+    from ragfactory.flows.build import build as build_flow
+
+    with logged_run(wh.root, "build") as log:
+        summary = run_flow(lambda: build_flow(cfg, run_id=run_id, return_state=True), cleanup)
+    print_build_summary(summary)
+    print_failures(summary, log)
+    if summary["status"] != "completed":
+        raise typer.Exit(code=1)
+
+
+def print_build_summary(summary: dict) -> None:
+    """What a build run left in the warehouse: rows per table, rejects, partitions, contaminated
+    training rows, warnings, search trees per strategy, cache use, indexes and the run's status."""
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    wh = Warehouse(summary["root"])
+    counts = query(wh, _COUNTS_SQL)
+    print_arrow(counts, title=f"warehouse rows per table (after run {summary['run_id']})")
+    rejects = query(wh, "select dataset, reason, count(*) as n from rejects group by 1, 2 order by 1, 3 desc")
+    if rejects.num_rows:
+        print_arrow(rejects, title="rejects")
+    else:
+        console.print("rejects: none")
+    print_arrow(query(wh, "select * from question_partitions"),
+                title="questions per partition (builds expand train; evaluations answer test)")
+    contaminated = query(wh, _CONTAMINATION_SQL, {"run_id": summary["run_id"]})
+    if contaminated.num_rows:
+        print_arrow(contaminated, title="training rows matching held-out or evaluation questions (contamination)")
+    for warning in summary.get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    strategies = query(wh, "select * exclude (run_id) from strategy_summary where run_id = $run_id",
+                       {"run_id": summary["run_id"]})
+    if strategies.num_rows:
+        print_arrow(strategies, title="search trees and training data per strategy")
+    figures = {row["item"]: row["value"] for row in summary.get("report", [])}
+    if figures:
+        console.print(f"shards: {figures['shards']} ({figures['cached shards']} cached from an earlier run), "
+                      f"engine calls: {figures['engine calls']}, cached samples: {figures['engine cache hits']}")
+    for name, info in summary.get("indexes", {}).items():
+        console.print(f"index {name}: {info}")
+    if summary["failed_shards"]:
+        console.print(f"[red]failed shards:[/red] {', '.join(summary['failed_shards'])}")
+    console.print(f"status: {summary['status']}")
+    console.print(f"catalog: {summary['catalog']}")
+    console.print('try: ragfactory sql "select dataset, count(*) from questions group by 1"')
+
+
+_CONTAMINATION_SQL = """
+select export_table, method, action, count(*) as n_rows, count(distinct question_id) as n_questions
+from contamination
+where run_id = $run_id
+group by 1, 2, 3
+order by 1, 2, 3
+"""
+
+_COUNTS_SQL = """
+with counts as (
+    select 'questions' as "table", count(*) as n_rows from questions
+    union all select 'passages', count(*) from passages
+    union all select 'rejects', count(*) from rejects
+    union all select 'runs', count(*) from runs
+    union all select 'nodes', count(*) from nodes
+    union all select 'rollouts', count(*) from rollouts
+    union all select 'llm_calls', count(*) from llm_calls
+    union all select 'sft_examples', count(*) from sft_examples
+    union all select 'preference_pairs', count(*) from preference_pairs
+)
+select * from counts
+"""

@@ -1,0 +1,175 @@
+"""What every command group of the command line shares: the Typer apps, the console, the
+``--root`` option, and the way a command fails, checks its inputs and runs a flow."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+app = typer.Typer(
+    help="ragfactory: build process-supervised training data for agentic RAG, then query it.\n\n"
+    "Example:\n\n    ragfactory build --config configs/demo.yaml\n\n"
+    "    ragfactory sql \"select dataset, count(*) from questions group by 1\"",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+retrieval_app = typer.Typer(
+    help="Retrieval over the warehouse's passages, and the Search-R1-compatible server.\n\n"
+    "Example: `ragfactory retrieval search \"Who directed Jaws?\" -k 5`",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+app.add_typer(retrieval_app, name="retrieval")
+
+# Piped output (CI logs, `make demo | tee`) gets wide tables instead of rich's 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+DEBUG_ENV = "RAGFACTORY_DEBUG"
+
+
+@app.callback()
+def main(
+    debug: Annotated[bool, typer.Option(
+        "--debug", help="Print the traceback of a failure on screen too (it always goes to the run's log)")] = False,
+) -> None:
+    """ragfactory: build process-supervised training data for agentic RAG, then query it."""
+    if debug:  # the environment, not a global: a flow run in a subprocess or worker sees it too
+        os.environ[DEBUG_ENV] = "1"
+
+
+RootOption = Annotated[
+    Path | None,
+    typer.Option("--root", help="Warehouse root (default: $RAGFACTORY_HOME, else ~/.ragfactory)"),
+]
+
+
+def open_warehouse(root: Path | None):
+    """The warehouse at ``root`` (default: $RAGFACTORY_HOME, else ~/.ragfactory); imported here so
+    that only the commands that use it load the warehouse code."""
+    from ragfactory.warehouse.store import Warehouse
+
+    return Warehouse(root)
+
+
+def fail(message: str) -> None:
+    """Print ``message`` as one ``error:`` line and exit with code 1; never returns."""
+    # soft_wrap: one line however long, so a refusal reads (and greps) as one line
+    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+    raise typer.Exit(code=1)
+
+
+def debug_requested() -> bool:
+    """Whether the global ``--debug`` option (or ``RAGFACTORY_DEBUG=1``) was given."""
+    return os.environ.get(DEBUG_ENV, "") not in {"", "0"}
+
+
+def preflight(check, prefix: str = "") -> None:
+    """Run a preflight check; a permanent error (missing file, unknown model, invalid config)
+    exits with its one-line message, before any work or any run is recorded."""
+    from ragfactory.schemas.errors import PermanentError
+
+    try:
+        check()
+    except PermanentError as exc:
+        if debug_requested():
+            console.print_exception()
+        fail(prefix + " ".join(str(exc).split()))
+
+
+def options_config(model_cls, root: Path | None, **fields):
+    """A flow's pydantic config from command options (unset ones keep the model's defaults) and
+    the warehouse root; a value that does not validate exits with the field named."""
+    from pydantic import ValidationError
+
+    fields["warehouse"] = {"root": str(root)} if root is not None else None
+    try:
+        return model_cls.model_validate({k: v for k, v in fields.items() if v is not None})
+    except ValidationError as exc:
+        fail("; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()))
+
+
+class _ScreenWithoutTraceback(logging.Filter):
+    """Drop a log record's traceback before a console handler prints it (the run's log file,
+    which sees the record first, keeps it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
+
+
+@contextmanager
+def logged_run(root: Path, command: str) -> Iterator[Path]:
+    """Log everything the run logs (Prefect's task and flow logs, tracebacks included) to
+    ``<root>/logs/<command>-<UTC time>-<pid>.log``, and keep tracebacks off the screen unless
+    ``--debug``. An exception escaping the run exits with one line naming it and the log file.
+    """
+    import traceback
+
+    from ragfactory.warehouse.guard import first_line
+
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = Path(root) / "logs" / f"{command}-{stamp}-{os.getpid()}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    screen = logging.getLogger()
+    consoles, quiet = list(screen.handlers), _ScreenWithoutTraceback()
+    screen.handlers.insert(0, handler)  # first, so it writes each traceback before a console drops it
+    for console_handler in consoles if not debug_requested() else []:
+        console_handler.addFilter(quiet)
+    try:
+        yield path
+    except Exception as exc:
+        handler.stream.write("".join(traceback.format_exception(exc)))
+        if debug_requested():
+            traceback.print_exception(exc, file=sys.stderr)
+        fail(f"{first_line(exc)} (log: {path})")
+    finally:
+        screen.removeHandler(handler)
+        handler.close()
+        for console_handler in consoles:
+            console_handler.removeFilter(quiet)
+
+
+def run_flow(call: Callable, cleanup: Callable[[], None]) -> dict:
+    """The summary of the flow run that ``call`` starts (``ragfactory/local_flows.py``)."""
+    from ragfactory.local_flows import run_flow as run_local_flow
+
+    def echo(line: str) -> None:
+        console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True, highlight=False)
+
+    return run_local_flow(call, echo, cleanup)
+
+
+def prefect_local_defaults() -> Callable[[], None]:
+    """Set Prefect up to run flows in this process (``ragfactory/local_flows.py``); returns the
+    function that removes what that made."""
+    from ragfactory.local_flows import prefect_local_defaults as local_defaults
+
+    return local_defaults()
+
+
+def print_failures(summary: dict, log: Path, noun: str = "shard") -> None:
+    """One ``error:`` line per failed shard of a run: what failed, why, and where the traceback is."""
+    errors = summary.get("errors", {})
+    for name in summary["failed_shards"]:
+        reason = " ".join(str(errors.get(name) or "see the log").split())
+        console.print(f"[red]error:[/red] {escape(f'{noun} {name} failed: {reason} (log: {log})')}",
+                      soft_wrap=True, highlight=False)
+
+
+def print_arrow(table, title: str | None = None, fmt: str = "table") -> None:
+    """Print an arrow table as a rich table, CSV or JSON lines (``ragfactory.output``)."""
+    from ragfactory.output import print_arrow as render
+
+    render(table, console, title=title, fmt=fmt)

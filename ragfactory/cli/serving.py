@@ -1,0 +1,106 @@
+"""The serving commands: ``retrieval serve`` and ``retrieval search`` over the warehouse's
+passages, and ``serve``, the local Prefect stack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ragfactory.cli.common import RootOption, app, console, fail, open_warehouse, print_arrow, retrieval_app
+
+
+def _corpus_retriever(root: Path | None, kind: str, sources: list[str] | None):
+    """A ``kind`` retriever over the passages of ``sources`` (default: every source in the
+    warehouse); an empty warehouse or an unknown source exits naming what is there."""
+    from ragfactory.tasks.retrieval.config import RetrievalConfig
+    from ragfactory.tasks.index import open_retriever
+    from ragfactory.warehouse.catalog import query
+
+    wh = open_warehouse(root)
+    known = query(wh, "select distinct source from passages order by 1").column("source").to_pylist()
+    if not known:
+        fail(f"no passages in {wh.root}: run `ragfactory build` first")
+    unknown = sorted(set(sources or []) - set(known))
+    if unknown:
+        fail(f"unknown passage sources {unknown}; known: {known}")
+    return open_retriever(wh, sources or known, RetrievalConfig(), kind)
+
+
+KindOption = Annotated[str, typer.Option("--kind", help="bm25 or dense")]
+SourcesOption = Annotated[
+    list[str] | None, typer.Option("--source", help="Passage source to index (repeatable; default all)")
+]
+
+
+@retrieval_app.command("serve")
+def retrieval_serve(
+    kind: KindOption = "bm25",
+    host: Annotated[str, typer.Option(help="Interface to bind; 127.0.0.1 keeps it local")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port")] = 8000,
+    sources: SourcesOption = None,
+    root: RootOption = None,
+) -> None:
+    """Serve the warehouse's passages over the Search-R1 retrieval API (POST /retrieve).
+
+    Example: `ragfactory retrieval serve --kind bm25 --port 8000`, then
+    `curl -s localhost:8000/retrieve -d '{"queries": ["Who wrote Hamlet?"], "topk": 3, "return_scores": true}'`
+    """
+    from ragfactory.tasks.retrieval.server import serve
+
+    retriever = _corpus_retriever(root, kind, sources)
+    console.print(f"serving {kind} over http://{host}:{port}/retrieve")
+    serve(retriever, host=host, port=port)
+
+
+@retrieval_app.command("search")
+def retrieval_search(
+    queries: Annotated[list[str], typer.Argument(help="One or more queries")],
+    k: Annotated[int, typer.Option("-k", help="Passages per query")] = 3,
+    kind: KindOption = "bm25",
+    sources: SourcesOption = None,
+    root: RootOption = None,
+) -> None:
+    """Search the warehouse's passages and print the top hits per query.
+
+    Example: `ragfactory retrieval search "Who directed Jaws?" -k 5 --kind dense`
+    """
+    import pyarrow as pa
+
+    retriever = _corpus_retriever(root, kind, sources)
+    for query_text, hits in zip(queries, retriever.search(list(queries), k)):
+        rows = [{"rank": i + 1, "score": h.score, "passage_id": h.passage_id, "title": h.title,
+                 "text": h.text} for i, h in enumerate(hits)]
+        print_arrow(pa.Table.from_pylist(rows) if rows else pa.table({"rank": []}), title=query_text)
+
+
+@app.command()
+def serve(
+    port: Annotated[int, typer.Option(help="Port of the Prefect server and UI (on 127.0.0.1)")] = 4200,
+    root: RootOption = None,
+    timezone: Annotated[
+        str | None,
+        typer.Option(help="IANA timezone of the 02:00 nightly build (default: the one set before, else UTC)"),
+    ] = None,
+    pools: Annotated[
+        list[str] | None,
+        typer.Option("--pool", help="Work pool to start a worker for (repeatable): cpu, gpu"),
+    ] = None,
+) -> None:
+    """Start a local Prefect server with the work pools, prefect.yaml's deployments and workers.
+
+    Prints the UI address; Ctrl-C stops the workers and the server. Flow runs write to the
+    warehouse at --root. Start a `gpu` worker on the machine with the GPU.
+
+    Example: `ragfactory serve --port 4200 --timezone Europe/Paris --pool cpu --pool gpu`
+    """
+    from ragfactory.serve import POOLS, StackError, serve as serve_stack
+
+    pools = pools or ["cpu"]
+    if unknown := sorted(set(pools) - set(POOLS)):
+        fail(f"unknown work pools {unknown}; known: {list(POOLS)}")
+    try:
+        serve_stack(port=port, root=root, timezone=timezone, pools=pools, echo=console.print)
+    except StackError as exc:
+        fail(str(exc))

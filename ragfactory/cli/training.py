@@ -1,0 +1,97 @@
+"""The ``train`` command: train a model on a build's export and register it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ragfactory.cli.common import (
+    RootOption,
+    app,
+    console,
+    fail,
+    logged_run,
+    open_warehouse,
+    options_config,
+    prefect_local_defaults,
+    preflight,
+    print_arrow,
+)
+
+
+@app.command()
+def train(
+    method: Annotated[str, typer.Option("--method", help="sft, dpo or grpo")],
+    run_id: Annotated[str | None, typer.Option("--run-id", help="Build run whose export is trained on")] = None,
+    parquet: Annotated[str | None, typer.Option(help="A parquet file or folder instead of a run's export")] = None,
+    base_model: Annotated[str, typer.Option(
+        help="'embedded' (SmolLM2-135M), a checkpoint folder, a model id or latest:NAME")] = "embedded",
+    task: Annotated[str | None, typer.Option(help="GRPO only: qa (answers) or plan (APEX planner, SEPR)")] = None,
+    rewards: Annotated[list[str] | None, typer.Option(
+        "--reward", help="GRPO reward function (repeatable): answer_em, answer_f1, format, sepr")] = None,
+    trl: Annotated[list[str] | None, typer.Option(
+        "--trl", help="TRL config override key=value (repeatable), e.g. max_steps=100")] = None,
+    lora: Annotated[bool, typer.Option("--lora/--no-lora", help="Train LoRA adapters (peft)")] = False,
+    name: Annotated[str | None, typer.Option(help="Lineage name (default: the method)")] = None,
+    output_dir: Annotated[str | None, typer.Option(help="Where the model goes")] = None,
+    allow_downloads: Annotated[bool, typer.Option(
+        "--allow-downloads", help="Let a base model not on this machine be fetched from the hub (default: offline)")] = False,
+    root: RootOption = None,
+) -> None:
+    """Run the `train` flow (TRL SFT / DPO / GRPO) on a build's export and register the model.
+
+    An identical request (same export snapshot, method, config and base model) is a cache hit
+    and trains nothing. The model lands in the `models` table; evaluate it with
+    `ragfactory evaluate --model <model id>`, or build on it with policy model `latest:<name>`.
+
+    Example: `ragfactory train --method dpo --run-id demo-0123abcd --trl max_steps=50 --lora`
+    """
+    from ragfactory.flows.config import TrainConfig
+
+    cfg = options_config(TrainConfig, root, method=method, run_id=run_id, parquet=parquet,
+                         base_model=base_model, task=task, rewards=rewards,
+                         trl=_trl_overrides(trl or []), name=name, lora={"enabled": lora},
+                         output_dir=output_dir, allow_downloads=allow_downloads or None)
+    _print_trained(_run_training(cfg, root))
+
+
+def _trl_overrides(pairs: list[str]) -> dict:
+    """``key=value`` pairs, each value read as YAML (numbers, booleans, lists)."""
+    import yaml
+
+    overrides = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            fail(f"--trl {pair!r}: expected key=value, e.g. --trl max_steps=100")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+def _run_training(cfg, root: Path | None) -> dict:
+    """The train flow's result for ``cfg``, once its preflight checks pass; the run logs to the
+    warehouse's ``logs/`` folder."""
+    from ragfactory.tasks.preflight import apply_network_policy, check_training
+
+    wh = open_warehouse(root)
+    apply_network_policy(cfg.allow_downloads)
+    preflight(lambda: check_training(cfg, wh))
+    prefect_local_defaults()
+    from ragfactory.flows.train import train as train_flow
+
+    with logged_run(wh.root, "train"):
+        return train_flow(cfg)
+
+
+def _print_trained(result: dict) -> None:
+    """The trained model's metrics as a table titled with its id and status, then where its
+    weights are."""
+    import pyarrow as pa
+
+    metrics = result.get("metrics") or json.loads(result["row"]["metrics"])
+    rows = [{"metric": k, "value": str(v)} for k, v in sorted(metrics.items()) if v is not None]
+    print_arrow(pa.Table.from_pylist(rows), title=f"{result['model_id']} ({result['status']})")
+    console.print(f"weights: {result['path']}")

@@ -1,0 +1,219 @@
+"""The commands that read and verify the warehouse: ``sql``, ``tables`` and ``check``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import errno
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ragfactory.cli.common import (
+    RootOption,
+    app,
+    console,
+    fail,
+    open_warehouse,
+    prefect_local_defaults,
+    print_arrow,
+    run_flow,
+)
+
+
+# ignore_unknown_options: a query may open with a `--` comment, which click would take for an option
+@app.command(context_settings={"ignore_unknown_options": True})
+def sql(
+    query: Annotated[str, typer.Argument(help="A read-only SQL query over the warehouse views")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json")] = "table",
+    root: RootOption = None,
+) -> None:
+    """Run a read-only SQL query over the warehouse and print the result.
+
+    Every table is a view (questions, passages, nodes, llm_calls, ...), plus the views shipped in
+    warehouse/sql/. The query reads the warehouse and nothing else: files only as
+    `warehouse://<path under the root>` (e.g. `read_parquet('warehouse://questions/*/*.parquet')`),
+    no writes, settings, attachments or extensions. `duckdb -readonly <root>/catalog.duckdb` is
+    the unrestricted way in.
+
+    Example: `ragfactory sql "select dataset, count(*) from questions group by 1" --format csv`
+    """
+    from ragfactory.warehouse.catalog import Refused, user_query as run_query
+    from ragfactory.warehouse.guard import first_line
+
+    if fmt not in {"table", "csv", "json"}:
+        fail(f"--format must be table, csv or json, not {fmt!r}")
+    try:
+        result = run_query(open_warehouse(root), query)
+    except Refused as exc:
+        fail(str(exc))
+    except Exception as exc:  # duckdb errors carry the useful message in their first line
+        fail(f"query failed: {first_line(exc)}")
+    try:
+        print_arrow(result, fmt=fmt)
+    except (ArithmeticError, ValueError) as exc:  # values Python has no type for, e.g. year 32103
+        fail(f"could not print the result as {fmt}: {first_line(exc)}")
+
+
+@app.command()
+def tables(root: RootOption = None) -> None:
+    """List the warehouse tables and views with their row counts, and the catalog path.
+
+    A table with a damaged file shows `damaged` and the file; the others are still counted (exit
+    code 1 when any is damaged). On a root this user cannot write, the catalog file is left as it
+    is and the counts come from the Parquet files.
+
+    Example: `ragfactory tables --root /data/ragfactory`
+    """
+    from ragfactory.warehouse.runs import mark_abandoned_runs
+
+    wh = open_warehouse(root)
+    if not wh.root.is_dir():
+        fail(f"no warehouse at {wh.root} (build one with `ragfactory build --config <file>`)")
+    mark_abandoned_runs(wh)
+    refreshed = _refresh_catalog(wh)
+    view, damaged = _table_counts(wh)
+    console.print(view)
+    if refreshed:
+        console.print(f"catalog: {wh.catalog_path}  (open with: duckdb -readonly {wh.catalog_path})")
+    else:
+        console.print(f"catalog: {wh.catalog_path} not refreshed: {wh.root} is read-only for this user", soft_wrap=True)
+    for message in damaged:
+        console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+    if damaged:
+        raise typer.Exit(code=1)
+
+
+def _refresh_catalog(wh) -> bool:
+    """Whether the catalog file could be refreshed: False on a root this user cannot write (no
+    permission, or a read-only file system), where ``tables`` still counts from the Parquet files."""
+    from ragfactory.warehouse.catalog import refresh_catalog
+
+    try:
+        refresh_catalog(wh)
+    except PermissionError:
+        return False
+    except OSError as exc:
+        if exc.errno != errno.EROFS:
+            raise
+        return False
+    return True
+
+
+def _table_counts(wh) -> tuple[Table, list[str]]:
+    """The rich table of every warehouse table (rows, files) and view, and one message per table
+    that a damaged file keeps from being counted; the other tables are counted all the same."""
+    import duckdb
+
+    from ragfactory.schemas.tables import TABLES
+    from ragfactory.warehouse.catalog import connect, sql_views
+    from ragfactory.warehouse.guard import first_line
+
+    view = Table(title=f"warehouse {wh.root}")
+    for column in ("name", "kind", "rows", "files"):
+        view.add_column(column)
+    damaged = []
+    con = connect(wh)
+    try:
+        for name in TABLES:
+            try:
+                count = con.sql(f'select count(*) from "{name}"').fetchall()[0][0]
+                rows = f"{count:,}"
+            except duckdb.Error as exc:  # a damaged file: this table only, named in the line below
+                rows = "[red]damaged[/red]"
+                damaged.append(first_line(exc).removeprefix("Invalid Input Error: "))
+            view.add_row(name, "table", rows, str(len(wh.files(name))))
+    finally:
+        con.close()
+    for name in sql_views():
+        view.add_row(name, "view", "", "")
+    return view, damaged
+
+
+@app.command("check")
+def check_command(
+    repair: Annotated[bool, typer.Option("--repair", help="Quarantine damaged files and rebuild what they held")] = False,
+    adopt: Annotated[bool, typer.Option("--adopt", help="Record entries for unrecorded files that read as Parquet "
+                                        "(a warehouse written before manifests)")] = False,
+    root: RootOption = None,
+) -> None:
+    """Verify every shard file of the warehouse against its manifest entry (rows, bytes, sha256).
+
+    Prints one line per damaged, unrecorded or missing file and exits 1 when there is any.
+    `--repair` moves damaged files (and their entries) to `<root>/_quarantine/<time>/`, runs again
+    the builds and evaluations that wrote them (only their lost shards do work), and checks again.
+    `--adopt` vouches for files written before the warehouse kept manifests.
+
+    Example: `ragfactory check --root /data/ragfactory` then `ragfactory check --repair --root /data/ragfactory`
+    """
+    from ragfactory.warehouse.integrity import check
+    from ragfactory.warehouse.runs import mark_abandoned_runs
+
+    wh = open_warehouse(root)
+    if not wh.root.is_dir():
+        fail(f"no warehouse at {wh.root}")
+    mark_abandoned_runs(wh)
+    problems = check(wh)
+    _print_problems(problems)
+    if adopt:
+        problems = _adopt(wh, problems)
+    if problems and repair:
+        _repair(wh, problems, dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+        problems = check(wh)
+        _print_problems(problems, prefix="still: ")
+    if problems:
+        _refuse_untrusted(wh, problems, repair)
+    console.print(f"ok: every shard file under {wh.root} matches its manifest entry", soft_wrap=True, highlight=False)
+
+
+def _print_problems(problems, prefix: str = "") -> None:
+    """One line per file that ``check`` cannot trust, each after ``prefix``."""
+    for problem in problems:
+        console.print(escape(f"{prefix}{problem}"), soft_wrap=True, highlight=False)
+
+
+def _adopt(wh, problems) -> list:
+    """The problems left once the unrecorded files that read as Parquet have manifest entries
+    (``check --adopt``), after a line saying how many were adopted."""
+    from ragfactory.warehouse.integrity import adopt as adopt_files
+
+    adopted = adopt_files(wh, problems)
+    console.print(f"adopted {len(adopted)} unrecorded file(s) that read as Parquet", soft_wrap=True)
+    return [p for p in problems if p not in adopted]
+
+
+def _refuse_untrusted(wh, problems, repaired: bool) -> None:
+    """Say how many files cannot be trusted, with the command that deals with them (unless
+    ``--repair`` already ran), and exit with code 1; never returns."""
+    hint = ""
+    if not repaired and any(not (p.kind == "unrecorded" and p.readable) for p in problems):
+        hint += f"; `ragfactory check --repair --root {wh.root}` rebuilds the damaged ones"
+    if any(p.kind == "unrecorded" and p.readable for p in problems):
+        hint += (f"; `ragfactory check --adopt --root {wh.root}` records the unrecorded ones "
+                 "if they were written before manifests")
+    console.print(f"{len(problems)} file(s) under {wh.root} cannot be trusted{hint}", soft_wrap=True,
+                  highlight=False)
+    raise typer.Exit(code=1)
+
+
+def _repair(wh, problems, stamp: str) -> None:
+    """Quarantine the files of ``problems`` under ``_quarantine/<stamp>``, then run again the runs
+    that wrote them and ingest again the bundled datasets they held; a file no run can rebuild
+    gets a line saying what to do."""
+    from ragfactory.flows.repair import plan_repair
+    from ragfactory.flows.repair import repair as repair_flow
+    from ragfactory.warehouse.integrity import QUARANTINE_DIR, quarantine
+
+    plan = plan_repair(wh, [p for p in problems if not (p.kind == "unrecorded" and p.readable)])
+    moved = quarantine(wh, problems, stamp)
+    console.print(f"quarantined {len(moved)} file(s) in {wh.root / QUARANTINE_DIR / stamp}", soft_wrap=True)
+    for line in plan["manual"]:
+        console.print(f"[yellow]cannot rebuild:[/yellow] {escape(line)}", soft_wrap=True)
+    if plan["runs"] or plan["ingest"]:
+        console.print(f"rebuilding: runs {', '.join(plan['runs']) or '-'}; ingest {', '.join(plan['ingest']) or '-'}",
+                      soft_wrap=True)
+        cleanup = prefect_local_defaults()
+        result = run_flow(lambda: repair_flow(str(wh.root), plan["runs"], plan["ingest"], return_state=True), cleanup)
+        for run_id, status in result["runs"].items():
+            console.print(f"run {run_id}: {status}", soft_wrap=True)
