@@ -17,7 +17,6 @@ from __future__ import annotations
 import glob as globmod
 import os
 import re
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ragfactory.schemas.tables import TABLES, table_spec
-from ragfactory.warehouse.integrity import record_commit
+from ragfactory.warehouse.integrity import commit_shard
 from ragfactory.warehouse.locks import exclusive, lock_path
 
 ROOT_ENV = "RAGFACTORY_HOME"
@@ -137,12 +136,8 @@ class Warehouse:
             partition = found
         path = self.shard_path(table, partition, shard)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex}.tmp")
-        try:
-            pq.write_table(rows, tmp, compression="zstd")
-            record_commit(self.root, tmp, path, rows.num_rows)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with commit_shard(self.root, path, rows.num_rows) as staged:
+            pq.write_table(rows, staged, compression="zstd")
         return path
 
     def merge(
