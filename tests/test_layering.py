@@ -73,6 +73,8 @@ PARTS = {
     "ragfactory.progress": "Common",
     # the built-in-or-plugged name check that engine and retriever configs share
     "ragfactory.plugins": "Common",
+    # write to a temporary sibling, then rename into place: the warehouse and the tasks share it
+    "ragfactory.atomic": "Common",
     "ragfactory.data": "Data",
     "ragfactory.schemas": "Schemas",
     "ragfactory.warehouse": "Warehouse",

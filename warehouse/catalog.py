@@ -16,14 +16,13 @@ duckdb CLI (``duckdb -readonly catalog.duckdb``), the unrestricted way in.
 
 from __future__ import annotations
 
-import os
-import uuid
 from importlib import resources
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
+from ragfactory.atomic import atomic_path
 from ragfactory.schemas.tables import TABLES
 from ragfactory.warehouse.confined import close, confined_duckdb, refusal
 from ragfactory.warehouse.guard import ReadRefused, Refused, WriteRefused, check_read_only, parser_connection
@@ -109,17 +108,15 @@ def refresh_catalog(warehouse: Warehouse) -> Path:
     """Rebuild the catalog file's views; atomic for readers."""
     warehouse.root.mkdir(parents=True, exist_ok=True)
     target = warehouse.catalog_path
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        con = duckdb.connect(str(tmp))
+    with atomic_path(target) as tmp:
         try:
-            create_views(con, warehouse)
+            con = duckdb.connect(str(tmp))
+            try:
+                create_views(con, warehouse)
+            finally:
+                con.close()
         finally:
-            con.close()
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-        tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
+            tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
     return target
 
 

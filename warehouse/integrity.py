@@ -22,7 +22,7 @@ Its cost is one pass over the file's bytes: at write time over the temporary fil
 shard, ``check`` over the whole root), at hundreds of MB/s per core, small next to producing the
 rows. Size is compared first, so a truncated file is caught without hashing it.
 
-Order of a commit (``record_commit``): the old sidecar is removed, the Parquet file is renamed
+Order of a commit (``commit_shard``): the old sidecar is removed, the Parquet file is renamed
 into place, then the new sidecar is renamed into place. A sidecar therefore only ever describes a
 file that is on disk with exactly those bytes; a crash in between leaves a file without an entry,
 which counts as unrecorded (not trusted, rebuilt), never a claim about a file that is not there.
@@ -46,14 +46,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
+from ragfactory.atomic import atomic_path, atomic_write_text
 from ragfactory.schemas.tables import TABLES
 
 if TYPE_CHECKING:
@@ -100,20 +102,21 @@ def entry_for(root: Path, path: Path, rows: int, staged: Path | None = None) -> 
 
 
 def _write_json(target: Path, payload: dict) -> None:
-    tmp = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        tmp.write_text(json.dumps(payload, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write_text(target, json.dumps(payload, sort_keys=True) + "\n")
 
 
-def record_commit(root: Path, staged: Path, path: Path, rows: int) -> None:
-    """Rename the written temporary file ``staged`` over ``path`` and record its entry."""
-    entry = entry_for(root, path, rows, staged=staged)
+@contextmanager
+def commit_shard(root: Path, path: Path, rows: int) -> Iterator[Path]:
+    """A temporary file beside shard ``path`` for the block to write its ``rows`` rows into;
+    when the block ends without an error, it is renamed over ``path`` and its entry recorded.
+
+    If the block raises, the temporary is removed and ``path`` and its entry stay as they were.
+    """
     sidecar = manifest_path(root, path)
-    sidecar.unlink(missing_ok=True)
-    os.replace(staged, path)
+    with atomic_path(path) as staged:
+        yield staged
+        entry = entry_for(root, path, rows, staged=staged)
+        sidecar.unlink(missing_ok=True)
     sidecar.parent.mkdir(parents=True, exist_ok=True)
     _write_json(sidecar, entry)
 

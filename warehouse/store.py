@@ -17,7 +17,6 @@ from __future__ import annotations
 import glob as globmod
 import os
 import re
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ragfactory.schemas.tables import TABLES, table_spec
-from ragfactory.warehouse.integrity import record_commit
+from ragfactory.warehouse.integrity import commit_shard
 from ragfactory.warehouse.locks import exclusive, lock_path
 
 ROOT_ENV = "RAGFACTORY_HOME"
@@ -105,7 +104,10 @@ class Warehouse:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def shard_path(self, table: str, partition: Mapping[str, str], shard: str) -> Path:
+    def partition_dir(self, table: str, partition: Mapping[str, str]) -> Path:
+        """The folder of one partition of a table, ``<table>/<col>=<value>/…`` under the root in
+        the table's partition order, each value made path-safe (``safe_name``): where ``write``
+        puts that partition's shards. Every partition column needs a value."""
         spec = table_spec(table)
         missing = [col for col in spec.partition_by if col not in partition]
         if missing:
@@ -113,7 +115,10 @@ class Warehouse:
         folder = self.table_dir(table)
         for col in spec.partition_by:
             folder = folder / f"{col}={safe_name(partition[col])}"
-        return folder / f"{safe_name(shard)}.parquet"
+        return folder
+
+    def shard_path(self, table: str, partition: Mapping[str, str], shard: str) -> Path:
+        return self.partition_dir(table, partition) / f"{safe_name(shard)}.parquet"
 
     def write(
         self,
@@ -137,12 +142,8 @@ class Warehouse:
             partition = found
         path = self.shard_path(table, partition, shard)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex}.tmp")
-        try:
-            pq.write_table(rows, tmp, compression="zstd")
-            record_commit(self.root, tmp, path, rows.num_rows)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with commit_shard(self.root, path, rows.num_rows) as staged:
+            pq.write_table(rows, staged, compression="zstd")
         return path
 
     def merge(
@@ -176,9 +177,22 @@ class Warehouse:
         names = [safe_name(partition[col]) for col in table_spec(table).partition_by]
         return exclusive(lock_path(self.root, table, *names, safe_name(shard)))
 
-    def files(self, table: str) -> list[Path]:
-        folder = self.table_dir(table)
-        return sorted(folder.rglob("*.parquet")) if folder.exists() else []
+    def files(self, table: str, **partition: str) -> list[Path]:
+        """A table's Parquet files, sorted by path; none is an empty list, not an error.
+
+        Without partition values, every file under the table's folder at any depth (``check``
+        must see a file put in the wrong place too). With them (``files("sft_examples",
+        run_id=...)``), the files ``write`` put in that partition's folder (``partition_dir``);
+        a column the table is not partitioned by is a ValueError naming the table.
+        """
+        if not partition:
+            folder = self.table_dir(table)
+            return sorted(folder.rglob("*.parquet")) if folder.exists() else []
+        columns = table_spec(table).partition_by
+        unknown = sorted(set(partition) - set(columns))
+        if unknown:
+            raise ValueError(f"{table}: not partitioned by {unknown}; its partition columns are {list(columns)}")
+        return sorted(self.partition_dir(table, partition).glob("*.parquet"))
 
     def glob(self, table: str) -> str:
         depth = "/".join("*" for _ in table_spec(table).partition_by)

@@ -22,7 +22,6 @@ for the warehouse); ``write_verl_parquet`` writes the five columns alone as the 
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ragfactory.atomic import atomic_path
 from ragfactory.schemas.tables import VERL_COLUMNS
 from ragfactory.tasks.export.grpo import golden_list, question_rows, root_id, tree_question
 from ragfactory.tasks.export.trajectories import tree_prompt
@@ -73,10 +73,6 @@ def write_verl_parquet(rows: pa.Table | Iterable[Mapping[str, Any]], path: str |
     table = conform("verl_prompts", rows).select(list(VERL_COLUMNS))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path

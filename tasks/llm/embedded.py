@@ -20,12 +20,13 @@ import hashlib
 import importlib.util
 import os
 import shutil
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from filelock import FileLock
+
+from ragfactory.atomic import atomic_dir
 
 EMBEDDED_NAMES = frozenset({"embedded", "smollm2-135m-instruct", "smollm2"})
 EMBEDDED_DIRNAME = "smollm2-135m-instruct"
@@ -72,18 +73,13 @@ def embedded_model_path(cache_dir: str | Path) -> Path:
     with FileLock(str(cache_dir / f".{EMBEDDED_DIRNAME}.lock")):
         if _is_complete(target):  # another preparer finished while we waited
             return target
-        tmp = cache_dir / f".{EMBEDDED_DIRNAME}.{uuid.uuid4().hex}.tmp"
-        try:
+        # replace: a folder already there is a torn one from a crash before the lock existed
+        with atomic_dir(target, replace=True) as tmp:
             source = _machine_copy(cache_dir)
             if source is None:
                 convert_gguf(gguf_path(), tmp)
             else:
                 _link_tree(source, tmp)
-            if target.exists():  # a torn folder from a crash before the lock existed
-                shutil.rmtree(target)
-            tmp.rename(target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -26,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ragfactory.atomic import atomic_dir
 from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.warehouse.integrity import files_damage, folder_files
 
@@ -152,18 +152,10 @@ def load_or_build(
                                             folder, damage, aside)
     index = build()
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.with_name(f".{folder.name}.{uuid.uuid4().hex}.tmp")
-    try:
+    with atomic_dir(folder, finished=lambda f: (f / MANIFEST_FILE).is_file()) as tmp:
         tmp.mkdir()
         save(index, tmp)
         stamp = {**manifest, "created_at": datetime.now(UTC).isoformat(), "files": folder_files(tmp, exclude=(MANIFEST_FILE,))}
         text = json.dumps(stamp, indent=2, sort_keys=True)
         (tmp / MANIFEST_FILE).write_text(text, encoding="utf-8")
-        try:
-            os.rename(tmp, folder)
-        except OSError:
-            if not (folder / MANIFEST_FILE).is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return index, False

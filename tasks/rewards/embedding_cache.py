@@ -33,6 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ragfactory.atomic import atomic_path
+
 if TYPE_CHECKING:  # the dense module pulls in faiss, which a reward function never needs
     from ragfactory.tasks.retrieval.dense import Embedder
 
@@ -162,12 +164,8 @@ class EmbeddingCache:
         vectors = pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), self.dim)
         table = pa.table({"model": [self.name] * len(keys), "text_sha": keys, "vector": vectors})
         self.folder.mkdir(parents=True, exist_ok=True)
-        name = uuid.uuid4().hex
-        path, tmp = self.folder / f"{name}.parquet", self.folder / f".{name}.tmp"
-        try:
+        path = self.folder / f"{uuid.uuid4().hex}.parquet"
+        with atomic_path(path) as tmp:
             pq.write_table(table, tmp, compression="zstd")
-            tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)
         self._pending.clear()
         return path

@@ -26,14 +26,18 @@ OPTIONAL_COLUMNS = {"grpo": ("task", "gold_plan")}
 
 
 def export_files(root: str | Path, table: str, run_id: str | None, parquet: str | None) -> list[Path]:
-    """The parquet files of a run's export (or of a given file or folder), sorted."""
+    """The parquet files of a run's export (or of a given file or folder), sorted.
+
+    A run's export is the run's partition of ``table`` as the warehouse lays it out
+    (``Warehouse.files``), which also refuses a table it does not know, naming it.
+    """
     if parquet is not None:
         path = Path(parquet).expanduser()
         files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
     else:
-        from ragfactory.warehouse.store import safe_name
+        from ragfactory.warehouse.store import Warehouse
 
-        files = sorted((Path(root) / table / f"run_id={safe_name(run_id)}").glob("*.parquet"))
+        files = Warehouse(root).files(table, run_id=run_id)
     files = [f for f in files if f.is_file()]
     if not files:
         where = parquet if parquet is not None else f"{table} of run {run_id!r} under {root}"

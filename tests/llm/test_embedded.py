@@ -86,6 +86,27 @@ def test_a_new_root_links_the_machine_copy_instead_of_converting(tmp_path, monke
     assert json.loads((target / "config.json").read_text()) == {"model_type": "llama"}
 
 
+def test_a_torn_folder_from_before_the_lock_is_replaced_whole(tmp_path, monkeypatch):
+    """A folder at the target without weights is not a model: the prepared copy replaces it, and
+    none of its files survive."""
+    from ragfactory.tasks.llm.embedded import MODEL_CACHE_ENV, _gguf_key
+
+    shared = tmp_path / "machine"
+    monkeypatch.setenv(MODEL_CACHE_ENV, str(shared))
+    converted = shared / _gguf_key(gguf_path()) / EMBEDDED_DIRNAME
+    converted.mkdir(parents=True)
+    (converted / "config.json").write_text('{"model_type": "llama"}')
+    (converted / "model.safetensors").write_bytes(b"weights")
+    torn = tmp_path / "root" / EMBEDDED_DIRNAME
+    torn.mkdir(parents=True)
+    (torn / "config.json").write_text("{")
+    (torn / "partial.bin").write_bytes(b"half")
+    assert embedded_model_path(tmp_path / "root") == torn
+    assert sorted(p.name for p in torn.iterdir()) == ["config.json", "model.safetensors"]
+    assert json.loads((torn / "config.json").read_text()) == {"model_type": "llama"}
+    assert sorted(p.name for p in torn.parent.iterdir()) == [f".{EMBEDDED_DIRNAME}.lock", EMBEDDED_DIRNAME]
+
+
 def test_an_empty_model_cache_setting_converts_in_place(monkeypatch):
     from ragfactory.tasks.llm.embedded import MODEL_CACHE_ENV, model_cache_dir
 

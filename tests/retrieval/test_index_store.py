@@ -80,3 +80,32 @@ def test_failed_save_leaves_nothing_behind(tmp_path):
     with pytest.raises(OSError, match="disk full"):
         load_or_build(tmp_path / "idx", lambda: "x", broken_save, lambda p: "never", {})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_another_process_finished_first_is_kept(tmp_path):
+    folder = tmp_path / "idx"
+
+    def build_while_another_finishes():
+        folder.mkdir()
+        (folder / "value.txt").write_text("theirs")
+        (folder / MANIFEST_FILE).write_text("{}")
+        return "ours"
+
+    load = lambda path: (path / "value.txt").read_text()  # noqa: E731
+    assert load_or_build(folder, build_while_another_finishes, save_text, load, {}) == ("ours", False)
+    assert (folder / "value.txt").read_text() == "theirs"
+    assert [p.name for p in tmp_path.iterdir()] == ["idx"]
+
+
+def test_a_folder_without_manifest_in_the_way_is_an_error(tmp_path):
+    folder = tmp_path / "idx"
+
+    def build_while_another_leaves_a_torn_folder():
+        folder.mkdir()
+        (folder / "partial.bin").write_text("half")
+        return "ours"
+
+    with pytest.raises(OSError):
+        load_or_build(folder, build_while_another_leaves_a_torn_folder, save_text, lambda p: "never", {})
+    assert [p.name for p in folder.iterdir()] == ["partial.bin"]
+    assert [p.name for p in tmp_path.iterdir()] == ["idx"]

@@ -36,3 +36,16 @@ def test_grpo_task_filter_keeps_one_kind_of_prompt(tmp_path):
     assert len(read_export(files, "grpo", "qa")) == 4
     with pytest.raises(ValueError, match="no rows of task 'plan'"):
         read_export(files, "grpo", "plan")
+
+
+def test_export_files_are_the_runs_partition_sorted(tmp_path):
+    wh = Warehouse(tmp_path)
+    write_exports(wh, "run-1")
+    write_exports(wh, "run-2")
+    wh.write("sft_examples", [{"example_id": "x", "run_id": "run-1", "messages": []}], "apex")
+    folder = wh.root / "sft_examples" / "run_id=run-1"
+    assert export_files(wh.root, "sft_examples", "run-1", None) == [folder / "apex.parquet", folder / "decex.parquet"]
+    with pytest.raises(FileNotFoundError, match="no parquet files in sft_examples of run 'run-3' under "):
+        export_files(wh.root, "sft_examples", "run-3", None)
+    with pytest.raises(KeyError, match="unknown table 'sft'"):
+        export_files(wh.root, "sft", "run-1", None)

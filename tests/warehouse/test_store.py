@@ -45,6 +45,24 @@ def test_rewriting_a_shard_replaces_it_exactly(warehouse):
     assert leftovers == []
 
 
+def test_files_of_one_partition_are_those_write_put_there(warehouse):
+    warehouse.write("nodes", _nodes("r1", 1), shard="s1")
+    warehouse.write("nodes", _nodes("r1", 1), shard="s0")
+    warehouse.write("nodes", _nodes("r/2", 1), shard="s0")
+    runs = warehouse.root / "nodes"
+    assert warehouse.partition_dir("nodes", {"run_id": "r/2"}) == runs / "run_id=r_2"
+    assert warehouse.files("nodes", run_id="r1") == [runs / "run_id=r1" / "s0.parquet",
+                                                     runs / "run_id=r1" / "s1.parquet"]
+    assert warehouse.files("nodes", run_id="r/2") == [runs / "run_id=r_2" / "s0.parquet"]
+    assert warehouse.files("nodes", run_id="r3") == []
+    assert warehouse.files("nodes") == [runs / "run_id=r1" / "s0.parquet", runs / "run_id=r1" / "s1.parquet",
+                                        runs / "run_id=r_2" / "s0.parquet"]
+    with pytest.raises(ValueError, match=r"nodes: not partitioned by \['dataset'\]; its partition columns are \['run_id'\]"):
+        warehouse.files("nodes", dataset="d")
+    with pytest.raises(KeyError, match="unknown table 'node'"):
+        warehouse.files("node", run_id="r1")
+
+
 def test_empty_shard_with_partition_replaces_old_rows(warehouse):
     warehouse.write("rejects", [{"dataset": "d", "source_file": "f", "line": 1, "reason": "x"}], "f")
     warehouse.write("rejects", [], "f", partition={"dataset": "d"})
