@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import report  # noqa: E402
 from ragfactory.tasks.data.loaders import load_bundled  # noqa: E402
-from ragfactory.tasks.eval.agentic import grounding_input, parse_turn, reasoning_input  # noqa: E402
+from ragfactory.tasks.search.mcts.steps import grounding_input, parse_turn, reasoning_input  # noqa: E402
 from ragfactory.tasks.eval.baselines import free_answer  # noqa: E402
 from ragfactory.tasks.llm.embedded import embedded_model_path  # noqa: E402
 from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings  # noqa: E402

@@ -12,76 +12,35 @@ Algorithm 1, for at most ``max_rounds`` rounds (its N):
   branch for it) and is recorded as a format error; so is an empty tag. A loop that runs out of
   rounds has no answer: its prediction is empty.
 
-The user turn follows the authors' released pipeline: "Question: …", then "Previous Thoughts:"
-with the earlier outputs joined by spaces, and for Grounding the documents under "Reference:"
-as "Wikipedia Title: …" blocks. Generation stops at the closing tags (as that pipeline does); the
-tag the stop string cut is closed again before the output joins the thoughts. When an output
-holds several of the tags the first one decides, which with those stop strings is the only one.
-Each stage's output grammar (``reasonrag_reasoning.lark``: a query or an answer;
+The step format (the user turn of each stage, the stop strings, how an output reads) is
+``tasks/search/mcts/steps.py``, shared with the MCTS search that builds ReasonRAG's training
+data; each stage's output grammar (``reasonrag_reasoning.lark``: a query or an answer;
 ``reasonrag_grounding.lark``: the evidence) holds a constrained model to that form.
 """
 
 from __future__ import annotations
-
-import re
-from collections.abc import Sequence
 
 from ragfactory.tasks.eval.inference import (
     EvalQuestion,
     InferenceConfig,
     Outcome,
     ask,
-    render_wikipedia,
     retrieve,
 )
 from ragfactory.tasks.llm.types import Generator
 from ragfactory.tasks.prompts.loader import render_prompt
-from ragfactory.tasks.retrieval.types import Hit, Retriever
-from ragfactory.tasks.search.parsing import Parsed, tag_span, visible_text
+from ragfactory.tasks.retrieval.types import Retriever
+from ragfactory.tasks.search.mcts.steps import (
+    GROUNDING,
+    REASONING,
+    STOP,
+    closed,
+    grounding_input,
+    parse_turn,
+    reasoning_input,
+)
 
 MODE = "agentic"
-REASONING, GROUNDING = "reasoning", "grounding"
-ACTION_TAGS = ("query", "answer", "evidence")
-STOP = ("</answer>", "</query>", "</evidence>")
-
-
-def parse_turn(text: str | None) -> Parsed:
-    """``action`` is the first of query / answer / evidence the output opens (None: malformed).
-
-    >>> parse_turn("So the next query is <query>Jaws director").fields
-    {'action': 'query', 'content': 'Jaws director'}
-    >>> parse_turn("I do not know.").error
-    'missing <query>, <answer> or <evidence>'
-    """
-    body = visible_text(text)
-    spans = {tag: tag_span(body, tag) for tag in ACTION_TAGS}
-    present = sorted((span[0], tag) for tag, span in spans.items() if span is not None)
-    if not present:
-        error = "missing <query>, <answer> or <evidence>" if body else "empty output"
-        return Parsed({"action": None, "content": None}, error)
-    tag = present[0][1]
-    content = spans[tag][1]
-    return Parsed({"action": tag, "content": content or None}, None if content else f"empty <{tag}>")
-
-
-def closed(text: str, action: str | None) -> str:
-    """The output with the closing tag of its action restored (engines drop the stop string)."""
-    body = text.strip()
-    if action is None or re.search(rf"<\s*/\s*{action}\s*>", body, re.IGNORECASE):
-        return body
-    return f"{body}</{action}>"
-
-
-def reasoning_input(question: str, thoughts: Sequence[str]) -> str:
-    """The user turn of a Reasoning round: the question and the thoughts so far."""
-    if not thoughts:
-        return f"Question: {question}"
-    return f"Question: {question}\nPrevious Thoughts: {' '.join(thoughts)}"
-
-
-def grounding_input(question: str, thoughts: Sequence[str], docs: Sequence[Hit]) -> str:
-    """The user turn of a Grounding round: the Reasoning turn plus the retrieved documents."""
-    return f"{reasoning_input(question, thoughts)}\nReference: <reference>{render_wikipedia(docs)}</reference>"
 
 
 async def answer_agentic(

@@ -123,11 +123,6 @@ async def retrieve(retriever: Retriever, query: str, k: int) -> list[Hit]:
     return (await search_batch(retriever, [query], k))[0]
 
 
-def render_wikipedia(hits: Sequence[Hit]) -> str:
-    """Documents as the Grounding prompt's "Wikipedia documents" (ReasonRAG's reference layout)."""
-    return "".join(f"Wikipedia Title: {hit.title}\n{hit.text}\n\n" for hit in hits).strip()
-
-
 def render_flashrag(hits: Sequence[Hit]) -> str:
     """Documents as FlashRAG's standard-RAG prompt numbers them."""
     return "\n".join(f"Doc {i}(Title: {hit.title}) {hit.text}" for i, hit in enumerate(hits, 1))

@@ -8,9 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from ragfactory.tasks.eval import agentic
-from ragfactory.tasks.eval.agentic import STOP, answer_agentic, closed, parse_turn
+from ragfactory.tasks.eval.agentic import answer_agentic
 from ragfactory.tasks.llm.batcher import Batcher
+from ragfactory.tasks.search.mcts import steps
+from ragfactory.tasks.search.mcts.steps import STOP, closed, parse_turn
 from tests.eval.scenario import CONFIG, QUESTIONS, policy, retriever
 from tests.fakes import FunctionRetriever, ScriptedBackend
 
@@ -129,4 +130,5 @@ def test_agentic_needs_a_retriever():
 
 
 def test_docstring_examples():
-    assert doctest.testmod(agentic).failed == 0
+    # the step format's examples (parse_turn), shared with the MCTS search
+    assert doctest.testmod(steps).attempted > 0 and doctest.testmod(steps).failed == 0

@@ -17,7 +17,7 @@ import random
 import numpy as np
 import pytest
 
-from ragfactory.tasks.eval.agentic import parse_turn
+from ragfactory.tasks.search.mcts.steps import parse_turn
 from ragfactory.tasks.eval.baselines import free_answer
 from ragfactory.tasks.llm.structured import GrammarMasks, accepts, check_grammar
 from ragfactory.tasks.prompts.loader import grammar_names, load_grammar
