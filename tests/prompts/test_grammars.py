@@ -55,6 +55,7 @@ PARSERS = {
     "apex_rewrite": _required("question"),
     "reasonrag_reasoning": lambda t: parse_turn(t).error,
     "reasonrag_grounding": lambda t: parse_turn(t).error,
+    "reasonrag_final": lambda t: parse_turn(t).error,
     "flashrag_direct": lambda t: None if free_answer(t) else "empty",
     "flashrag_rag": lambda t: None if free_answer(t) else "empty",
 }
@@ -117,6 +118,10 @@ EXAMPLES = {
         ["Based on the query, the relevant evidence is <evidence>Jaws was directed by Spielberg.</evidence>",
          "<evidence>None</evidence>"],
         ["<answer>Spielberg</answer>", "<evidence> </evidence>"],
+    ),
+    "reasonrag_final": (
+        ["So the answer is <answer>Leah Adler</answer>", "<answer>Leah Adler</answer>"],
+        ["So the next query is <query>Jaws director</query>", "So the answer is Leah Adler."],
     ),
     "flashrag_direct": (["Steven Spielberg"], ["", "Steven\nSpielberg", "<answer>x</answer>"]),
     "flashrag_rag": (["Leah Adler"], ["   "]),

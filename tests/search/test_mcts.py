@@ -1,0 +1,92 @@
+"""The MCTS strategy on one question with a scripted policy, worked by hand (001, §2.2.2).
+
+Config: 6 iterations, child_limit 2, max_depth 3, c 1, α 0.9, one greedy rollout per step.
+Gold answer "Steven Spielberg". The policy: a Reasoning step with no thoughts queries at slot 0
+("q/s0") and answers "Bob" at slot 1; a Grounding step writes the same evidence every time; a
+Reasoning step after evidence answers "Steven Spielberg" (at depth 3 it is the forced answer).
+
+1. root, slot 0 -> query Q (depth 1). Rollout: evidence (2), answer (3), F1 1: 1 · 0.9³ = 0.729.
+2. root, slot 1 -> answer "Bob" (1), F1 0: value 0, terminal.
+3. root full; Bob is exhausted, so Q. Q slot 0 -> evidence E1 (2). Rollout: answer (3): 0.729.
+4. Q slot 1 -> evidence E2 (2), the same text: 0.729.
+5. Q full: E1, E2 both N 1, Q 0.729, same UCT: the first, E1. E1 slot 0 -> answer A1 (3): 0.729.
+6. Q: ΣN 3, E1 (N 2) 0.729 + √3/3 = 1.3064 < E2 (N 1) 0.729 + √3/2 = 1.5950 -> E2 -> A2: 0.729.
+
+N: root 6, Q 5, Bob 1, E1 2, E2 2, A1 1, A2 1. Q (value): root (0.729 · 5)/6 = 0.6075, every
+other step 0.729 but Bob 0. Requests: 3 + 1 + 2 + 2 + 1 + 1 = 10. Rollouts: from Q, E1, E2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ragfactory.tasks.llm.batcher import Batcher
+from ragfactory.tasks.retrieval.types import Hit
+from ragfactory.tasks.search.mcts.config import MctsConfig
+from ragfactory.tasks.search.mcts.expansion import search_question
+from ragfactory.tasks.search.mcts.pairs import step_pairs
+from ragfactory.tasks.search.strategy import ShardContext
+from tests.fakes import FunctionRetriever, ScriptedBackend
+
+QUESTION = {"question_id": "q-jaws", "question": "Who directed Jaws?", "golden_answers": ["Steven Spielberg"]}
+CONFIG = MctsConfig(iterations=6, child_limit=2, max_depth=3, c=1.0, alpha=0.9, rollouts=1)
+
+
+def policy(request, sample: int) -> str:
+    system, user = request.messages[0].content, request.messages[1].content
+    path = dict(request.tags)["path"]
+    if "extract relevant evidence" in system:
+        return "Based on the query, the relevant evidence is <evidence>Jaws was directed by Steven Spielberg."
+    if "Previous Thoughts" not in user:
+        return "So the next query is <query>Jaws director" if path.endswith("s0") else "So the answer is <answer>Bob"
+    return "So the answer is <answer>Steven Spielberg"
+
+
+def _search(backend):
+    retriever = FunctionRetriever(lambda q, k: [Hit("p-jaws", "Jaws", "Jaws was directed by Steven Spielberg.", 1.0)])
+    context = ShardContext(Batcher(backend), retriever, "run-1", 0)
+    return asyncio.run(search_question(QUESTION, context, CONFIG))
+
+
+def test_six_iterations_by_hand():
+    backend = ScriptedBackend(policy)
+    tree = _search(backend)
+    by_path = {n.path: n for n in tree.nodes}
+    assert sorted(by_path) == ["q", "q/s0", "q/s0/s0", "q/s0/s0/s0", "q/s0/s1", "q/s0/s1/s0", "q/s1"]
+    kinds = {p: n.kind for p, n in by_path.items()}
+    assert kinds == {"q": "question", "q/s0": "sub_query", "q/s1": "answer", "q/s0/s0": "evidence",
+                     "q/s0/s1": "evidence", "q/s0/s0/s0": "answer", "q/s0/s1/s0": "answer"}
+    visits = {p: n.visits for p, n in by_path.items()}
+    assert visits == {"q": 6, "q/s0": 5, "q/s1": 1, "q/s0/s0": 2, "q/s0/s1": 2, "q/s0/s0/s0": 1, "q/s0/s1/s0": 1}
+    values = {p: round(n.value, 4) for p, n in by_path.items()}
+    assert values == {"q": 0.6075, "q/s0": 0.729, "q/s1": 0.0, "q/s0/s0": 0.729, "q/s0/s1": 0.729,
+                      "q/s0/s0/s0": 0.729, "q/s0/s1/s0": 0.729}
+    assert backend.calls == 10
+    assert sorted(r.node_id for r in tree.rollouts) == sorted(
+        by_path[p].node_id for p in ("q/s0", "q/s0/s0", "q/s0/s1"))
+    assert all(r.f1 == 1.0 for r in tree.rollouts)
+    assert by_path["q/s0"].passage_ids == ["p-jaws"]
+    assert all(n.is_selected for n in tree.nodes) and not any(n.is_format_error for n in tree.nodes)
+
+
+def test_the_pairs_of_the_tree():
+    tree = _search(ScriptedBackend(policy))
+    steps = [{"node_id": n.node_id, "parent_id": n.parent_id, "kind": n.kind, "text": n.text, "value": n.value}
+             for n in tree.nodes if n.kind != "question"]
+    by_id = {n.node_id: n.path for n in tree.nodes}
+    # the root's query (0.729) over "Bob" (0); E1 and E2 have the same text: no pair under Q
+    pairs = step_pairs(steps, CONFIG.pair_min_gap)
+    assert [(by_id[p.chosen], by_id[p.rejected], p.stage, round(p.gap, 3)) for p in pairs] == [
+        ("q/s0", "q/s1", "query", 0.729)]
+
+
+def test_a_malformed_step_is_a_format_error_valued_zero():
+    def lost(request, sample):
+        return "I am not sure." if dict(request.tags)["path"] == "q/s1" else policy(request, sample)
+
+    tree = _search(ScriptedBackend(lost))
+    node = {n.path: n for n in tree.nodes}["q/s1"]
+    assert node.is_format_error and node.format_error == "missing <query>, <answer> or <evidence>"
+    assert node.value == 0.0 and not node.is_selected  # a dead end: pruned
