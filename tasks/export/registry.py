@@ -16,7 +16,8 @@ entry exports nothing, and a test adds exporters for a toy strategy with ``EXPOR
 DecEx-RAG: SFT on the best chains and DPO on sibling branches (000, §2.3). TreePS-RAG: sampled
 root-to-leaf trajectories with process advantages, GRPO and verl prompts, stepwise process
 labels (004, §2.3; they read node values, which the valuation stage fills in). APEX-Searcher:
-executor SFT on correct runs and planner GRPO prompts with their SEPR (002, §2.3).
+executor SFT on correct runs and planner GRPO prompts with their SEPR (002, §2.3). ReasonRAG
+MCTS: step preference pairs per state and SFT on the best answer's path (001, §2.2.3).
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.export.apex import executor_sft_examples, planner_grpo_prompts
 from ragfactory.tasks.export.dpo import preference_pairs
 from ragfactory.tasks.export.grpo import grpo_prompt_rows
+from ragfactory.tasks.export.mcts import mcts_preference_pairs, mcts_sft_examples
 from ragfactory.tasks.export.sft import sft_examples
 from ragfactory.tasks.export.step_labels import step_label_rows
 from ragfactory.tasks.export.trajectories import trajectory_rows
 from ragfactory.tasks.export.verl import verl_rows
 from ragfactory.tasks.search.apex.expansion import STRATEGY as APEX
 from ragfactory.tasks.search.decex.config import STRATEGY as DECEX
+from ragfactory.tasks.search.mcts.config import STRATEGY as MCTS
 from ragfactory.tasks.search.treeps.expansion import STRATEGY as TREEPS
 
 Rows = list[dict[str, Any]]
@@ -156,6 +159,14 @@ def _apex_planner_grpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows
 TEXTS = {"questions": ("question_id", "question")}
 GOLDS = {"questions": ("question_id", "golden_answers")}
 
+def _mcts_sft(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
+    return mcts_sft_examples(inputs["nodes"], inputs["questions"], config.sft)
+
+
+def _mcts_dpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
+    return mcts_preference_pairs(inputs["nodes"], inputs["questions"], config.dpo)
+
+
 EXPORTS = ExportRegistry([
     StrategyExports(DECEX, (
         Exporter("sft_examples", {"nodes": TREE_COLUMNS} | TEXTS, _decex_sft),
@@ -174,5 +185,9 @@ EXPORTS = ExportRegistry([
                                   "plan_scores": ("plan_id", "f1"),
                                   "questions": ("question_id", "question", "golden_answers")},
                  _apex_planner_grpo),
+    )),
+    StrategyExports(MCTS, (
+        Exporter("sft_examples", {"nodes": TREE_COLUMNS} | TEXTS, _mcts_sft),
+        Exporter("preference_pairs", {"nodes": TREE_COLUMNS} | TEXTS, _mcts_dpo),
     )),
 ])

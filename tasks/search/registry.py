@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ragfactory.tasks.search.apex.plugin import APEX
 from ragfactory.tasks.search.decex.plugin import DECEX
+from ragfactory.tasks.search.mcts.plugin import MCTS
 from ragfactory.tasks.search.strategy import Registry
 from ragfactory.tasks.search.treeps.plugin import TREEPS
 
@@ -15,4 +16,5 @@ STRATEGIES = Registry([
     DECEX,
     TREEPS,
     APEX,
+    MCTS,
 ])

@@ -77,7 +77,7 @@ def test_the_pairs_of_the_tree():
              for n in tree.nodes if n.kind != "question"]
     by_id = {n.node_id: n.path for n in tree.nodes}
     # the root's query (0.729) over "Bob" (0); E1 and E2 have the same text: no pair under Q
-    pairs = step_pairs(steps, CONFIG.pair_min_gap)
+    pairs = step_pairs(steps, min_gap=0.01)
     assert [(by_id[p.chosen], by_id[p.rejected], p.stage, round(p.gap, 3)) for p in pairs] == [
         ("q/s0", "q/s1", "query", 0.729)]
 
@@ -90,3 +90,22 @@ def test_a_malformed_step_is_a_format_error_valued_zero():
     node = {n.path: n for n in tree.nodes}["q/s1"]
     assert node.is_format_error and node.format_error == "missing <query>, <answer> or <evidence>"
     assert node.value == 0.0 and not node.is_selected  # a dead end: pruned
+
+
+def test_the_exports_of_the_tree():
+    from ragfactory.tasks.export.mcts import mcts_preference_pairs, mcts_sft_examples
+
+    tree = _search(ScriptedBackend(policy))
+    rows = tree.table_rows().nodes
+    pairs = mcts_preference_pairs(rows, [QUESTION])
+    assert len(pairs) == 1 and pairs[0]["decision"] == "query"
+    assert pairs[0]["prompt"][1]["content"] == "Question: Who directed Jaws?"
+    assert pairs[0]["chosen"][0]["content"] == "So the next query is <query>Jaws director</query>"
+    assert pairs[0]["rejected"][0]["content"] == "So the answer is <answer>Bob</answer>"
+    sft = mcts_sft_examples(rows, [QUESTION])
+    # A1 and A2 both hold 0.729: the first generated (under E1) wins; its path is Q, E1, A1
+    assert [len(r["node_ids"]) for r in sft] == [1, 2, 3]
+    grounding_user = sft[1]["messages"][1]["content"]
+    assert grounding_user.startswith("Question: Who directed Jaws?\nPrevious Thoughts: So the next query is")
+    assert "Wikipedia Title: Jaws\nJaws was directed by Steven Spielberg." in grounding_user
+    assert sft[2]["messages"][-1]["content"] == "So the answer is <answer>Steven Spielberg</answer>"

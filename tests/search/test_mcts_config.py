@@ -19,7 +19,6 @@ def test_defaults_follow_the_authors_code_where_the_paper_is_silent():
     ("alpha", 1.5, r"MctsConfig.alpha must be in \(0, 1\], got 1.5"),
     ("c", -1.0, "MctsConfig.c must be >= 0, got -1.0"),
     ("value", "oracle", "MctsConfig.value must be one of"),
-    ("pairs", "top2", "MctsConfig.pairs must be one of"),
 ])
 def test_bad_values_name_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):

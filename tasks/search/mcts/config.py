@@ -3,7 +3,8 @@
 The paper prints none of the search's numbers (iterations, exploration constant, rollouts per
 node, α, child limit); the defaults below say where each comes from. "Authors' code" is the
 public ReasonRAG repository's data generation (``data_generation.py`` and its pipeline): read
-for its choices, not copied.
+for its choices, not copied. Which pairs are exported is the export config's (``dpo.min_gap``,
+``tasks/export/mcts.py``), as for DecEx.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from ragfactory.tasks.search.mcts.uct import UctSettings
 
 STRATEGY = "mcts"
 VALUE_SOURCES = ("spre", "judge")
-PAIR_MODES = ("best_worst", "all")
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,6 @@ class MctsConfig:
     top_k: int = 3  # passages per query: 001 E.1 "consistently retrieving the top 3 documents"
     temperature: float = 1.0  # expansion samples: siblings must differ to be compared
     max_tokens: int = 256  # a Reasoning or Grounding turn is a few sentences ending in one tag
-    pair_min_gap: float = 0.01  # §2.2.3 post-processing drops uninformative pairs
-    pairs: str = "best_worst"  # pairs.py: one pair per state (paper: 2.9 pairs per question)
     role: str = "policy"
 
     def __post_init__(self):
@@ -64,8 +62,6 @@ class MctsConfig:
             raise ValueError(f"MctsConfig.c must be >= 0, got {self.c}")
         if self.value not in VALUE_SOURCES:
             raise ValueError(f"MctsConfig.value must be one of {VALUE_SOURCES}, got {self.value!r}")
-        if self.pairs not in PAIR_MODES:
-            raise ValueError(f"MctsConfig.pairs must be one of {PAIR_MODES}, got {self.pairs!r}")
 
     def uct(self) -> UctSettings:
         return UctSettings(c=self.c, child_limit=self.child_limit, max_depth=self.max_depth,

@@ -1,0 +1,14 @@
+"""ReasonRAG MCTS as a registered strategy (``tasks/search/strategy.py``).
+
+Its trees feed step preference pairs and SFT examples (``tasks/export/registry.py`` keys them by
+its name). The search writes its own N and Q on every node, so the valuation stage leaves its
+trees alone.
+"""
+
+from __future__ import annotations
+
+from ragfactory.tasks.search.mcts.config import STRATEGY, MctsConfig
+from ragfactory.tasks.search.mcts.expansion import expand
+from ragfactory.tasks.search.strategy import Strategy
+
+MCTS = Strategy(name=STRATEGY, config_type=MctsConfig, expand=expand)
