@@ -31,6 +31,7 @@ from ragfactory.tasks.export.config import ExportConfig
 from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.retrieval.config import RetrievalConfig
 from ragfactory.tasks.search.config import SearchConfig
+from ragfactory.tasks.search.mcts.config import MctsConfig
 from ragfactory.tasks.training.config import LoraSection, TrainMethod
 from ragfactory.tasks.valuation.config import ValuationSection
 
@@ -78,11 +79,17 @@ class BuildConfig(Section):
         """A stable hash of everything that shapes the build's outputs (not whether it may
         download: the same model gives the same rows either way).
 
-        A default ``valuation`` section is left out: it values what TreePS valued in memory before
-        valuation was a stage, so builds made before the section existed keep their hash (their
-        run ids and cached shards); any other valuation setting is in the hash.
+        Sections added after builds were made are left out at their defaults, so those builds
+        keep their hash (their run ids and cached shards): ``valuation`` (a default one values
+        what TreePS valued in memory before valuation was a stage) and ``search.mcts`` (a build
+        that does not set it expands no MCTS tree it did not before). Any other setting of them
+        is in the hash.
         """
-        exclude = {"allow_downloads"} | ({"valuation"} if self.valuation == ValuationSection() else set())
+        exclude: dict = {"allow_downloads": True}
+        if self.valuation == ValuationSection():
+            exclude["valuation"] = True
+        if self.search.mcts == MctsConfig():
+            exclude["search"] = {"mcts": True}
         payload = json.dumps(self.model_dump(mode="json", exclude=exclude), sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 

@@ -36,8 +36,10 @@ def step_prompt(tree: RowTree, question: str, step: Mapping[str, Any]) -> list[d
 
 
 def _steps(tree: RowTree) -> list[dict[str, Any]]:
+    """The valued, well-formed steps in path order, with whether their rollouts reached an answer."""
     rows = sorted(tree.rows.values(), key=lambda r: path_key(r["path"]))
-    return [r for r in rows if r["kind"] != "question" and not r["is_format_error"] and r["value"] is not None]
+    return [{**r, "reached_answer": bool(r["parsed"].get("reached_answer"))} for r in rows
+            if r["kind"] != "question" and not r["is_format_error"] and r["value"] is not None]
 
 
 def mcts_preference_pairs(nodes: Iterable[Mapping[str, Any]], questions: Iterable[Mapping[str, Any]],

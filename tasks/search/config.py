@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ragfactory.tasks.data.config import Partition
 from ragfactory.tasks.search.apex.expansion import ApexConfig
 from ragfactory.tasks.search.decex.config import DecExConfig
+from ragfactory.tasks.search.mcts.config import MctsConfig
 from ragfactory.tasks.search.treeps.expansion import TreePSConfig
 
 
@@ -23,7 +24,7 @@ class SearchConfig(Section):
 
     strategies: list[str] = Field(
         default_factory=list, description="Search strategies to run, by registered name (decex, treeps, "
-        "apex; tasks/search/registry.py); none: ingest and index only",
+        "apex, mcts; tasks/search/registry.py); none: ingest and index only",
     )
     datasets: list[str] | None = Field(
         None, description="Datasets whose questions are expanded; default: every dataset built"
@@ -56,6 +57,10 @@ class SearchConfig(Section):
     )
     apex: ApexConfig = Field(
         default_factory=ApexConfig, description="APEX-Searcher planning, SEPR and execution"
+    )
+    mcts: MctsConfig = Field(
+        default_factory=MctsConfig, description="ReasonRAG MCTS parameters (defaults and their sources "
+        "in tasks/search/mcts/config.py)"
     )
 
     @field_validator("strategies")

@@ -65,3 +65,12 @@ def test_every_pair_drops_small_gaps_and_identical_texts():
 def test_an_unknown_mode_is_an_error():
     with pytest.raises(ValueError, match="'best_worst' or 'all'"):
         step_pairs(STEPS, mode="top2")
+
+
+def test_a_step_whose_rollouts_reached_an_answer_is_kept():
+    # q2's subtree has no answer node, but its evidence's rollouts answered: it yielded one
+    steps = [dict(s) for s in STEPS]
+    next(s for s in steps if s["node_id"] == "e2")["reached_answer"] = True
+    assert {"q2", "e2"} <= answered(steps)
+    # the root now compares q1 0.60, q2 0.30, q3 0.595, a5 0.10: best q1, worst still a5
+    assert step_pairs(steps)[0] == StepPair("q1", "a5", "query", pytest.approx(0.50))

@@ -128,10 +128,12 @@ class _Search(Expansion):
         if self.config.value == "judge":
             return await self.judge(state)
         outcomes = await asyncio.gather(*(self.rollout(state, i) for i in range(self.config.rollouts)))
-        return spre([v for v, _ in outcomes], [n for _, n in outcomes], self.config.alpha)
+        state.node.parsed["reached_answer"] = any(answered for _, _, answered in outcomes)
+        return spre([v for v, _, _ in outcomes], [n for _, n, _ in outcomes], self.config.alpha)
 
-    async def rollout(self, start: State, index: int) -> tuple[float, int]:
-        """(F1 of the answer reached, its depth) continuing from ``start``; a ``rollouts`` row."""
+    async def rollout(self, start: State, index: int) -> tuple[float, int, bool]:
+        """(F1 of the answer reached, its depth, whether one was) continuing from ``start``;
+        a ``rollouts`` row."""
         state, calls, depth, answer = start, [], start.node.depth, None
         temperature = 0.0 if index == 0 else self.config.temperature
         while depth < self.config.max_depth:
@@ -156,7 +158,7 @@ class _Search(Expansion):
             start.node.node_id, " ".join(state.thoughts), answer, scores["em"], scores["f1"], depth, calls,
             self.seed(f"{start.node.path}/r{index}/{start.node.depth + 1}"),
         ))
-        return value, depth
+        return value, depth, answer is not None
 
     async def judge(self, state: State) -> float:
         """Eq. 6: the Fig. 14 judge's verdict on the trajectory so far; malformed scores 0."""
@@ -209,7 +211,8 @@ async def search_question(question: Mapping, context: ShardContext, config: Mcts
 
 def _record_statistics(tree: QuestionTree, uct: UctSearch, states: list[State]) -> None:
     """N and Q on every node; kept (on a path to an answer) or pruned."""
-    steps = [{"node_id": s.node.node_id, "parent_id": s.node.parent_id, "kind": s.node.kind}
+    steps = [{"node_id": s.node.node_id, "parent_id": s.node.parent_id, "kind": s.node.kind,
+              "reached_answer": s.node.parsed.get("reached_answer", False)}
              for s in states[1:] if not s.node.is_format_error]
     keep = answered(steps)
     for index, state in enumerate(states):

@@ -4,7 +4,9 @@ The paper prunes "all branches that do not yield a final answer", values each re
 SPRE over the finished trajectories below it, and keeps informative pairs of steps taken from
 the same state. Here, per state (a parent node):
 
-- the candidates are its children whose subtree holds an answer (``answered``);
+- the candidates are its children whose subtree holds an answer (``answered``): an ``answer``
+  step, or a step whose SPRE rollouts reached one (``reached_answer``: rollouts are not nodes,
+  but a step they finished did yield a final answer);
 - the pair is the best against the worst candidate by value (``best_worst``, one pair per state:
   the paper's 13,289 pairs from 4,603 questions are 2.9 per question, about one per state of a
   shallow tree), or every ordered pair of candidates (``all``);
@@ -37,11 +39,12 @@ class StepPair:
 
 
 def answered(steps: Sequence[Mapping[str, Any]]) -> set[str]:
-    """The node ids whose subtree (the node included) holds an ``answer`` step."""
+    """The node ids whose subtree (the node included) holds an ``answer`` step or a step whose
+    rollouts reached an answer."""
     parent_of = {s["node_id"]: s["parent_id"] for s in steps}
     keep: set[str] = set()
     for step in steps:
-        if step["kind"] != "answer":
+        if step["kind"] != "answer" and not step.get("reached_answer"):
             continue
         node: str | None = step["node_id"]
         while node is not None and node not in keep:

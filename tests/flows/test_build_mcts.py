@@ -1,0 +1,68 @@
+"""The build flow with ReasonRAG MCTS: trees with N and Q, step pairs and SFT, from a scripted policy.
+
+The engine is the only double; the flow, tasks, batcher, cache, BM25 index and warehouse are real.
+Per question (4 iterations, child_limit 2, max_depth 3, α 0.95): a query (its rollout answers
+correctly at depth 3: 0.95³ = 0.857375), a wrong answer "Bob" (0), then two evidence steps under
+the query, each with a correct rollout (0.857375). The root state gives one pair, query over
+"Bob"; the two evidence steps share their text, so no pair under the query.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ragfactory.flows.build import build
+from ragfactory.flows.config import BuildConfig
+from ragfactory.tasks.data.loaders import load_bundled
+from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.store import Warehouse
+from tests.fakes import ScriptedBackend, scripted_llm
+
+GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=2).questions}
+
+
+def policy(request, sample: int) -> str:
+    system, user = request.messages[0].content, request.messages[1].content
+    question = re.match(r"Question: (.*)", user).group(1)
+    if "extract relevant evidence" in system:
+        return "Based on the query, the relevant evidence is <evidence>The documents answer it."
+    if "Previous Thoughts" not in user:
+        path = dict(request.tags)["path"]
+        return "So the next query is <query>" + question if path.endswith("s0") else "So the answer is <answer>Bob"
+    return "So the answer is <answer>" + GOLD[question]
+
+
+@pytest.fixture
+def scripted(engines):
+    backend = ScriptedBackend(policy)
+    engines(backend)
+    return backend
+
+
+def test_mcts_builds_trees_pairs_and_sft(tmp_path, scripted):
+    config = BuildConfig.model_validate({
+        "name": "mcts-test",
+        "warehouse": {"root": str(tmp_path / "wh")},
+        "datasets": [{"name": "hotpotqa", "limit": 2}],
+        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
+        "retrieval": {"dense": {"enabled": False}},
+        "llm": scripted_llm(),
+        "search": {"strategies": ["mcts"],
+                   "mcts": {"iterations": 4, "child_limit": 2, "max_depth": 3, "alpha": 0.95}},
+    })
+    summary = build(config)
+    assert summary["status"] == "completed", summary
+    assert summary["valuations"] == []  # the search values its own trees
+    wh = Warehouse(config.warehouse.root)
+    per_question = query(wh, "select question_id, count(*) as n, max(visits) as root_n from nodes "
+                             "group by 1 order by 1").to_pylist()
+    assert [(r["n"], r["root_n"]) for r in per_question] == [(5, 4), (5, 4)]  # root + 4 steps; N(root) 4
+    pairs = query(wh, "select decision, round(gap, 6) as gap from preference_pairs").to_pylist()
+    assert pairs == [{"decision": "query", "gap": 0.857375}] * 2
+    # SFT: the query, its first evidence, no answer node under it yet -> none; only answers count
+    assert query(wh, "select count(*) as n from sft_examples").to_pylist() == [{"n": 0}]
+    calls = scripted.calls
+    assert build(config)["status"] == "completed"
+    assert scripted.calls == calls, "the rebuild called the engine"
