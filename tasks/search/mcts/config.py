@@ -37,6 +37,8 @@ class MctsConfig:
     max_depth: int = 7
     # SPRE's α (Eq. 1): the authors' code decays F1 by beta=0.95 per step.
     alpha: float = 0.95
+    # v of Eq. 1: "e.g., F1 match to the ground truth" (§2.2.1); "em" or "cover_em" too.
+    metric: str = "f1"
     # Rollouts k per new node for SPRE (Eq. 1); each is a greedy continuation to an answer.
     # Appendix A notes that simulation is the cost; 1 greedy rollout is the cheapest unbiased
     # estimate of a deterministic policy's outcome.
@@ -60,6 +62,8 @@ class MctsConfig:
             raise ValueError(f"MctsConfig.alpha must be in (0, 1], got {self.alpha}")
         if self.c < 0:
             raise ValueError(f"MctsConfig.c must be >= 0, got {self.c}")
+        if self.metric not in ("em", "f1", "cover_em"):
+            raise ValueError(f"MctsConfig.metric must be em, f1 or cover_em, got {self.metric!r}")
         if self.value not in VALUE_SOURCES:
             raise ValueError(f"MctsConfig.value must be one of {VALUE_SOURCES}, got {self.value!r}")
 

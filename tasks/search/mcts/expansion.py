@@ -6,7 +6,7 @@
    a Grounding step (Fig. 13, with the documents) writes ``<evidence>`` and returns to Reasoning.
    A Reasoning step with no room left for a query, its evidence and an answer before
    ``max_depth`` is held to an answer by the ``reasonrag_final`` grammar.
-2. The new step is valued: an answer by its own F1 against the gold answers, discounted
+2. The new step is valued: an answer by its own ``metric`` (F1) against the gold answers, discounted
    α^depth (SPRE, Eq. 1 with its one deterministic outcome); any other step by SPRE over
    ``rollouts`` continuations to an answer (greedy first, then sampled), or by the Fig. 14 judge
    on the ``judge`` role (``value = "judge"``, Eq. 6). A malformed step is a format error on its
@@ -117,11 +117,11 @@ class _Search(Expansion):
         return Step(state, await self.simulate(state), False)
 
     def score_answer(self, node: Node, answer: str | None) -> float:
-        """An answer's scores on its node; its value is SPRE of its own outcome (F1 · α^depth)."""
+        """An answer's scores on its node; its value is SPRE of its own outcome (v · α^depth)."""
         scores = self.scores(answer)
         node.parsed.update(scores)
-        node.is_leaf, node.reward = True, scores["f1"]
-        return spre([scores["f1"]], [node.depth], self.config.alpha)
+        node.is_leaf, node.reward = True, scores[self.config.metric]
+        return spre([node.reward], [node.depth], self.config.alpha)
 
     async def simulate(self, state: State) -> float:
         """The value of a non-terminal step: SPRE over rollouts, or the judge's verdict."""
@@ -152,7 +152,7 @@ class _Search(Expansion):
             docs = tuple((await search_batch(self.retriever, [content], self.config.top_k))[0]) if action == "query" else ()
             state = State(state.node, thoughts, GROUNDING if action == "query" else REASONING, docs)
         scores = self.scores(answer)
-        value = scores["f1"] if answer is not None else 0.0
+        value = scores[self.config.metric] if answer is not None else 0.0
         self.tree.rollouts.append(Rollout(
             stable_id("mcts-rollout", start.node.node_id, str(index)), self.tree.run_id, self.tree.question_id,
             start.node.node_id, " ".join(state.thoughts), answer, scores["em"], scores["f1"], depth, calls,
