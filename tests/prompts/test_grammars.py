@@ -56,6 +56,7 @@ PARSERS = {
     "reasonrag_reasoning": lambda t: parse_turn(t).error,
     "reasonrag_grounding": lambda t: parse_turn(t).error,
     "reasonrag_final": lambda t: parse_turn(t).error,
+    "reasonrag_query": lambda t: parse_turn(t).error,
     "flashrag_direct": lambda t: None if free_answer(t) else "empty",
     "flashrag_rag": lambda t: None if free_answer(t) else "empty",
 }
@@ -122,6 +123,10 @@ EXAMPLES = {
     "reasonrag_final": (
         ["So the answer is <answer>Leah Adler</answer>", "<answer>Leah Adler</answer>"],
         ["So the next query is <query>Jaws director</query>", "So the answer is Leah Adler."],
+    ),
+    "reasonrag_query": (
+        ["So the next query is <query>Jaws director</query>", "<query>Jaws director</query>"],
+        ["So the answer is <answer>Leah Adler</answer>", "So the next query is Jaws director."],
     ),
     "flashrag_direct": (["Steven Spielberg"], ["", "Steven\nSpielberg", "<answer>x</answer>"]),
     "flashrag_rag": (["Leah Adler"], ["   "]),

@@ -109,3 +109,20 @@ def test_the_exports_of_the_tree():
     assert grounding_user.startswith("Question: Who directed Jaws?\nPrevious Thoughts: So the next query is")
     assert "Wikipedia Title: Jaws\nJaws was directed by Steven Spielberg." in grounding_user
     assert sft[2]["messages"][-1]["content"] == "So the answer is <answer>Steven Spielberg</answer>"
+
+
+def test_min_queries_holds_the_first_step_to_a_query():
+    seen = []
+
+    def grammar_spy(request, sample):
+        seen.append((dict(request.tags)["path"], request.sampling.grammar.text.splitlines()[0]))
+        return policy(request, sample)
+
+    config = MctsConfig(iterations=2, child_limit=2, max_depth=3, c=1.0, alpha=0.9, min_queries=1)
+    retriever = FunctionRetriever(lambda q, k: [Hit("p-jaws", "Jaws", "Jaws was directed by Steven Spielberg.", 1.0)])
+    context = ShardContext(Batcher(ScriptedBackend(grammar_spy)), retriever, "run-1", 0)
+    asyncio.run(search_question(QUESTION, context, config))
+    first = [grammar for path, grammar in seen if path in ("q/s0", "q/s1")]
+    assert len(first) == 2 and all("before the configured queries" in g for g in first)
+    with pytest.raises(ValueError, match="min_queries must be in"):
+        MctsConfig(max_depth=3, min_queries=2)

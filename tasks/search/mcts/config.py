@@ -35,6 +35,10 @@ class MctsConfig:
     # Steps per trajectory; the last one must answer. The authors' code passes max_iter=7 (three
     # query/evidence rounds and an answer).
     max_depth: int = 7
+    # Queries a trajectory makes before it may answer (0: the paper's free choice). A small model
+    # answers from memory at once, and a tree of two answers holds no retrieval to learn from; the
+    # demo's 135M model takes 1, as DecEx's min_iterations does.
+    min_queries: int = 0
     # SPRE's α (Eq. 1): the authors' code decays F1 by beta=0.95 per step.
     alpha: float = 0.95
     # v of Eq. 1: "e.g., F1 match to the ground truth" (§2.2.1); "em" or "cover_em" too.
@@ -58,6 +62,9 @@ class MctsConfig:
                      "top_k", "max_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"MctsConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.min_queries < 0 or 2 * self.min_queries + 1 > self.max_depth:
+            raise ValueError(f"MctsConfig.min_queries must be in [0, (max_depth - 1) / 2] "
+                             f"(a query and its evidence each take a step), got {self.min_queries}")
         if not 0 < self.alpha <= 1:
             raise ValueError(f"MctsConfig.alpha must be in (0, 1], got {self.alpha}")
         if self.c < 0:

@@ -5,7 +5,8 @@
    (the top-k passages are retrieved and the next state is Grounding) or ``<answer>`` (Terminal);
    a Grounding step (Fig. 13, with the documents) writes ``<evidence>`` and returns to Reasoning.
    A Reasoning step with no room left for a query, its evidence and an answer before
-   ``max_depth`` is held to an answer by the ``reasonrag_final`` grammar.
+   ``max_depth`` is held to an answer by the ``reasonrag_final`` grammar; one on a path with
+   fewer than ``min_queries`` queries is held to a query (``reasonrag_query``).
 2. The new step is valued: an answer by its own ``metric`` (F1) against the gold answers, discounted
    α^depth (SPRE, Eq. 1 with its one deterministic outcome); any other step by SPRE over
    ``rollouts`` continuations to an answer (greedy first, then sampled), or by the Fig. 14 judge
@@ -54,6 +55,7 @@ class State:
     thoughts: tuple[str, ...]
     stage: str
     docs: tuple[Hit, ...] = ()
+    queries: int = 0  # queries made on the way here
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,8 @@ class _Search(Expansion):
         if state.stage == REASONING:
             system = render_prompt("reasonrag_reasoning", answer_format="answer")
             user = reasoning_input(question, state.thoughts)
-            grammar = "reasonrag_final" if self.forced(REASONING, depth) else "reasonrag_reasoning"
+            grammar = ("reasonrag_final" if self.forced(REASONING, depth) else
+                       "reasonrag_query" if state.queries < cfg.min_queries else "reasonrag_reasoning")
         else:
             system, user = render_prompt("reasonrag_grounding"), grounding_input(question, state.thoughts, state.docs)
             grammar = "reasonrag_grounding"
@@ -113,7 +116,8 @@ class _Search(Expansion):
             docs = tuple((await search_batch(self.retriever, [content], self.config.top_k))[0])
             node.passage_ids = [hit.passage_id for hit in docs]
             node.parsed["hits"] = [hit_record(hit) for hit in docs]
-        state = State(node, thoughts, GROUNDING if action == "query" else REASONING, docs)
+        state = State(node, thoughts, GROUNDING if action == "query" else REASONING, docs,
+                      parent.queries + (action == "query"))
         return Step(state, await self.simulate(state), False)
 
     def score_answer(self, node: Node, answer: str | None) -> float:
@@ -150,7 +154,8 @@ class _Search(Expansion):
                 answer, state = content, State(state.node, thoughts, REASONING)
                 break
             docs = tuple((await search_batch(self.retriever, [content], self.config.top_k))[0]) if action == "query" else ()
-            state = State(state.node, thoughts, GROUNDING if action == "query" else REASONING, docs)
+            state = State(state.node, thoughts, GROUNDING if action == "query" else REASONING, docs,
+                          state.queries + (action == "query"))
         scores = self.scores(answer)
         value = scores[self.config.metric] if answer is not None else 0.0
         self.tree.rollouts.append(Rollout(
@@ -180,7 +185,7 @@ def _at_depth(state: State, depth: int) -> State:
     if node.depth == depth:
         return state
     shadow = Node(node.node_id, node.run_id, node.question_id, node.parent_id, node.path, depth, node.strategy, node.kind)
-    return State(shadow, state.thoughts, state.stage, state.docs)
+    return State(shadow, state.thoughts, state.stage, state.docs, state.queries)
 
 
 async def search_question(question: Mapping, context: ShardContext, config: MctsConfig) -> QuestionTree:
