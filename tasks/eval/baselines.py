@@ -16,11 +16,11 @@ from ragfactory.tasks.eval.inference import (
     Outcome,
     ask,
     render_flashrag,
-    retrieve,
 )
 from ragfactory.tasks.llm.types import Generator
 from ragfactory.tasks.prompts.loader import render_prompt
 from ragfactory.tasks.retrieval.types import Retriever
+from ragfactory.tasks.search.common import retrieve
 from ragfactory.tasks.search.parsing import find_tag, visible_text
 
 DIRECT, RAG = "direct", "rag"

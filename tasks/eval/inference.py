@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from ragfactory.tasks.llm.seeds import derive_seed
 from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, Request, Sampling
 from ragfactory.tasks.prompts.loader import load_grammar
-from ragfactory.tasks.retrieval.types import Hit, Retriever
-from ragfactory.tasks.search.common import sample_n, search_batch
+from ragfactory.tasks.retrieval.types import Hit
+from ragfactory.tasks.search.common import sample_n
 
 
 @dataclass(frozen=True)
@@ -116,11 +116,6 @@ async def ask(
     messages = (Message("system", system), Message("user", user))
     tags = (("question_id", question_id), ("path", path))
     return (await sample_n(generator, Request(messages, sampling, "policy", tags)))[0]
-
-
-async def retrieve(retriever: Retriever, query: str, k: int) -> list[Hit]:
-    """The top ``k`` passages for one query, off the event loop."""
-    return (await search_batch(retriever, [query], k))[0]
 
 
 def render_flashrag(hits: Sequence[Hit]) -> str:

@@ -4,7 +4,8 @@
 - ``Expansion``: one question's tree with the services that grow it, and the three things every
   strategy derives from them: the seed of a node path, the scores of an answer, and ``n``
   samples of one request (``sample_n``: one request with ``n``, its count checked).
-- ``search_batch`` and ``hit_record``: one retriever call for many queries off the event loop,
+- ``search_batch`` (``retrieve`` for one query) and ``hit_record``: one retriever call for many
+  queries off the event loop,
   and a hit as a node keeps it in ``parsed`` (so a state can be rebuilt from rows).
 
 Seeds and request tags are derived here once, so a strategy cannot drift from the ids earlier
@@ -85,6 +86,11 @@ async def search_batch(retriever: Retriever, queries: list[str], k: int) -> list
     if len(results) != len(queries):
         raise ValueError(f"retriever answered {len(results)} result lists for {len(queries)} queries")
     return [list(hits)[:k] for hits in results]
+
+
+async def retrieve(retriever: Retriever, query: str, k: int) -> list[Hit]:
+    """The top ``k`` passages for one query, off the event loop."""
+    return (await search_batch(retriever, [query], k))[0]
 
 
 def hit_record(hit: Hit) -> dict:

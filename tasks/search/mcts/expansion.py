@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from ragfactory.tasks.llm.types import Completion, Message, Request, Sampling
 from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
 from ragfactory.tasks.retrieval.types import Hit
-from ragfactory.tasks.search.common import Expansion, hit_record, question_fields, search_batch
+from ragfactory.tasks.search.common import Expansion, hit_record, question_fields, retrieve
 from ragfactory.tasks.search.mcts.config import STRATEGY, MctsConfig
 from ragfactory.tasks.search.mcts.judge import parse_verdict
 from ragfactory.tasks.search.mcts.pairs import answered
@@ -113,7 +113,7 @@ class _Search(Expansion):
             return Step(State(node, thoughts, REASONING), self.score_answer(node, content), True)
         docs: tuple[Hit, ...] = ()
         if action == "query":
-            docs = tuple((await search_batch(self.retriever, [content], self.config.top_k))[0])
+            docs = tuple(await retrieve(self.retriever, content, self.config.top_k))
             node.passage_ids = [hit.passage_id for hit in docs]
             node.parsed["hits"] = [hit_record(hit) for hit in docs]
         state = State(node, thoughts, GROUNDING if action == "query" else REASONING, docs,
@@ -153,7 +153,7 @@ class _Search(Expansion):
             if action == "answer":
                 answer, state = content, State(state.node, thoughts, REASONING)
                 break
-            docs = tuple((await search_batch(self.retriever, [content], self.config.top_k))[0]) if action == "query" else ()
+            docs = tuple(await retrieve(self.retriever, content, self.config.top_k)) if action == "query" else ()
             state = State(state.node, thoughts, GROUNDING if action == "query" else REASONING, docs,
                           state.queries + (action == "query"))
         scores = self.scores(answer)
