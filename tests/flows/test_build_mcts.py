@@ -63,6 +63,15 @@ def test_mcts_builds_trees_pairs_and_sft(tmp_path, scripted):
     assert pairs == [{"decision": "query", "gap": 0.857375}] * 2
     # SFT: the query, its first evidence, no answer node under it yet -> none; only answers count
     assert query(wh, "select count(*) as n from sft_examples").to_pylist() == [{"n": 0}]
+    layers = query(wh, "select depth, n_steps, n_kept, n_answers, visits, round(max_value, 6) as q, n_pairs, "
+                       "pairs[1].stage as stage, pairs[1].chosen as chosen, pairs[1].rejected as rejected "
+                       "from mcts_tree order by question_id, depth").to_pylist()
+    # depth 1: the query (N 3) and "Bob" (N 1), the pair query over Bob; depth 2: two evidence steps
+    depth_1 = {"depth": 1, "n_steps": 2, "n_kept": 2, "n_answers": 1, "visits": 4, "q": 0.857375, "n_pairs": 1,
+               "stage": "query", "chosen": "q/s0", "rejected": "q/s1"}
+    depth_2 = {"depth": 2, "n_steps": 2, "n_kept": 2, "n_answers": 0, "visits": 2, "q": 0.857375, "n_pairs": 0,
+               "stage": None, "chosen": None, "rejected": None}
+    assert layers == [depth_1, depth_2] * 2
     calls = scripted.calls
     assert build(config)["status"] == "completed"
     assert scripted.calls == calls, "the rebuild called the engine"
