@@ -19,6 +19,7 @@ other step 0.729 but Bob 0. Requests: 3 + 1 + 2 + 2 + 1 + 1 = 10. Rollouts: from
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -126,3 +127,78 @@ def test_min_queries_holds_the_first_step_to_a_query():
     assert len(first) == 2 and all("before the configured queries" in g for g in first)
     with pytest.raises(ValueError, match="min_queries must be in"):
         MctsConfig(max_depth=3, min_queries=2)
+
+
+def test_parallel_selections_grow_the_same_tree_in_fewer_engine_calls():
+    """Two selections per round, worked by hand with virtual loss (uct.py):
+
+    round 1: the root twice (slots 0 and 1): Q and "Bob" in one engine call, then Q's rollout;
+    round 2: the root is full and "Bob" exhausted, so Q twice (slots 0 and 1): E1 and E2 together;
+    round 3: Q is full; E1 and E2 tie, so E1 first; the second selection sees E1's visit in
+    flight (N 2, Q 0.729 / 2 = 0.3645; ΣN 3): E1 0.3645 + √3/3 = 0.9418 < E2 0.729 + √3/2 = 1.5950,
+    so E2: A1 and A2 together. The tree, N and Q are those of the sequential search; the 10
+    requests go in 6 engine calls of 2, 1, 1, 2, 2, 2 instead of 10 calls of one.
+    """
+    sequential = _search(ScriptedBackend(policy))
+    backend = ScriptedBackend(policy)
+    retriever = FunctionRetriever(lambda q, k: [Hit("p-jaws", "Jaws", "Jaws was directed by Steven Spielberg.", 1.0)])
+    context = ShardContext(Batcher(backend), retriever, "run-1", 0)
+    parallel = asyncio.run(search_question(QUESTION, context, replace(CONFIG, parallel_selections=2)))
+    assert [len(batch) for batch in backend.batches] == [2, 1, 1, 2, 2, 2]
+    stats = lambda tree: sorted((n.node_id, n.text, n.visits, round(n.value, 6)) for n in tree.nodes)  # noqa: E731
+    assert stats(parallel) == stats(sequential)
+
+
+def pruning_policy(request, sample: int) -> str:
+    """The root's second query ("Jaws cast") leads to documents the Grounding step cannot read."""
+    system, user = request.messages[0].content, request.messages[1].content
+    if "extract relevant evidence" in system and "<query>Jaws cast</query>" in user:
+        return "I cannot tell."
+    if "Previous Thoughts" not in user:
+        path = dict(request.tags)["path"]
+        return "So the next query is <query>" + ("Jaws director" if path.endswith("s0") else "Jaws cast")
+    return policy(request, sample)
+
+
+def test_a_branch_that_never_answers_is_pruned_and_makes_no_pair():
+    """Seven iterations, worked by hand (c 1, α 0.9, max_depth 3; √2/2 = 0.7071, √3 = 1.7321,
+    √5 = 2.2361, √6 = 2.4495):
+
+    1. root s0 -> Q1 "Jaws director"; rollout: evidence, answer (F1 1) at depth 3: 0.9³ = 0.729.
+    2. root s1 -> Q2 "Jaws cast"; rollout: the evidence step is malformed, no answer: 0.
+    3. root full (ΣN 2): Q1 0.729 + 0.7071 = 1.4361 > Q2 0 + 0.7071 -> Q1 s0 -> E1: 0.729.
+    4. ΣN 3: Q1 0.729 + √3/3 = 1.3064 > Q2 √3/2 = 0.8660 -> Q1 s1 -> E2 (E1's text): 0.729.
+    5. ΣN 4: Q1 0.729 + 2/4 = 1.229 > Q2 2/2 = 1 -> Q1 full, E1 = E2, the first: E1 -> A1: 0.729.
+    6. ΣN 5: Q1 0.729 + √5/5 = 1.1762 > Q2 √5/2 = 1.1180 -> Q1; E1 (N 2) 0.729 + √3/3 = 1.3064
+       < E2 (N 1) 0.729 + √3/2 = 1.5950 -> E2 -> A2: 0.729.
+    7. ΣN 6: Q1 0.729 + √6/6 = 1.1372 < Q2 √6/2 = 1.2247 -> Q2 s0 -> G, a malformed evidence
+       step: a format error, 0.
+
+    N: root 7, Q1 5, Q2 2, E1 2, E2 2, A1 1, A2 1, G 1. Q: root 0.729 · 5 / 7 = 0.520714,
+    Q2 and G 0, the rest 0.729. Q2's subtree holds no answer (its rollout failed, G is malformed):
+    Q2 and G are pruned, so the root has one kept child and no pair; E1 and E2 share their text:
+    no pair either. Requests: 3 + 2 + 2 + 2 + 1 + 1 + 1 = 12; rollouts from Q1, Q2, E1, E2.
+    """
+    backend = ScriptedBackend(pruning_policy)
+    retriever = FunctionRetriever(lambda q, k: [Hit("p-jaws", "Jaws", "Jaws was directed by Steven Spielberg.", 1.0)])
+    context = ShardContext(Batcher(backend), retriever, "run-1", 0)
+    tree = asyncio.run(search_question(QUESTION, context, replace(CONFIG, iterations=7)))
+    by_path = {n.path: n for n in tree.nodes}
+    names = {"q": "root", "q/s0": "Q1", "q/s1": "Q2", "q/s0/s0": "E1", "q/s0/s1": "E2",
+             "q/s0/s0/s0": "A1", "q/s0/s1/s0": "A2", "q/s1/s0": "G"}
+    assert sorted(by_path) == sorted(names)
+    assert {names[p]: n.visits for p, n in by_path.items()} == {
+        "root": 7, "Q1": 5, "Q2": 2, "E1": 2, "E2": 2, "A1": 1, "A2": 1, "G": 1}
+    assert {names[p]: round(n.value, 6) for p, n in by_path.items()} == {
+        "root": 0.520714, "Q1": 0.729, "Q2": 0.0, "E1": 0.729, "E2": 0.729, "A1": 0.729, "A2": 0.729, "G": 0.0}
+    assert {names[p] for p, n in by_path.items() if not n.is_selected} == {"Q2", "G"}
+    assert [names[p] for p, n in by_path.items() if n.is_format_error] == ["G"]
+    assert backend.calls == 12
+    rollouts = {names[next(p for p, n in by_path.items() if n.node_id == r.node_id)]: (r.final_answer, r.f1)
+                for r in tree.rollouts}
+    assert rollouts == {"Q1": ("Steven Spielberg", 1.0), "Q2": (None, 0.0),
+                        "E1": ("Steven Spielberg", 1.0), "E2": ("Steven Spielberg", 1.0)}
+    steps = [{"node_id": n.node_id, "parent_id": n.parent_id, "kind": n.kind, "text": n.text, "value": n.value,
+              "reached_answer": n.parsed.get("reached_answer", False)}
+             for n in tree.nodes if n.kind != "question" and not n.is_format_error]
+    assert step_pairs(steps, min_gap=0.01) == []
