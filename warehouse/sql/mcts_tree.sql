@@ -40,7 +40,7 @@ layers as (
         count(*) filter (where is_selected) as n_kept,
         count(*) filter (where kind = 'answer') as n_answers,
         count(*) filter (where is_format_error) as n_format_errors,
-        sum(visits) as visits,
+        sum(visits)::bigint as visits,
         max(value) as max_value,
         list(
             struct_pack(path := path, kind := kind, content := content, n := visits, q := value,

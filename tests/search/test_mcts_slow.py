@@ -1,0 +1,77 @@
+"""ReasonRAG MCTS with the embedded model: valid trees, step pairs, one DPO step on them (slow).
+
+Two bundled HotpotQA comparison questions (the demo's), the real SmolLM2-135M on CPU held to
+the Reasoning / Grounding grammars, BM25 over the bundled HotpotQA paragraphs, and the demo's
+small search (6 iterations, max_depth 4, a query first, cover-EM). The trees hold no malformed
+step and give step preference pairs; the pairs are written to a warehouse, read back with
+``datasets`` as a TRL job reads them, and train one DPO step through the train flow's functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+
+import pytest
+
+from ragfactory.flows.config import TrainConfig
+from ragfactory.tasks.data.loaders import load_bundled
+from ragfactory.tasks.export.mcts import mcts_preference_pairs
+from ragfactory.tasks.llm.batcher import Batcher
+from ragfactory.tasks.retrieval.bm25 import BM25Retriever
+from ragfactory.tasks.search.mcts.config import MctsConfig
+from ragfactory.tasks.search.shard import expand_shard
+from ragfactory.tasks.training.runs import plan_training, train_planned
+from ragfactory.warehouse.store import Warehouse, conform
+
+pytestmark = pytest.mark.slow
+
+QUESTION_IDS = ("hotpotqa:5a851b0d5542997175ce1f7f", "hotpotqa:5a8753d95542994846c1cd63")
+CONFIG = MctsConfig(iterations=6, max_depth=4, min_queries=1, max_tokens=72, temperature=0.7, metric="cover_em")
+
+
+@pytest.fixture(scope="module")
+def searched(embedded_model):
+    """(questions, table rows) of the two MCTS trees."""
+    from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
+
+    data = load_bundled("hotpotqa")
+    questions = [q for q in data.questions if q["question_id"] in QUESTION_IDS]
+    retriever = BM25Retriever.build(conform("passages", data.passages))
+    batcher = Batcher(TransformersBackend(embedded_model, TransformersSettings(device="cpu")))
+    rows = asyncio.run(expand_shard("mcts", questions, batcher, retriever, CONFIG, "mcts-slow", 0, 2))
+    return questions, rows
+
+
+def test_the_model_grows_two_valid_trees_with_pairs(searched):
+    questions, rows = searched
+    assert len(questions) == 2 and {n["question_id"] for n in rows.nodes} == set(QUESTION_IDS)
+    steps = [n for n in rows.nodes if n["kind"] != "question"]
+    assert len(steps) == 2 * CONFIG.iterations
+    assert [(n["path"], n["format_error"]) for n in steps if n["is_format_error"]] == []
+    assert {n["kind"] for n in steps} >= {"sub_query", "evidence"}
+    roots = [n for n in rows.nodes if n["kind"] == "question"]
+    assert [n["visits"] for n in roots] == [CONFIG.iterations] * 2
+    assert all(0.0 <= n["value"] <= 1.0 for n in rows.nodes)
+    assert mcts_preference_pairs(rows.nodes, questions)
+
+
+def test_the_pairs_load_with_datasets_and_train_one_dpo_step(searched, embedded_model, tmp_path):
+    import datasets
+
+    questions, rows = searched
+    pairs = mcts_preference_pairs(rows.nodes, questions)
+    wh = Warehouse(tmp_path / "wh")
+    wh.write("preference_pairs", pairs, "mcts")
+    files = [str(path) for path in wh.files("preference_pairs")]
+    data = datasets.load_dataset("parquet", data_files=files, split="train")
+    assert data.num_rows == len(pairs)
+    assert [m["role"] for m in data[0]["prompt"]] == ["system", "user"]
+    assert data[0]["chosen"][0]["role"] == data[0]["rejected"][0]["role"] == "assistant"
+    config = TrainConfig(method="dpo", run_id="mcts-slow", base_model=str(embedded_model),
+                         trl={"max_steps": 1, "per_device_train_batch_size": 1, "learning_rate": 1e-5,
+                              "max_length": 768})
+    plan = plan_training(wh, config)
+    metrics = train_planned(wh, config, plan, logging.getLogger("mcts-slow"))
+    assert math.isfinite(metrics["train_loss"]) and metrics["global_step"] == 1
