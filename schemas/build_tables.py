@@ -113,6 +113,21 @@ BUILD_TABLES: list[TableSpec] = [
         ("created_at", TS),
     ),
     spec(
+        "rewards", ("run_id",), ("reward_id",),
+        ("reward_id", pa.string()),
+        ("run_id", pa.string()),
+        ("question_id", pa.string()),
+        ("strategy", pa.string()),
+        ("node_id", pa.string()),
+        ("name", pa.string()),  # relevance, format, process (their sum) or outcome
+        ("value", pa.float64()),
+        ("scale", pa.float64()),  # the trajectory's λ_T (R3-RAG Eq. 4) where the reward is scaled
+        ("scaled", pa.float64()),  # value · scale
+        ("is_format_error", pa.bool_()),  # a judge's verdict that did not read (value 0)
+        ("error", pa.string()),
+        ("llm_call_id", pa.string()),  # the judge's call
+    ),
+    spec(
         "plans", ("run_id",), ("plan_id",),
         ("plan_id", pa.string()),
         ("run_id", pa.string()),

@@ -42,7 +42,9 @@ from ragfactory.schemas.training_tables import (
 #    question ids) and runs.inputs (the versions a run read); ingest adds to the questions,
 #    passages and rejects shards instead of replacing them. Older shards read as they are:
 #    runs.inputs is null there (such a run took every question of its datasets).
-SCHEMA_VERSION = 4
+# 5: the rewards table (per-node rewards with their scale: R3-RAG's judged relevance, format,
+#    process and outcome rewards). Shards written before have no rewards file.
+SCHEMA_VERSION = 5
 
 # Bookkeeping, then what a build writes, then training and evaluation: `ragfactory tables` lists
 # them in this order.

@@ -122,7 +122,8 @@ def result_storage(wh: Warehouse) -> Path | str:
     return configured
 
 
-SHARD_TABLES = ("nodes", "rollouts", "plans", "plan_scores", "llm_calls")
+SHARD_TABLES = ("nodes", "rollouts", "plans", "plan_scores", "rewards", "llm_calls")
+SINCE_SCHEMA_5 = ("rewards",)  # a shard written before has no such file and is still whole
 
 
 def shard_written(wh: Warehouse, run_id: str, shard: str) -> bool:
@@ -130,7 +131,9 @@ def shard_written(wh: Warehouse, run_id: str, shard: str) -> bool:
     result without them is useless): each of its files exists and matches its manifest entry
     (size and content hash). A file rewritten, truncated or put there by hand runs the shard again.
     """
-    return all(is_intact(wh.root, wh.shard_path(table, {"run_id": run_id}, shard)) for table in SHARD_TABLES)
+    paths = {table: wh.shard_path(table, {"run_id": run_id}, shard) for table in SHARD_TABLES}
+    return all(is_intact(wh.root, path) for table, path in paths.items()
+               if table not in SINCE_SCHEMA_5 or path.exists())
 
 
 @task(retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_unless_permanent,
@@ -140,7 +143,7 @@ def expand_trees(
     question_ids: list[str], sources: list[str],
 ) -> dict:
     """Expand one shard of questions with the registered ``strategy`` and write its shard of every
-    table the strategy fills (nodes, rollouts, plans, plan_scores) and of llm_calls."""
+    table the strategy fills (nodes, rollouts, plans, plan_scores, rewards) and of llm_calls."""
     wh = Warehouse(root)
     retriever = open_retriever(wh, sources, config.retrieval)
     cache = CallCache.from_warehouse(wh, run_id)

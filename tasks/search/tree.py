@@ -65,6 +65,7 @@ class TableRows:
     rollouts: list[dict] = field(default_factory=list)
     plans: list[dict] = field(default_factory=list)
     plan_scores: list[dict] = field(default_factory=list)
+    rewards: list[dict] = field(default_factory=list)
 
     def extend(self, other: TableRows) -> None:
         for name, rows in other.tables().items():
@@ -72,7 +73,7 @@ class TableRows:
 
     def tables(self) -> dict[str, list[dict]]:
         return {"nodes": self.nodes, "rollouts": self.rollouts, "plans": self.plans,
-                "plan_scores": self.plan_scores}
+                "plan_scores": self.plan_scores, "rewards": self.rewards}
 
 
 @dataclass
