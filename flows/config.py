@@ -32,6 +32,7 @@ from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.retrieval.config import RetrievalConfig
 from ragfactory.tasks.search.config import SearchConfig
 from ragfactory.tasks.search.mcts.config import MctsConfig
+from ragfactory.tasks.search.r3.config import R3Config
 from ragfactory.tasks.training.config import LoraSection, TrainMethod
 from ragfactory.tasks.valuation.config import ValuationSection
 
@@ -81,15 +82,17 @@ class BuildConfig(Section):
 
         Sections added after builds were made are left out at their defaults, so those builds
         keep their hash (their run ids and cached shards): ``valuation`` (a default one values
-        what TreePS valued in memory before valuation was a stage) and ``search.mcts`` (a build
-        that does not set it expands no MCTS tree it did not before). Any other setting of them
-        is in the hash.
+        what TreePS valued in memory before valuation was a stage), ``search.mcts`` and
+        ``search.r3`` (a build that does not set them expands no tree it did not before). Any
+        other setting of them is in the hash.
         """
         exclude: dict = {"allow_downloads": True}
         if self.valuation == ValuationSection():
             exclude["valuation"] = True
-        if self.search.mcts == MctsConfig():
-            exclude["search"] = {"mcts": True}
+        later = {"mcts": MctsConfig(), "r3": R3Config()}
+        exclude_search = {name: True for name, default in later.items() if getattr(self.search, name) == default}
+        if exclude_search:
+            exclude["search"] = exclude_search
         payload = json.dumps(self.model_dump(mode="json", exclude=exclude), sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 

@@ -12,6 +12,7 @@ from ragfactory.tasks.data.config import Partition
 from ragfactory.tasks.search.apex.expansion import ApexConfig
 from ragfactory.tasks.search.decex.config import DecExConfig
 from ragfactory.tasks.search.mcts.config import MctsConfig
+from ragfactory.tasks.search.r3.config import R3Config
 from ragfactory.tasks.search.treeps.expansion import TreePSConfig
 
 
@@ -24,7 +25,7 @@ class SearchConfig(Section):
 
     strategies: list[str] = Field(
         default_factory=list, description="Search strategies to run, by registered name (decex, treeps, "
-        "apex, mcts; tasks/search/registry.py); none: ingest and index only",
+        "apex, mcts, r3; tasks/search/registry.py); none: ingest and index only",
     )
     datasets: list[str] | None = Field(
         None, description="Datasets whose questions are expanded; default: every dataset built"
@@ -61,6 +62,10 @@ class SearchConfig(Section):
     mcts: MctsConfig = Field(
         default_factory=MctsConfig, description="ReasonRAG MCTS parameters (defaults and their sources "
         "in tasks/search/mcts/config.py)"
+    )
+    r3: R3Config = Field(
+        default_factory=R3Config, description="R3-RAG cold-start parameters (defaults and their sources "
+        "in tasks/search/r3/config.py)"
     )
 
     @field_validator("strategies")

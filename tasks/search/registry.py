@@ -9,6 +9,7 @@ from __future__ import annotations
 from ragfactory.tasks.search.apex.plugin import APEX
 from ragfactory.tasks.search.decex.plugin import DECEX
 from ragfactory.tasks.search.mcts.plugin import MCTS
+from ragfactory.tasks.search.r3.plugin import R3
 from ragfactory.tasks.search.strategy import Registry
 from ragfactory.tasks.search.treeps.plugin import TREEPS
 
@@ -17,4 +18,5 @@ STRATEGIES = Registry([
     TREEPS,
     APEX,
     MCTS,
+    R3,
 ])

@@ -26,6 +26,8 @@ from ragfactory.tasks.search.apex.expansion import ApexConfig
 from ragfactory.tasks.search.apex.execute import parse_decision
 from ragfactory.tasks.search.decex.config import DecExConfig
 from ragfactory.tasks.search.parsing import find_tag
+from ragfactory.tasks.search.r3.judges import parse_outcome, parse_relevance
+from ragfactory.tasks.search.r3.steps import parse_step as parse_r3_step
 from ragfactory.tasks.search.apex.plan_format import parse_plan
 from ragfactory.tasks.search.treeps.expansion import TreePSConfig
 from ragfactory.tasks.search.treeps.steps import parse_step
@@ -58,6 +60,10 @@ PARSERS = {
     "reasonrag_final": lambda t: parse_turn(t).error,
     "reasonrag_query": lambda t: parse_turn(t).error,
     "flashrag_direct": lambda t: None if free_answer(t) else "empty",
+    "r3_step": lambda t: parse_r3_step(t).error,
+    "r3_query": lambda t: parse_r3_step(t).error,
+    "r3_relevance_judge": lambda t: None if parse_relevance(t) is not None else "unread",
+    "r3_outcome_judge": lambda t: None if parse_outcome(t) is not None else "unread",
     "flashrag_rag": lambda t: None if free_answer(t) else "empty",
 }
 PARAMS = {"apex_plan": {"max_steps": 5}, "decex_termination": {"outcome": "decision"}}
@@ -128,6 +134,18 @@ EXAMPLES = {
         ["So the next query is <query>Jaws director</query>", "<query>Jaws director</query>"],
         ["So the answer is <answer>Leah Adler</answer>", "So the next query is Jaws director."],
     ),
+    "r3_step": (
+        ["The problem analysis: Who directed it?\nThe retrieval query: Jaws director",
+         "The problem analysis: Step 1 says Spielberg.\nThe final answer: Steven Spielberg"],
+        ["The retrieval query: Jaws director", "The problem analysis: x\nThe final answer: ",
+         "The problem analysis: x The final answer: y"],
+    ),
+    "r3_query": (["The problem analysis: Who directed it?\nThe retrieval query: Jaws director"],
+                 ["The problem analysis: Known.\nThe final answer: Steven Spielberg"]),
+    "r3_relevance_judge": (["So the relevance is 0.7", "So the relevance is 1", "So the relevance is 0"],
+                           ["So the relevance is 7", "So the relevance is 0.75", "relevance: 0.7"]),
+    "r3_outcome_judge": (["So the predicted answer is correct: yes", "So the predicted answer is correct: no"],
+                         ["So the predicted answer is correct: maybe", "yes"]),
     "flashrag_direct": (["Steven Spielberg"], ["", "Steven\nSpielberg", "<answer>x</answer>"]),
     "flashrag_rag": (["Leah Adler"], ["   "]),
 }

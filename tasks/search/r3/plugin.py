@@ -1,0 +1,13 @@
+"""R3-RAG cold start as a registered strategy (``tasks/search/strategy.py``).
+
+Its trees feed step-wise SFT (Algorithm 2, ``tasks/export/r3.py``); its per-step rewards are the
+``rewards`` rows it writes itself, so the valuation stage leaves its trees alone.
+"""
+
+from __future__ import annotations
+
+from ragfactory.tasks.search.r3.config import STRATEGY, R3Config
+from ragfactory.tasks.search.r3.expansion import expand
+from ragfactory.tasks.search.strategy import Strategy
+
+R3 = Strategy(name=STRATEGY, config_type=R3Config, expand=expand)
