@@ -32,6 +32,7 @@ from ragfactory.tasks.export.apex import executor_sft_examples, planner_grpo_pro
 from ragfactory.tasks.export.dpo import preference_pairs
 from ragfactory.tasks.export.grpo import grpo_prompt_rows
 from ragfactory.tasks.export.mcts import mcts_preference_pairs, mcts_sft_examples
+from ragfactory.tasks.export.r3 import r3_sft_examples
 from ragfactory.tasks.export.sft import sft_examples
 from ragfactory.tasks.export.step_labels import step_label_rows
 from ragfactory.tasks.export.trajectories import trajectory_rows
@@ -39,6 +40,7 @@ from ragfactory.tasks.export.verl import verl_rows
 from ragfactory.tasks.search.apex.expansion import STRATEGY as APEX
 from ragfactory.tasks.search.decex.config import STRATEGY as DECEX
 from ragfactory.tasks.search.mcts.config import STRATEGY as MCTS
+from ragfactory.tasks.search.r3.config import STRATEGY as R3
 from ragfactory.tasks.search.treeps.expansion import STRATEGY as TREEPS
 
 Rows = list[dict[str, Any]]
@@ -163,6 +165,10 @@ def _mcts_sft(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
     return mcts_sft_examples(inputs["nodes"], inputs["questions"], config.sft)
 
 
+def _r3_sft(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
+    return r3_sft_examples(inputs["nodes"], inputs["questions"])
+
+
 def _mcts_dpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
     return mcts_preference_pairs(inputs["nodes"], inputs["questions"], config.dpo)
 
@@ -189,5 +195,8 @@ EXPORTS = ExportRegistry([
     StrategyExports(MCTS, (
         Exporter("sft_examples", {"nodes": TREE_COLUMNS} | TEXTS, _mcts_sft),
         Exporter("preference_pairs", {"nodes": TREE_COLUMNS} | TEXTS, _mcts_dpo),
+    )),
+    StrategyExports(R3, (
+        Exporter("sft_examples", {"nodes": TREE_COLUMNS} | TEXTS, _r3_sft),
     )),
 ])
