@@ -88,7 +88,7 @@ def _config(root) -> BuildConfig:
 
 
 def test_an_unregistered_strategy_is_a_config_error_naming_the_known_ones(tmp_path):
-    with pytest.raises(ValueError, match=r"unknown \['toy'\]; registered strategies: \['apex', 'decex', 'mcts', 'treeps'\]"):
+    with pytest.raises(ValueError, match=r"unknown \['toy'\]; registered strategies: \['apex', 'decex', 'mcts', 'r3', 'treeps'\]"):
         _config(tmp_path)
 
 

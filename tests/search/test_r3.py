@@ -173,7 +173,7 @@ def test_a_malformed_step_and_a_trajectory_that_never_answers():
     assert json.loads(json.dumps(by_path["q"].parsed))["kept_attempt"] == 2
 
 
-def test_min_queries_holds_the_first_steps_to_a_query():
+def test_min_queries_and_answer_at_limit_hold_steps_to_a_query_or_an_answer():
     seen = []
 
     def spy(request, sample):
@@ -185,5 +185,9 @@ def test_min_queries_holds_the_first_steps_to_a_query():
     assert sorted(seen) == [("q/a0", "r3_query"), ("q/a0/s2", "r3_step"), ("q/a1", "r3_query"),
                             ("q/a1/s2", "r3_step"), ("q/a1/s2/s3", "r3_step"), ("q/a2", "r3_query"),
                             ("q/a2/s2", "r3_step")]
+    seen.clear()
+    run(spy, replace(CONFIG, max_iterations=2, answer_at_limit=True))
+    assert sorted(seen) == [("q/a0", "r3_step"), ("q/a0/s2", "r3_answer"), ("q/a1", "r3_step"),
+                            ("q/a1/s2", "r3_answer"), ("q/a2", "r3_step"), ("q/a2/s2", "r3_answer")]
     with pytest.raises(ValueError, match="min_queries must be in"):
         R3Config(max_iterations=2, min_queries=2)

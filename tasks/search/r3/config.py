@@ -30,6 +30,10 @@ class R3Config:
     # answers from memory at once and its trajectory holds no retrieval to learn from or judge;
     # the demo's 135M model takes 1 (the ``r3_query`` grammar), as DecEx's min_iterations does.
     min_queries: int = 0
+    # Hold step ``max_iterations`` to an answer (the ``r3_answer`` grammar) instead of letting a
+    # last query fail the trajectory (Algorithm 1, False). A small model that keeps searching
+    # would otherwise leave no trajectory to keep; DecEx's trees close the same way.
+    answer_at_limit: bool = False
     top_k: int = 3  # passages per query (003 §4.1: top-3 documents per retrieval)
     # Characters kept of each retrieved document in the next prompt (Appendix E limits documents
     # to 512 characters in RL; the cold start's prompts fit the small model's context this way).

@@ -5,7 +5,8 @@
    with the previous steps (``steps.py``), held to the ``r3_step`` grammar; a step that answers
    ends the trajectory; a query retrieves the top-k passages not seen earlier in the trajectory;
    a step with neither is a format error and ends it; a query at step ``max_iterations`` ends it
-   as a failure; the first ``min_queries`` steps are held to a query (``r3_query``). Every
+   as a failure; the first ``min_queries`` steps are held to a query (``r3_query``), and with
+   ``answer_at_limit`` the last one to an answer (``r3_answer``). Every
    step is a ``nodes`` row (``sub_query`` or ``answer``); the first step of
    attempt i sits at ``q/a<i>``, the next ones below it (``…/s2``, ``…/s3``).
 2. Outcome (Eq. 2): an answer is correct when it matches a gold answer (``metric``) or, failing
@@ -66,7 +67,12 @@ class _Attempts(Expansion):
 
     async def step(self, path: str, steps: list[Step], temperature: float) -> Completion:
         cfg = self.config
-        name = "r3_query" if len(steps) < cfg.min_queries else "r3_step"
+        if len(steps) < cfg.min_queries:
+            name = "r3_query"
+        elif cfg.answer_at_limit and len(steps) + 1 == cfg.max_iterations:
+            name = "r3_answer"
+        else:
+            name = "r3_step"
         grammar = load_grammar(name, cfg.max_tokens, "R3Config.max_tokens")
         sampling = Sampling(temperature=temperature, max_tokens=cfg.max_tokens, seed=self.seed(path), grammar=grammar)
         prompt = step_prompt(self.tree.nodes[0].text, steps, cfg.doc_chars)
