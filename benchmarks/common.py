@@ -49,3 +49,41 @@ def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return "" if value is None else str(value)
+
+
+class CountingBackend:
+    """A backend wrapper recording each engine call: the roles of its requests (``calls``, one
+    Counter per call) and the completion tokens generated (``tokens``)."""
+
+    def __init__(self, inner):
+        from collections import Counter
+
+        self._counter = Counter
+        self.inner, self.fingerprint = inner, inner.fingerprint
+        self.calls: list = []
+        self.tokens = 0
+
+    @property
+    def requests(self) -> int:
+        return sum(sum(call.values()) for call in self.calls)
+
+    def generate_batch(self, requests):
+        out = self.inner.generate_batch(requests)
+        self.calls.append(self._counter(r.role for r in requests))
+        self.tokens += sum(c.completion_tokens for samples in out for c in samples)
+        return out
+
+
+def embedded_search(dataset: str, n_questions: int):
+    """(the first ``n_questions`` bundled questions of ``dataset``, BM25 over its paragraphs, the
+    embedded model as a CPU transformers backend)."""
+    from ragfactory.tasks.data.loaders import load_bundled
+    from ragfactory.tasks.llm.embedded import embedded_model_path
+    from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
+    from ragfactory.tasks.retrieval.bm25 import BM25Retriever
+    from ragfactory.warehouse.store import Warehouse, conform
+
+    data = load_bundled(dataset)
+    retriever = BM25Retriever.build(conform("passages", data.passages))
+    model = embedded_model_path(Warehouse().artifacts_dir("models"))
+    return data.questions[:n_questions], retriever, TransformersBackend(model, TransformersSettings(device="cpu"))

@@ -26,39 +26,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import report  # noqa: E402
-from ragfactory.tasks.data.loaders import load_bundled  # noqa: E402
+from benchmarks.common import CountingBackend, embedded_search, report  # noqa: E402
 from ragfactory.tasks.export.mcts import mcts_preference_pairs  # noqa: E402
 from ragfactory.tasks.llm.batcher import Batcher  # noqa: E402
-from ragfactory.tasks.llm.embedded import embedded_model_path  # noqa: E402
-from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings  # noqa: E402
-from ragfactory.tasks.llm.types import Completion, Request  # noqa: E402
-from ragfactory.tasks.retrieval.bm25 import BM25Retriever  # noqa: E402
 from ragfactory.tasks.search.mcts.config import MctsConfig  # noqa: E402
 from ragfactory.tasks.search.shard import expand_shard  # noqa: E402
-from ragfactory.warehouse.store import Warehouse, conform  # noqa: E402
 
 PAPER_PAIRS_PER_QUESTION = 13289 / 4603
 CONFIG = MctsConfig(iterations=6, max_depth=4, min_queries=1, max_tokens=72, temperature=0.7, metric="cover_em")
 
 
-class Counting:
-    """A backend wrapper that counts engine calls, requests and generated tokens."""
-
-    def __init__(self, inner):
-        self.inner, self.fingerprint = inner, inner.fingerprint
-        self.calls = self.requests = self.tokens = 0
-
-    def generate_batch(self, requests: list[Request]) -> list[list[Completion]]:
-        out = self.inner.generate_batch(requests)
-        self.calls += 1
-        self.requests += len(requests)
-        self.tokens += sum(c.completion_tokens for samples in out for c in samples)
-        return out
-
-
 def measure(backend, questions, retriever, parallel: int) -> dict:
-    counting = Counting(backend)
+    counting = CountingBackend(backend)
     config = replace(CONFIG, parallel_selections=parallel)
     start = time.perf_counter()
     rows = asyncio.run(expand_shard("mcts", questions, Batcher(counting), retriever, config, "bench-mcts", 0,
@@ -70,8 +49,10 @@ def measure(backend, questions, retriever, parallel: int) -> dict:
     return {
         "parallel_selections": parallel, "questions": n, "steps": len(steps),
         "malformed_steps": sum(r["is_format_error"] for r in steps),
-        "calls_per_question": round(counting.calls / n, 2), "requests_per_question": round(counting.requests / n, 2),
-        "tokens_per_question": round(counting.tokens / n, 1), "mean_batch": round(counting.requests / counting.calls, 2),
+        "calls_per_question": round(len(counting.calls) / n, 2),
+        "requests_per_question": round(counting.requests / n, 2),
+        "tokens_per_question": round(counting.tokens / n, 1),
+        "mean_batch": round(counting.requests / len(counting.calls), 2),
         "pairs_per_question": round(len(pairs) / n, 2), "paper_pairs_per_question": round(PAPER_PAIRS_PER_QUESTION, 2),
         "questions_with_pairs": len({p["question_id"] for p in pairs}), "wall_s": round(wall, 1),
         "tokens_per_s": round(counting.tokens / wall, 1),
@@ -82,11 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--questions", type=int, default=16)
     args = parser.parse_args()
-    data = load_bundled("hotpotqa")
-    questions = data.questions[: args.questions]
-    retriever = BM25Retriever.build(conform("passages", data.passages))
-    model = embedded_model_path(Warehouse().artifacts_dir("models"))
-    backend = TransformersBackend(model, TransformersSettings(device="cpu"))
+    questions, retriever, backend = embedded_search("hotpotqa", args.questions)
     rows = [measure(backend, questions, retriever, parallel) for parallel in (1, 4)]
     for row in rows:
         row["batch_ratio"] = round(row["mean_batch"] / rows[0]["mean_batch"], 2)

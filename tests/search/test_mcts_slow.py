@@ -9,21 +9,17 @@ step and give step preference pairs; the pairs are written to a warehouse, read 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 
 import pytest
 
 from ragfactory.flows.config import TrainConfig
-from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.tasks.export.mcts import mcts_preference_pairs
-from ragfactory.tasks.llm.batcher import Batcher
-from ragfactory.tasks.retrieval.bm25 import BM25Retriever
 from ragfactory.tasks.search.mcts.config import MctsConfig
-from ragfactory.tasks.search.shard import expand_shard
 from ragfactory.tasks.training.runs import plan_training, train_planned
-from ragfactory.warehouse.store import Warehouse, conform
+from ragfactory.warehouse.store import Warehouse
+from tests.search.embedded_scenario import expand_bundled
 
 pytestmark = pytest.mark.slow
 
@@ -34,14 +30,7 @@ CONFIG = MctsConfig(iterations=6, max_depth=4, min_queries=1, max_tokens=72, tem
 @pytest.fixture(scope="module")
 def searched(embedded_model):
     """(questions, table rows) of the two MCTS trees."""
-    from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
-
-    data = load_bundled("hotpotqa")
-    questions = [q for q in data.questions if q["question_id"] in QUESTION_IDS]
-    retriever = BM25Retriever.build(conform("passages", data.passages))
-    batcher = Batcher(TransformersBackend(embedded_model, TransformersSettings(device="cpu")))
-    rows = asyncio.run(expand_shard("mcts", questions, batcher, retriever, CONFIG, "mcts-slow", 0, 2))
-    return questions, rows
+    return expand_bundled("mcts", QUESTION_IDS, CONFIG, embedded_model)
 
 
 def test_the_model_grows_two_valid_trees_with_pairs(searched):
