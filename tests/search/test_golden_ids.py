@@ -65,8 +65,8 @@ def test_decex_shard_rows_and_calls_are_unchanged(decex_shard):
     assert tables["rollouts"][0]["seed"] == 4115018019999337386
     assert tables["rollouts"][0]["llm_call_ids"] == ["a755cdb0d43b255b190ee7102e4e5bcc",
                                                   "969b52f6534afbd6a50398a82bc646e2"]
-    assert {t: len(r) for t, r in tables.items()} == {"nodes": 94, "rollouts": 40, "plans": 0, "plan_scores": 0}
-    assert {t: digest(r) for t, r in tables.items()} == {"nodes": "9c17ce967be51100", "rollouts": "febd36218a223989", "plans": "4f53cda18c2baa0c", "plan_scores": "4f53cda18c2baa0c"}
+    assert {t: len(r) for t, r in tables.items()} == {"nodes": 94, "rollouts": 40, "plans": 0, "plan_scores": 0, "rewards": 0}
+    assert {t: digest(r) for t, r in tables.items()} == {"nodes": "9c17ce967be51100", "rollouts": "febd36218a223989", "plans": "4f53cda18c2baa0c", "plan_scores": "4f53cda18c2baa0c", "rewards": "4f53cda18c2baa0c"}
     assert (len(calls), call_digest(calls)) == (90, "f12fe2c1193740cf")
 
 
@@ -82,14 +82,14 @@ def test_treeps_shard_rows_and_calls_are_unchanged():
                           FunctionRetriever(treeps_scenario.two_groups), treeps_scenario.TreePSConfig(), 5)
     assert {n["value"] for n in tables["nodes"]} == {None}
     tables["nodes"] = valued(tables["nodes"])
-    assert {t: len(r) for t, r in tables.items()} == {"nodes": 66, "rollouts": 52, "plans": 0, "plan_scores": 0}
-    assert {t: digest(r) for t, r in tables.items()} == {"nodes": "5589267720ad1d1c", "rollouts": "237e9c3eb328d13b", "plans": "4f53cda18c2baa0c", "plan_scores": "4f53cda18c2baa0c"}
+    assert {t: len(r) for t, r in tables.items()} == {"nodes": 66, "rollouts": 52, "plans": 0, "plan_scores": 0, "rewards": 0}
+    assert {t: digest(r) for t, r in tables.items()} == {"nodes": "5589267720ad1d1c", "rollouts": "237e9c3eb328d13b", "plans": "4f53cda18c2baa0c", "plan_scores": "4f53cda18c2baa0c", "rewards": "4f53cda18c2baa0c"}
     assert (len(calls), call_digest(calls)) == (64, "c9884f25463363d8")
 
 
 def test_apex_shard_rows_and_calls_are_unchanged():
     tables, calls = shard("apex", [apex_scenario.QUESTION], apex_scenario.apex_reply,
                           FixedRetriever(apex_scenario.RETRIEVAL), apex_scenario.CONFIG, 7, apex_scenario.scorer())
-    assert {t: len(r) for t, r in tables.items()} == {"nodes": 29, "rollouts": 0, "plans": 4, "plan_scores": 3}
-    assert {t: digest(r) for t, r in tables.items()} == {"nodes": "2fc472d0f02c149e", "rollouts": "4f53cda18c2baa0c", "plans": "4b309f4049fe53e2", "plan_scores": "3f54963190450302"}
+    assert {t: len(r) for t, r in tables.items()} == {"nodes": 29, "rollouts": 0, "plans": 4, "plan_scores": 3, "rewards": 0}
+    assert {t: digest(r) for t, r in tables.items()} == {"nodes": "2fc472d0f02c149e", "rollouts": "4f53cda18c2baa0c", "plans": "4b309f4049fe53e2", "plan_scores": "3f54963190450302", "rewards": "4f53cda18c2baa0c"}
     assert (len(calls), call_digest(calls)) == (23, "578ce979d6ec5af1")

@@ -14,7 +14,7 @@ async def _expand(question, context, config):
 
 
 def test_the_shipped_strategies_are_registered_with_their_tree_names():
-    assert STRATEGIES.names() == ["apex", "decex", "mcts", "treeps"]
+    assert STRATEGIES.names() == ["apex", "decex", "mcts", "r3", "treeps"]
     assert STRATEGIES.by_tree_name("decex_no_pruning") is STRATEGIES.get("decex")
     assert STRATEGIES.get("decex").tree_name(DecExConfig(no_pruning=True)) == "decex_no_pruning"
     assert [s.name for s in (STRATEGIES.get(n) for n in STRATEGIES.names()) if s.valued] == ["treeps"]
@@ -23,10 +23,10 @@ def test_the_shipped_strategies_are_registered_with_their_tree_names():
 
 
 def test_unknown_names_are_errors_naming_the_known_ones():
-    with pytest.raises(ValueError, match=r"unknown strategy 'r3'; known: \['apex', 'decex', 'mcts', 'treeps'\]"):
-        STRATEGIES.get("r3")
-    with pytest.raises(ValueError, match="no strategy writes trees named 'r3'"):
-        STRATEGIES.by_tree_name("r3")
+    with pytest.raises(ValueError, match=r"unknown strategy 'prm'; known: \['apex', 'decex', 'mcts', 'r3', 'treeps'\]"):
+        STRATEGIES.get("prm")
+    with pytest.raises(ValueError, match="no strategy writes trees named 'prm'"):
+        STRATEGIES.by_tree_name("prm")
 
 
 def test_a_strategy_cannot_take_a_registered_name_or_tree_name():

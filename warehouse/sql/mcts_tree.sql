@@ -1,6 +1,3 @@
--- ReasonRAG MCTS trees (001 §2.2): per run, question and depth, the steps with their visits N and
--- value Q (SPRE), kept (on a path to an answer) or pruned, and the step preference pairs whose
--- two sibling steps sit at that depth (stage, gap, chosen and rejected paths).
 with steps as (
     select
         run_id,

@@ -1,6 +1,3 @@
--- R3-RAG cold start (003 §3.2-3.3): per run, question and attempt, the trajectory's outcome, its
--- λ_T, whether best-of-N kept it (or why not), and its steps with the query or answer, the judged
--- relevance of the documents, the format reward and the process reward before and after λ_T.
 with steps as (
     select
         n.run_id,
