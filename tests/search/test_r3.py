@@ -86,6 +86,12 @@ def test_three_attempts_by_hand():
         "q/a2": ("correct", "kept", True), "q/a2/s2": ("correct", "kept", True),
     }
     assert by_path["q"].parsed["kept_attempt"] == 2
+    _, tied, _ = run(lambda request, sample: "The problem analysis: x\nThe final answer: Steven Spielberg"
+                     if dict(request.tags)["path"] in ("q/a0", "q/a1") and request.role == "policy"
+                     else policy(request, sample))
+    assert {n.path: n.parsed["reason"] for n in tied.nodes if n.depth == 1} == {
+        "q/a0": "kept", "q/a1": "as short as the kept trajectory, an earlier attempt",
+        "q/a2": "longer than the kept trajectory"}
     assert [by_path[p].passage_ids for p in ("q/a0", "q/a1", "q/a1/s2", "q/a2")] == [
         ["p-cast"], ["p-cast"], ["p-director"], ["p-director"]]
     assert {p: n.kind for p, n in by_path.items()} == {

@@ -156,7 +156,11 @@ def _keep(attempts: list[Attempt]) -> Attempt | None:
 def _reason(attempt: Attempt, kept: Attempt | None) -> str:
     if attempt is kept:
         return "kept"
-    return "longer than the kept trajectory" if attempt.outcome == "correct" else attempt.outcome
+    if attempt.outcome != "correct":
+        return attempt.outcome
+    if kept is not None and len(attempt.nodes) == len(kept.nodes):
+        return "as short as the kept trajectory, an earlier attempt"
+    return "longer than the kept trajectory"
 
 
 def _reward(node: Node, name: str, value: float, scale: float | None = None,
