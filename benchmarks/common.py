@@ -6,6 +6,7 @@ import json
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,11 +57,8 @@ class CountingBackend:
     Counter per call) and the completion tokens generated (``tokens``)."""
 
     def __init__(self, inner):
-        from collections import Counter
-
-        self._counter = Counter
         self.inner, self.fingerprint = inner, inner.fingerprint
-        self.calls: list = []
+        self.calls: list[Counter] = []
         self.tokens = 0
 
     @property
@@ -69,7 +67,7 @@ class CountingBackend:
 
     def generate_batch(self, requests):
         out = self.inner.generate_batch(requests)
-        self.calls.append(self._counter(r.role for r in requests))
+        self.calls.append(Counter(r.role for r in requests))
         self.tokens += sum(c.completion_tokens for samples in out for c in samples)
         return out
 

@@ -17,7 +17,7 @@ from typing import Any
 from ragfactory.tasks.export.dpo import DpoConfig
 from ragfactory.tasks.export.sft import SftConfig, question_text, question_texts
 from ragfactory.tasks.prompts.loader import render_prompt
-from ragfactory.tasks.retrieval.types import Hit
+from ragfactory.tasks.search.common import hits_from_records
 from ragfactory.tasks.search.mcts.pairs import step_pairs
 from ragfactory.tasks.search.mcts.steps import REASONING, grounding_input, reasoning_input
 from ragfactory.tasks.search.tree import RowTree, group_trees, path_key, stable_id
@@ -30,7 +30,7 @@ def step_prompt(tree: RowTree, question: str, step: Mapping[str, Any]) -> list[d
     if step["parsed"].get("stage", REASONING) == REASONING:
         return [{"role": "system", "content": render_prompt("reasonrag_reasoning", answer_format="answer")},
                 {"role": "user", "content": reasoning_input(question, thoughts)}]
-    hits = [Hit(**h) for h in (chain[-1]["parsed"].get("hits") or [])] if chain else []
+    hits = hits_from_records(chain[-1]["parsed"].get("hits")) if chain else []
     return [{"role": "system", "content": render_prompt("reasonrag_grounding")},
             {"role": "user", "content": grounding_input(question, thoughts, hits)}]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ragfactory.tasks.retrieval.types import Hit
+from ragfactory.tasks.search.common import hits_from_records
 from ragfactory.tasks.search.r3.steps import Step, step_prompt, step_text
 from ragfactory.tasks.search.tree import group_trees, path_key, stable_id
 from ragfactory.tasks.export.sft import question_text, question_texts
@@ -23,7 +23,7 @@ from ragfactory.tasks.export.sft import question_text, question_texts
 def _step(row: Mapping[str, Any]) -> Step:
     parsed = row["parsed"]
     if parsed.get("action") == "query":
-        return Step(parsed["analysis"], query=parsed["content"], docs=tuple(Hit(**h) for h in parsed.get("hits") or []))
+        return Step(parsed["analysis"], query=parsed["content"], docs=tuple(hits_from_records(parsed.get("hits"))))
     return Step(parsed["analysis"], answer=parsed["content"])
 
 

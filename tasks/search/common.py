@@ -4,7 +4,7 @@
 - ``Expansion``: one question's tree with the services that grow it, and the three things every
   strategy derives from them: the seed of a node path, the scores of an answer, and ``n``
   samples of one request (``sample_n``: one request with ``n``, its count checked).
-- ``search_batch`` (``retrieve`` for one query) and ``hit_record``: one retriever call for many
+- ``search_batch`` (``retrieve`` for one query) and ``hit_record`` (``hits_from_records`` back): one retriever call for many
   queries off the event loop,
   and a hit as a node keeps it in ``parsed`` (so a state can be rebuilt from rows).
 
@@ -96,3 +96,8 @@ async def retrieve(retriever: Retriever, query: str, k: int) -> list[Hit]:
 def hit_record(hit: Hit) -> dict:
     """A hit as kept in a node's ``parsed``, so a state can be rebuilt from rows."""
     return {"passage_id": hit.passage_id, "title": hit.title, "text": hit.text, "score": hit.score}
+
+
+def hits_from_records(records: list[dict] | None) -> list[Hit]:
+    """The hits ``hit_record`` kept in a node's ``parsed`` (none: an empty list)."""
+    return [Hit(**record) for record in records or []]

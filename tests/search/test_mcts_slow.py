@@ -9,17 +9,14 @@ step and give step preference pairs; the pairs are written to a warehouse, read 
 
 from __future__ import annotations
 
-import logging
 import math
 
 import pytest
 
-from ragfactory.flows.config import TrainConfig
 from ragfactory.tasks.export.mcts import mcts_preference_pairs
 from ragfactory.tasks.search.mcts.config import MctsConfig
-from ragfactory.tasks.training.runs import plan_training, train_planned
 from ragfactory.warehouse.store import Warehouse
-from tests.search.embedded_scenario import expand_bundled
+from tests.search.embedded_scenario import expand_bundled, train_one_step, written_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -47,20 +44,12 @@ def test_the_model_grows_two_valid_trees_with_pairs(searched):
 
 
 def test_the_pairs_load_with_datasets_and_train_one_dpo_step(searched, embedded_model, tmp_path):
-    import datasets
-
     questions, rows = searched
     pairs = mcts_preference_pairs(rows.nodes, questions)
     wh = Warehouse(tmp_path / "wh")
-    wh.write("preference_pairs", pairs, "mcts")
-    files = [str(path) for path in wh.files("preference_pairs")]
-    data = datasets.load_dataset("parquet", data_files=files, split="train")
+    data = written_dataset(wh, "preference_pairs", pairs, "mcts")
     assert data.num_rows == len(pairs)
     assert [m["role"] for m in data[0]["prompt"]] == ["system", "user"]
     assert data[0]["chosen"][0]["role"] == data[0]["rejected"][0]["role"] == "assistant"
-    config = TrainConfig(method="dpo", run_id="mcts-slow", base_model=str(embedded_model),
-                         trl={"max_steps": 1, "per_device_train_batch_size": 1, "learning_rate": 1e-5,
-                              "max_length": 768})
-    plan = plan_training(wh, config)
-    metrics = train_planned(wh, config, plan, logging.getLogger("mcts-slow"))
+    metrics = train_one_step(wh, "dpo", "mcts-slow", embedded_model, 768)
     assert math.isfinite(metrics["train_loss"]) and metrics["global_step"] == 1

@@ -10,17 +10,14 @@ SFT step through the train flow's functions.
 
 from __future__ import annotations
 
-import logging
 import math
 
 import pytest
 
-from ragfactory.flows.config import TrainConfig
 from ragfactory.tasks.export.r3 import r3_sft_examples
 from ragfactory.tasks.search.r3.config import R3Config
-from ragfactory.tasks.training.runs import plan_training, train_planned
 from ragfactory.warehouse.store import Warehouse
-from tests.search.embedded_scenario import expand_bundled
+from tests.search.embedded_scenario import expand_bundled, train_one_step, written_dataset
 from tests.search.test_r3 import QUESTION, run
 
 pytestmark = pytest.mark.slow
@@ -52,18 +49,10 @@ def test_the_model_writes_well_formed_attempts_with_their_rewards(attempts):
 
 
 def test_the_sft_rows_load_with_datasets_and_train_one_step(embedded_model, tmp_path):
-    import datasets
-
     _, tree, _ = run()
     rows = r3_sft_examples(tree.node_rows(), [QUESTION])
     wh = Warehouse(tmp_path / "wh")
-    wh.write("sft_examples", [{**row, "run_id": "r3-slow"} for row in rows], "r3")
-    files = [str(path) for path in wh.files("sft_examples")]
-    data = datasets.load_dataset("parquet", data_files=files, split="train")
+    data = written_dataset(wh, "sft_examples", [{**row, "run_id": "r3-slow"} for row in rows], "r3")
     assert data.num_rows == 2 and [m["role"] for m in data[1]["messages"]] == ["user", "assistant"]
-    config = TrainConfig(method="sft", run_id="r3-slow", base_model=str(embedded_model),
-                         trl={"max_steps": 1, "per_device_train_batch_size": 1, "learning_rate": 1e-5,
-                              "max_length": 1536})
-    plan = plan_training(wh, config)
-    metrics = train_planned(wh, config, plan, logging.getLogger("r3-slow"))
+    metrics = train_one_step(wh, "sft", "r3-slow", embedded_model, 1536)
     assert math.isfinite(metrics["train_loss"]) and metrics["global_step"] == 1
