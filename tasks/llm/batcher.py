@@ -316,7 +316,7 @@ class Batcher:
             self.stats.batch_sizes.append(len(requests))
             self.stats.rows += sum(r.sampling.n for r in requests)
             try:
-                answers = await asyncio.to_thread(backend.generate_batch, requests)
+                answers = await asyncio.to_thread(_generate_batch, backend, requests)
                 _check_answers(backend, requests, answers)
             except Exception as exc:
                 failed.update((s.cid, exc) for _, chunk_slots in chunk for s in chunk_slots)
@@ -328,6 +328,16 @@ class Batcher:
                     )
                     self.stats.misses += 1
         return failed
+
+
+def _generate_batch(backend: Backend, requests: list[Request]) -> list[list[Completion]]:
+    """``backend.generate_batch`` for a worker thread. A ``StopIteration`` (an iterator run dry
+    inside an engine) becomes a ``RuntimeError``: asyncio cannot set it on the awaiting future,
+    which would then never finish, and the run would hang instead of failing its shard."""
+    try:
+        return backend.generate_batch(requests)
+    except StopIteration as exc:
+        raise RuntimeError(f"{type(backend).__name__}.generate_batch raised StopIteration") from exc
 
 
 def _engine_requests(

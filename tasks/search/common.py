@@ -78,11 +78,20 @@ class Expansion:
         return await sample_n(self.generator, request)
 
 
+def _search(retriever: Retriever, queries: list[str], k: int) -> list[list[Hit]]:
+    """``retriever.search`` for a worker thread; a ``StopIteration`` becomes a ``RuntimeError``
+    (asyncio cannot carry it out of the thread: the awaiting question would wait forever)."""
+    try:
+        return retriever.search(queries, k)
+    except StopIteration as exc:
+        raise RuntimeError(f"{type(retriever).__name__}.search raised StopIteration") from exc
+
+
 async def search_batch(retriever: Retriever, queries: list[str], k: int) -> list[list[Hit]]:
     """One retriever call for many queries, off the event loop (an HTTP retriever blocks)."""
     if not queries:
         return []
-    results = await asyncio.to_thread(retriever.search, queries, k)
+    results = await asyncio.to_thread(_search, retriever, queries, k)
     if len(results) != len(queries):
         raise ValueError(f"retriever answered {len(results)} result lists for {len(queries)} queries")
     return [list(hits)[:k] for hits in results]

@@ -156,6 +156,16 @@ def test_backend_exception_propagates_to_all_gathered_requests():
     assert [type(o) for o in outcomes] == [RuntimeError] * 3
 
 
+@pytest.mark.timeout(30)
+def test_a_backend_raising_stop_iteration_fails_the_call_instead_of_hanging():
+    """asyncio cannot set StopIteration on a future: unconverted, the awaiting call never ends."""
+    def reply(request, sample):
+        return next(iter([]))
+
+    with pytest.raises(RuntimeError, match="ScriptedBackend.generate_batch raised StopIteration"):
+        asyncio.run(Batcher(ScriptedBackend(reply=reply)).generate(ask("hi")))
+
+
 @pytest.mark.parametrize("answers", [[], [[]]])
 def test_malformed_backend_answer_is_an_error_naming_the_backend(answers):
     class Broken(ScriptedBackend):

@@ -48,3 +48,17 @@ def test_a_config_naming_a_tree_its_strategy_does_not_write_is_an_error():
 
     with pytest.raises(ValueError, match="config writes trees named 'other'"):
         STRATEGIES.get("decex").tree_name(Odd())
+
+
+@pytest.mark.timeout(30)
+def test_a_retriever_raising_stop_iteration_fails_the_search_instead_of_hanging():
+    import asyncio
+
+    from ragfactory.tasks.search.common import search_batch
+
+    class DryRetriever:
+        def search(self, queries, k):
+            return [next(iter([]))]
+
+    with pytest.raises(RuntimeError, match="DryRetriever.search raised StopIteration"):
+        asyncio.run(search_batch(DryRetriever(), ["jaws"], 3))
