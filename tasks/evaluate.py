@@ -32,7 +32,7 @@ from ragfactory.tasks.eval.runner import (
     needs_retriever,
     shard_of,
 )
-from ragfactory.tasks.index import corpus_passages, open_retriever
+from ragfactory.tasks.retrieval.corpus import corpus_passages, open_retriever
 from ragfactory.tasks.llm.cache import CallCache, utc_now
 from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.llm.engine import make_batcher

@@ -19,7 +19,7 @@ from prefect.context import TaskRunContext
 
 from ragfactory.flows.config import BuildConfig
 from ragfactory.schemas.tables import SCHEMA_VERSION
-from ragfactory.tasks.index import open_retriever
+from ragfactory.tasks.retrieval.corpus import open_retriever
 from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.engine import make_batcher
 from ragfactory.tasks.retry import retry_unless_permanent

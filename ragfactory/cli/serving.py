@@ -15,7 +15,7 @@ def _corpus_retriever(root: Path | None, kind: str, sources: list[str] | None):
     """A ``kind`` retriever over the passages of ``sources`` (default: every source in the
     warehouse); an empty warehouse or an unknown source exits naming what is there."""
     from ragfactory.tasks.retrieval.config import RetrievalConfig
-    from ragfactory.tasks.index import open_retriever
+    from ragfactory.tasks.retrieval.corpus import open_retriever
     from ragfactory.warehouse.catalog import query
 
     wh = open_warehouse(root)
