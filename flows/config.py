@@ -160,7 +160,12 @@ class TrainConfig(Section):
     lora: LoraSection = LoraSection()
     rewards: list[str] = Field(
         default_factory=lambda: ["answer_f1", "format"],
-        description="GRPO reward functions: answer_em, answer_f1, format, sepr",
+        description="GRPO reward functions: answer_em, answer_f1, format, sepr; grpo-agentic adds "
+        "r3_process (R3-RAG's judged relevance x lambda_T)",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Settings of a method built here: grpo-agentic max_turns, "
+        "top_k; prm heldout_fraction, max_length",
     )
     save_steps: int = Field(50, ge=1, description="Checkpoint every N steps; a retry resumes there")
     seed: int = 0
@@ -183,13 +188,17 @@ class TrainConfig(Section):
 
     @property
     def export_table(self) -> str:
-        return self.table or {"sft": "sft_examples", "dpo": "preference_pairs",
-                              "grpo": "grpo_prompts"}[self.method]
+        from ragfactory.tasks.training.methods import METHODS
+
+        stock = {"sft": "sft_examples", "dpo": "preference_pairs", "grpo": "grpo_prompts"}
+        return self.table or stock.get(self.method) or METHODS[self.method].table
 
     def training_fields(self) -> dict:
-        """The fields that shape the trained weights (not where inputs and outputs live)."""
-        fields = self.model_dump(mode="json", exclude={"run_id", "parquet", "output_dir", "warehouse", "name",
-                                                       "allow_downloads"})
+        """The fields that shape the trained weights (not where inputs and outputs live).
+
+        ``options`` counts only when set, so models trained before it existed keep their ids."""
+        exclude = {"run_id", "parquet", "output_dir", "warehouse", "name", "allow_downloads"}
+        fields = self.model_dump(mode="json", exclude=exclude | (set() if self.options else {"options"}))
         return fields | {"table": self.export_table}
 
 

@@ -28,6 +28,7 @@ def no_engine_env(monkeypatch):
 def test_the_deployments_and_their_pools():
     pools = {name: d["work_pool"]["name"] for name, d in DEPLOYMENTS.items()}
     assert pools == {"nightly-build": "cpu", "train-sft": "gpu", "train-dpo": "gpu", "train-grpo": "gpu",
+                     "train-grpo-agentic": "gpu", "train-tree-advantage": "gpu", "train-prm": "gpu",
                      "evaluate": "cpu"}
     envs = {d["work_pool"]["name"]: d["work_pool"]["job_variables"]["env"] for d in DEPLOYMENTS.values()}
     assert envs == {"cpu": {"RAGFACTORY_DEVICE": "cpu", "RAGFACTORY_ENGINE": "transformers"},
@@ -70,13 +71,18 @@ def test_nightly_schedule_and_concurrency():
     assert all("schedules" not in d for n, d in DEPLOYMENTS.items() if n != "nightly-build")
 
 
-@pytest.mark.parametrize("method", ["sft", "dpo", "grpo"])
-def test_training_deployments_take_a_build_run_id(method):
+@pytest.mark.parametrize("method, table, extra", [
+    ("sft", "sft_examples", {}), ("dpo", "preference_pairs", {}), ("grpo", "grpo_prompts", {}),
+    ("grpo-agentic", "grpo_prompts", {"options": {"max_turns": 3, "top_k": 3}}),
+    ("tree-advantage", "trajectories", {"trl": {"epsilon": 0.2, "beta": 0.001}}),
+    ("prm", "step_labels", {"options": {"heldout_fraction": 0.1}}),
+])
+def test_training_deployments_take_a_build_run_id(method, table, extra):
     parameters = DEPLOYMENTS[f"train-{method}"]["parameters"]["config"]
-    assert parameters == {"method": method, "run_id": None}
+    assert parameters == {"method": method, "run_id": None, **extra}
     with pytest.raises(ValueError, match="exactly one of run_id"):
         TrainConfig.model_validate(parameters)  # the UI's form asks for it
-    assert TrainConfig.model_validate({**parameters, "run_id": "demo-0123"}).export_table
+    assert TrainConfig.model_validate({**parameters, "run_id": "demo-0123"}).export_table == table
 
 
 def test_evaluate_defaults_validate():

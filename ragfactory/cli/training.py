@@ -24,16 +24,22 @@ from ragfactory.cli.common import (
 
 @app.command()
 def train(
-    method: Annotated[str, typer.Option("--method", help="sft, dpo or grpo")],
+    method: Annotated[str, typer.Option(
+        "--method", help="sft, dpo, grpo; grpo-agentic (the build's retriever answers <search>), "
+        "tree-advantage (TreePS trajectories), prm (a step reward model on step_labels)")],
     run_id: Annotated[str | None, typer.Option("--run-id", help="Build run whose export is trained on")] = None,
     parquet: Annotated[str | None, typer.Option(help="A parquet file or folder instead of a run's export")] = None,
     base_model: Annotated[str, typer.Option(
         help="'embedded' (SmolLM2-135M), a checkpoint folder, a model id or latest:NAME")] = "embedded",
     task: Annotated[str | None, typer.Option(help="GRPO only: qa (answers) or plan (APEX planner, SEPR)")] = None,
     rewards: Annotated[list[str] | None, typer.Option(
-        "--reward", help="GRPO reward function (repeatable): answer_em, answer_f1, format, sepr")] = None,
+        "--reward", help="GRPO reward function (repeatable): answer_em, answer_f1, format, sepr; "
+        "grpo-agentic also r3_process")] = None,
     trl: Annotated[list[str] | None, typer.Option(
         "--trl", help="TRL config override key=value (repeatable), e.g. max_steps=100")] = None,
+    options: Annotated[list[str] | None, typer.Option(
+        "--option", help="Method setting key=value (repeatable): grpo-agentic max_turns, top_k; "
+        "prm heldout_fraction, max_length")] = None,
     lora: Annotated[bool, typer.Option("--lora/--no-lora", help="Train LoRA adapters (peft)")] = False,
     name: Annotated[str | None, typer.Option(help="Lineage name (default: the method)")] = None,
     output_dir: Annotated[str | None, typer.Option(help="Where the model goes")] = None,
@@ -41,7 +47,7 @@ def train(
         "--allow-downloads", help="Let a base model not on this machine be fetched from the hub (default: offline)")] = False,
     root: RootOption = None,
 ) -> None:
-    """Run the `train` flow (TRL SFT / DPO / GRPO) on a build's export and register the model.
+    """Run the `train` flow (SFT / DPO / GRPO, agentic GRPO, tree advantages, a PRM); register the model.
 
     An identical request (same export snapshot, method, config and base model) is a cache hit
     and trains nothing. The model lands in the `models` table; evaluate it with
@@ -53,12 +59,13 @@ def train(
 
     cfg = options_config(TrainConfig, root, method=method, run_id=run_id, parquet=parquet,
                          base_model=base_model, task=task, rewards=rewards,
-                         trl=_trl_overrides(trl or []), name=name, lora={"enabled": lora},
+                         trl=_trl_overrides(trl or [], "--trl"), options=_trl_overrides(options or [], "--option"),
+                         name=name, lora={"enabled": lora},
                          output_dir=output_dir, allow_downloads=allow_downloads or None)
     _print_trained(_run_training(cfg, root))
 
 
-def _trl_overrides(pairs: list[str]) -> dict:
+def _trl_overrides(pairs: list[str], flag: str) -> dict:
     """``key=value`` pairs, each value read as YAML (numbers, booleans, lists)."""
     import yaml
 
@@ -66,7 +73,7 @@ def _trl_overrides(pairs: list[str]) -> dict:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            fail(f"--trl {pair!r}: expected key=value, e.g. --trl max_steps=100")
+            fail(f"{flag} {pair!r}: expected key=value, e.g. {flag} max_steps=100")
         overrides[key.strip()] = yaml.safe_load(value)
     return overrides
 

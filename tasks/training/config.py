@@ -11,7 +11,9 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TrainMethod = Literal["sft", "dpo", "grpo"]
+TrainMethod = Literal["sft", "dpo", "grpo", "grpo-agentic", "tree-advantage", "prm"]
+# TRL's stock trainers; the others are built in ``methods.py``
+STOCK_METHODS = ("sft", "dpo", "grpo")
 
 
 class Section(BaseModel):
@@ -46,6 +48,7 @@ class TrainingRequest(Protocol):
     save_steps: int
     seed: int
     output_dir: str | None
+    options: dict[str, Any]
 
     @property
     def lineage_name(self) -> str: ...

@@ -54,13 +54,22 @@ def snapshot_hash(files: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
+def method_columns(method: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the columns a method reads, those of them it can do without)."""
+    from ragfactory.tasks.training.methods import METHODS
+
+    if method in METHODS:
+        spec = METHODS[method]
+        return spec.columns + spec.optional, spec.optional
+    return METHOD_COLUMNS[method], OPTIONAL_COLUMNS.get(method, ())
+
+
 def read_export(files: list[Path], method: str, task: str | None = None) -> list[dict]:
     """The rows of an export with the columns a method trains on; a missing column is an error.
 
     ``task`` keeps only the rows of that ``task`` (GRPO exports mix answer and planner prompts).
     """
-    columns = METHOD_COLUMNS[method]
-    optional = OPTIONAL_COLUMNS.get(method, ())
+    columns, optional = method_columns(method)
     tables = [pq.read_table(f) for f in files]
     for path, table in zip(files, tables):
         missing = [c for c in columns if c not in table.column_names and c not in optional]

@@ -16,6 +16,7 @@ from pathlib import Path
 from ragfactory.tasks.llm.embedded import embedded_model_path, is_embedded
 from ragfactory.tasks.training.config import TrainingRequest
 from ragfactory.tasks.training.data import export_files, read_export, snapshot_hash, training_dataset
+from ragfactory.tasks.training.methods import MethodContext, method_spec
 from ragfactory.tasks.training.progress import LossLogger
 from ragfactory.tasks.training.registry import (
     cache_key, export_question_ids, model_id_for, model_row, ModelRef, resolve_model_ref,
@@ -73,6 +74,12 @@ def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
                   callbacks: Sequence = (), extra_rewards: Mapping[str, RewardFunc] | None = None) -> dict:
     """Train as planned and return the run's metrics (the weights land in ``plan.output_dir``)."""
     rows = read_export([Path(f) for f in plan.files], config.method, config.task)
+    progress = LossLogger(logger, prefix=f"{plan.model_id}: ")
+    if (spec := method_spec(config.method)) is not None:
+        trainer = spec.build(method_context(wh, config, plan, rows, logger, [progress, *callbacks]))
+        logger.info("%s: %s on %d rows from %s", plan.model_id, config.method, len(trainer.train_dataset),
+                    plan.base_model)
+        return {**run_training(trainer, plan.output_dir), "n_rows": len(trainer.train_dataset)}
     dataset = training_dataset(rows, config.method)
     model, tokenizer = load_model(loadable(plan.base_model, wh))
     args = trl_args(config.method, plan.output_dir, config.save_steps, config.seed, config.trl)
@@ -82,12 +89,22 @@ def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
         if "sepr" in config.rewards and "sepr" not in extra:
             extra["sepr"] = plan_reward(wh)
         rewards = reward_functions(config.rewards, extra)
-    progress = LossLogger(logger, prefix=f"{plan.model_id}: ")
     trainer = make_trainer(config.method, model, tokenizer, dataset, args,
                            [progress, *callbacks], rewards, lora_config(config.lora))
     logger.info("%s: %s on %d rows from %s", plan.model_id, config.method, len(dataset), plan.base_model)
     metrics = run_training(trainer, plan.output_dir)
     return {**metrics, "n_rows": len(dataset)}
+
+
+def method_context(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan, rows: list[dict],
+                   logger, callbacks: Sequence) -> MethodContext:
+    """What a method built in ``methods.py`` gets to build its trainer."""
+    return MethodContext(
+        rows=rows, model_path=loadable(plan.base_model, wh), output_dir=plan.output_dir, trl=dict(config.trl),
+        save_steps=config.save_steps, seed=config.seed, callbacks=list(callbacks), logger=logger, warehouse=wh,
+        run_id=config.run_id, rewards=list(config.rewards), peft_config=lora_config(config.lora),
+        options=dict(config.options),
+    )
 
 
 def plan_reward(wh: Warehouse) -> RewardFunc:

@@ -26,7 +26,30 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
     "dpo": {"max_length": 1024},
     # Two generations is the smallest group with a relative advantage; enough for CPU smoke runs.
     "grpo": {"num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": 256},
+    "grpo-agentic": {"num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": 256},
+    # TreePS-RAG trains at lr 1e-6 with batches of 512 (Table 5); a CPU worker takes small batches,
+    # so a larger rate; the paper's batch and rate are overrides away.
+    "tree-advantage": {"per_device_train_batch_size": 2, "learning_rate": 1e-5},
+    "prm": {"per_device_train_batch_size": 2},
 }
+
+
+def config_class(method: str):
+    """The TRL config class of a method (``tree-advantage`` and ``prm`` bring their own)."""
+    from trl import DPOConfig, GRPOConfig, SFTConfig
+
+    if method == "tree-advantage":
+        from ragfactory.tasks.training.tree_advantage import TreeAdvantageConfig
+
+        return TreeAdvantageConfig
+    if method == "prm":
+        from transformers import TrainingArguments
+
+        return TrainingArguments
+    classes = {"sft": SFTConfig, "dpo": DPOConfig, "grpo": GRPOConfig, "grpo-agentic": GRPOConfig}
+    if method not in classes:
+        raise ValueError(f"unknown training method {method!r}; expected one of {sorted(METHOD_DEFAULTS)}")
+    return classes[method]
 
 
 def device_settings() -> dict[str, Any]:
@@ -52,18 +75,14 @@ def vllm_generation() -> dict[str, Any]:
 
 def trl_args(method: str, output_dir: str | Path, save_steps: int, seed: int,
              overrides: dict[str, Any] | None = None):
-    """The TRL ``SFTConfig`` / ``DPOConfig`` / ``GRPOConfig`` of one run."""
-    from trl import DPOConfig, GRPOConfig, SFTConfig
-
-    classes = {"sft": SFTConfig, "dpo": DPOConfig, "grpo": GRPOConfig}
-    if method not in classes:
-        raise ValueError(f"unknown training method {method!r}; expected one of {sorted(classes)}")
+    """The TRL ``SFTConfig`` / ``DPOConfig`` / ``GRPOConfig`` (or a method's own config) of one run."""
+    config = config_class(method)
     generation = vllm_generation() if method == "grpo" else {}
     kwargs = {**WORKER_DEFAULTS, **METHOD_DEFAULTS[method], **device_settings(), **generation,
               "save_steps": save_steps, "seed": seed, **(overrides or {})}
     kwargs["output_dir"] = str(output_dir)
     try:
-        return classes[method](**kwargs)
+        return config(**kwargs)
     except TypeError as exc:
         raise ValueError(f"{method}: bad TRL config override: {exc}") from exc
 

@@ -1,0 +1,74 @@
+"""The training methods beyond TRL's stock SFT / DPO / GRPO, behind one seam.
+
+A method names the export table it reads by default, the columns it needs, and a ``build``
+function that turns a ``MethodContext`` (the export's rows, the base model's folder, the TRL
+overrides, the warehouse) into a ready ``transformers.Trainer``; ``runs.train_planned`` then
+trains it like any other (resume, save, metrics). Stock methods keep their path in
+``trainers.make_trainer``.
+
+| method           | export table   | trainer                                                      |
+|------------------|----------------|--------------------------------------------------------------|
+| `tree-advantage` | `trajectories` | TreePS-RAG Eq. 3: per-token advantages A(n), observations masked |
+| `grpo-agentic`   | `grpo_prompts` | TRL GRPO, multi-turn, the build's retriever answers `<search>` |
+| `prm`            | `step_labels`  | a step reward model: token classification on step separators |
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragfactory.warehouse.store import Warehouse
+
+
+@dataclass
+class MethodContext:
+    """What a method's ``build`` gets: everything but the trainer it returns."""
+
+    rows: list[dict]  # the export rows, with the method's columns
+    model_path: str  # a folder ``from_pretrained`` loads (the embedded model converted)
+    output_dir: str
+    trl: dict[str, Any]  # the caller's overrides of the method's TRL config
+    save_steps: int
+    seed: int
+    callbacks: Sequence = ()
+    logger: logging.Logger | logging.LoggerAdapter = logging.getLogger("ragfactory.training")
+    warehouse: Warehouse | None = None
+    run_id: str | None = None  # the build whose export this is (None: a parquet file)
+    rewards: list[str] = field(default_factory=list)  # reward function names (GRPO methods)
+    peft_config: Any = None
+    options: dict[str, Any] = field(default_factory=dict)  # method-specific settings
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    table: str
+    columns: tuple[str, ...]
+    module: str  # imported on use: torch and TRL load only when the method trains
+    optional: tuple[str, ...] = ()
+
+    @property
+    def build(self) -> Callable[[MethodContext], Any]:
+        return importlib.import_module(self.module).build_trainer
+
+
+METHODS: dict[str, MethodSpec] = {
+    spec.name: spec for spec in (
+        MethodSpec("tree-advantage", "trajectories",
+                   ("prompt", "response", "step_spans", "observation_spans", "is_sampled"),
+                   "ragfactory.tasks.training.tree_advantage"),
+        MethodSpec("grpo-agentic", "grpo_prompts", ("prompt", "golden_answers", "question_id"),
+                   "ragfactory.tasks.training.agentic", optional=("task",)),
+        MethodSpec("prm", "step_labels", ("label_id", "prompt", "completions", "labels"),
+                   "ragfactory.tasks.training.prm"),
+    )
+}
+
+
+def method_spec(name: str) -> MethodSpec | None:
+    """The spec of a method built here, or None for TRL's stock SFT / DPO / GRPO."""
+    return METHODS.get(name)

@@ -1,0 +1,189 @@
+"""Tree-advantage policy optimisation on TreePS-RAG trajectories (004, §2.3 and Eq. 3).
+
+"The node advantage A(n_i) is broadcast to all language model-generated tokens (r_i, a_i)
+within that step … we apply a loss mask to the observation tokens." Eq. 3 (Appendix B) is
+PPO's clipped surrogate with those token advantages, averaged over every trained token of the
+batch, minus β·KL to a reference:
+
+    J(θ) = 1/Σ|y_i| · Σ_i Σ_t [ min(ρ_t A_t, clip(ρ_t, 1-ε, 1+ε) A_t) - β·KL_t ]
+    ρ_t  = π_θ(y_t | x, y_<t) / π_old(y_t | x, y_<t)
+    KL_t = exp(log π_ref - log π_θ) - (log π_ref - log π_θ) - 1   (k3, as GRPO estimates it)
+
+Offline, as this trainer runs it, the trajectories are a build's: π_old is the policy that
+grew the trees, taken to be the base model the training starts from (its log-probabilities
+are computed once, before the first step, and serve as π_ref too). At the first step ρ = 1
+and the gradient is Σ A_t ∇log π_θ(y_t): a step with A > 0 gets likelier, one with A < 0
+less likely. The clip bounds how far later steps move from the build's policy.
+
+The paper trains online: every step regrows trees with the current policy and recomputes A(n).
+Here the trees are fixed (one build, many steps); regrowing them is a new build whose policy
+is ``latest:<name>`` of this lineage, then another ``tree-advantage`` run on its export. The
+blind spot: when the build's policy was not the base (another engine, another checkpoint),
+π_old is only close to the sampling policy, and ρ drifts from 1 by that gap.
+
+A row is tokenised in pieces: the prompt (chat template, generation prompt), then each step's
+text and each gap between steps (the ``<information>`` observation and its separators)
+separately, as the expansion generated a step after its observation. Step tokens carry the
+step's advantage and loss mask 1; prompt and observation tokens carry mask 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from trl.trainer.base_config import _BaseConfig
+from trl.trainer.base_trainer import _BaseTrainer
+
+from ragfactory.tasks.training.methods import MethodContext
+
+IGNORED = ("prompt", "response", "step_spans", "observation_spans", "is_sampled")
+
+
+@dataclass
+class TreeAdvantageConfig(_BaseConfig):
+    """TRL-style config of the trainer; ε and β as in Eq. 3 (β from Table 5)."""
+
+    epsilon: float = field(default=0.2, metadata={"help": "PPO clip range (verl's default)"})
+    beta: float = field(default=0.001, metadata={"help": "KL coefficient (Table 5)"})
+    max_length: int = field(default=1024, metadata={"help": "Tokens per row; whole steps past it are dropped"})
+    remove_unused_columns: bool = field(default=False, metadata={"help": "The trainer reads its own columns"})
+
+
+def step_pieces(row: dict) -> list[tuple[str, float | None]]:
+    """The response as (text, advantage) pieces in order; None marks text the model did not write."""
+    response, pieces, at = row["response"], [], 0
+    for span in sorted(row["step_spans"], key=lambda s: s["char_start"]):
+        start, end = span["char_start"], span["char_end"]
+        if start < at or end > len(response) or end <= start:
+            raise ValueError(f"trajectory {row.get('trajectory_id')!r}: step span [{start}, {end}) of node "
+                             f"{span.get('node_id')!r} overlaps another or leaves the response")
+        if start > at:
+            pieces.append((response[at:start], None))
+        pieces.append((response[start:end], float(span["advantage"])))
+        at = end
+    if at < len(response):
+        pieces.append((response[at:], None))
+    return pieces
+
+
+def tokenize_row(row: dict, tokenizer, max_length: int) -> dict | None:
+    """``input_ids``, per-token ``advantages`` and ``loss_mask`` of one trajectory; None when not
+    even its first step fits in ``max_length``."""
+    prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    advantages, mask = [0.0] * len(ids), [0] * len(ids)
+    for text, advantage in step_pieces(row):
+        piece = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) + len(piece) > max_length:
+            break
+        ids += piece
+        advantages += [advantage or 0.0] * len(piece)
+        mask += [int(advantage is not None)] * len(piece)
+    if not any(mask):
+        return None
+    return {"input_ids": ids, "advantages": advantages, "loss_mask": mask}
+
+
+def trajectory_features(rows: list[dict], tokenizer, max_length: int, logger=None) -> list[dict]:
+    """The sampled trajectories (``is_sampled``) tokenised; rows whose first step does not fit are
+    dropped and counted in the log."""
+    sampled = [row for row in rows if row.get("is_sampled", True)]
+    features = [tokenize_row(row, tokenizer, max_length) for row in sampled]
+    kept = [f for f in features if f is not None]
+    if logger is not None and len(kept) < len(sampled):
+        logger.warning("tree-advantage: %d of %d trajectories do not fit max_length %d and are left out",
+                       len(sampled) - len(kept), len(sampled), max_length)
+    if not kept:
+        raise ValueError(f"no trajectory to train on: {len(rows)} rows, {len(sampled)} sampled, none fits "
+                         f"max_length {max_length}")
+    return kept
+
+
+def pad_batch(features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded tensors of a batch; padding has mask 0."""
+    width = max(len(f["input_ids"]) for f in features)
+
+    def column(name, fill, dtype):
+        return torch.tensor([f[name] + [fill] * (width - len(f[name])) for f in features], dtype=dtype)
+
+    batch = {"input_ids": column("input_ids", pad_id, torch.long),
+             "attention_mask": torch.tensor([[1] * len(f["input_ids"]) + [0] * (width - len(f["input_ids"]))
+                                             for f in features], dtype=torch.long),
+             "advantages": column("advantages", 0.0, torch.float32),
+             "loss_mask": column("loss_mask", 0, torch.float32)}
+    if "old_logps" in features[0]:
+        batch["old_logps"] = column("old_logps", 0.0, torch.float32)
+    return batch
+
+
+def token_logps(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """log π(y_t | y_<t) for t = 1..L-1, shape (batch, L-1)."""
+    logps = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    return logps.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+def tree_advantage_loss(logps: torch.Tensor, batch: dict, epsilon: float, beta: float) -> torch.Tensor:
+    """−J(θ) of Eq. 3 for a batch: ``logps`` from ``token_logps``; the batch's advantages, masks and
+    old log-probs are aligned with the tokens, so position t predicts token t+1."""
+    advantages, mask = batch["advantages"][:, 1:], batch["loss_mask"][:, 1:]
+    old = batch["old_logps"][:, 1:]
+    ratio = torch.exp(logps - old)
+    surrogate = torch.minimum(ratio * advantages, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * advantages)
+    log_ref_ratio = old - logps
+    kl = torch.exp(log_ref_ratio) - log_ref_ratio - 1
+    per_token = -(surrogate - beta * kl) * mask
+    return per_token.sum() / mask.sum().clamp(min=1.0)
+
+
+class TreeAdvantageTrainer(_BaseTrainer):
+    """Eq. 3 on fixed trajectories, on TRL's trainer base (checkpoints, logging, resume, LoRA)."""
+
+    _tag_names = ["trl", "tree-advantage"]
+    _name = "TreeAdvantage"
+
+    def __init__(self, model, args: TreeAdvantageConfig, train_dataset, processing_class,
+                 callbacks=(), peft_config=None, logger=None):
+        features = trajectory_features(list(train_dataset), processing_class, args.max_length, logger)
+        add_old_logps(model, features, processing_class.pad_token_id, args.per_device_train_batch_size)
+        if peft_config is not None:
+            from peft import get_peft_model
+
+            model = get_peft_model(model, peft_config)
+        import datasets
+
+        super().__init__(model=model, args=args, train_dataset=datasets.Dataset.from_list(features),
+                         processing_class=processing_class, callbacks=list(callbacks),
+                         data_collator=lambda rows: pad_batch(rows, processing_class.pad_token_id))
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        outputs = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+        logps = token_logps(outputs.logits, inputs["input_ids"])
+        loss = tree_advantage_loss(logps, inputs, self.args.epsilon, self.args.beta)
+        return (loss, outputs) if return_outputs else loss
+
+
+@torch.no_grad()
+def add_old_logps(model, features: list[dict], pad_id: int, batch_size: int) -> None:
+    """π_old's log-probability of every token (0 at position 0), written into each feature."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    for start in range(0, len(features), batch_size):
+        chunk = features[start:start + batch_size]
+        batch = pad_batch(chunk, pad_id)
+        logits = model(input_ids=batch["input_ids"].to(device),
+                       attention_mask=batch["attention_mask"].to(device)).logits
+        logps = token_logps(logits, batch["input_ids"].to(device)).cpu()
+        for feature, row in zip(chunk, logps):
+            feature["old_logps"] = [0.0] + row[: len(feature["input_ids"]) - 1].tolist()
+    model.train(was_training)
+
+
+def build_trainer(ctx: MethodContext) -> TreeAdvantageTrainer:
+    """The method's trainer on a ``trajectories`` export (the ``methods.py`` seam)."""
+    from ragfactory.tasks.training.trainers import load_model, trl_args
+
+    model, tokenizer = load_model(ctx.model_path)
+    args = trl_args("tree-advantage", ctx.output_dir, ctx.save_steps, ctx.seed, ctx.trl)
+    return TreeAdvantageTrainer(model, args, ctx.rows, tokenizer, ctx.callbacks, ctx.peft_config, ctx.logger)

@@ -1,0 +1,79 @@
+"""Process-reward training through the `train` flow on a scripted TreePS build, then evaluated
+against its base: the trained model's `models` row names its method and export, and
+`eval_summary` holds the base and the trained model on the same questions.
+
+The engines are the only doubles (scripted policies, one per model for the evaluation); the
+build, the tree-advantage training of a tiny random Llama, the registry and the evaluation are real.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragfactory.flows.build import build
+from ragfactory.flows.config import BuildConfig, EvalConfig, TrainConfig
+from ragfactory.flows.evaluate import evaluate
+from ragfactory.flows.train import train
+from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.store import Warehouse
+from tests.fakes import ScriptedBackend, scripted_llm
+from tests.flows.test_evaluate import _gold, base_policy, trained_policy
+from tests.search.treeps_scenario import path_of
+from tests.training.conftest import tiny_model  # noqa: F401  (fixture)
+
+
+def right_wrong_search(request, sample: int) -> str:
+    """By sample index: the gold answer, a wrong one, a search; so leaves differ and A(n) != 0."""
+    return [f"<reason>Known.</reason> <answer> {_gold(request.messages[0].content)} </answer>",
+            "<reason>Guess.</reason> <answer> Lyon </answer>",
+            f"<reason>Look it up.</reason> <search> {path_of(request)}|{sample} </search>"][sample % 3]
+
+
+@pytest.fixture
+def treeps_build(tmp_path, engines):
+    engines(ScriptedBackend(right_wrong_search))
+    root = tmp_path / "wh"
+    summary = build(BuildConfig.model_validate({
+        "name": "tree-advantage-test", "warehouse": {"root": str(root)},
+        "datasets": [{"name": "hotpotqa"}], "retrieval": {"dense": {"enabled": False}},
+        "llm": scripted_llm(), "search": {"strategies": ["treeps"], "questions_per_dataset": 2,
+                                          "treeps": {"n": 3, "depth": 2}},
+        "export": {"trajectories": {"n_samples": 2}},
+    }))
+    assert summary["status"] == "completed", summary
+    return root, summary["run_id"]
+
+
+def test_tree_advantage_trains_registers_and_is_compared_with_its_base(
+        treeps_build, tiny_model, engines):  # noqa: F811
+    """The scripted trees: each question's root has a right answer (A > 0), a wrong one (A < 0) and
+    a search whose children answer right and wrong; two trajectories of each are sampled."""
+    root, run_id = treeps_build
+    wh = Warehouse(root)
+    sampled = query(wh, "select count(*) as n from trajectories where is_sampled").to_pylist()[0]["n"]
+    assert sampled == 4  # two questions, two sampled trajectories each
+    trained = train(TrainConfig(method="tree-advantage", run_id=run_id, base_model=tiny_model,
+                                warehouse={"root": str(root)},
+                                trl={"max_steps": 1, "per_device_train_batch_size": 2}))
+    assert trained["status"] == "trained" and trained["model_id"].startswith("tree-advantage-")
+    assert trained["metrics"]["n_rows"] == sampled and trained["metrics"]["global_step"] == 1
+    assert trained["metrics"]["final_loss"] != 0.0
+    [row] = query(wh, "select * from models").to_pylist()
+    assert row["method"] == "tree-advantage"
+    lineage = json.loads(row["lineage"])
+    assert (lineage["run_id"], lineage["table"]) == (run_id, "trajectories")
+    assert (Path(row["path"]) / "model.safetensors").is_file()
+
+    backends = {str(Path(tiny_model).resolve()): ScriptedBackend(base_policy, fingerprint="base"),
+                str(Path(row["path"]).resolve()): ScriptedBackend(trained_policy, fingerprint="trained")}
+    by_model = engines(lambda role, cache_dir: backends[str(Path(role.model).resolve())], name="scripted:by-model")
+    summary = evaluate(EvalConfig.model_validate({
+        "model": trained["model_id"], "compare": tiny_model, "datasets": ["hotpotqa"], "limit": 3,
+        "modes": ["direct"], "warehouse": {"root": str(root)}, "llm": scripted_llm(by_model)}))
+    assert summary["status"] == "completed", summary
+    rows = query(wh, "select model_id, n_questions, em from eval_summary order by em").to_pylist()
+    assert [(r["n_questions"], r["em"]) for r in rows] == [(3, 0.0), (3, 1.0)]
+    assert rows[1]["model_id"] == trained["model_id"]

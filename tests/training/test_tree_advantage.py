@@ -1,0 +1,136 @@
+"""Tree-advantage training (TreePS-RAG Eq. 3) on a tiny random Llama: the token layout, the
+objective worked by hand, one step moving each step's log-probability the way its advantage
+says, and no gradient reaching prompt or observation tokens."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ragfactory.tasks.training.methods import MethodContext
+from ragfactory.tasks.training.runs import run_training
+from ragfactory.tasks.training.tree_advantage import (
+    build_trainer, pad_batch, step_pieces, token_logps, tokenize_row, tree_advantage_loss,
+)
+from ragfactory.tasks.training.trainers import load_model
+
+SEARCH = "<search>jaws director</search>"
+OBSERVATION = "\n\n<information>Doc 1(Title: Jaws) Jaws is a 1975 film by Steven Spielberg.</information>\n\n"
+ANSWER = "<answer>Steven Spielberg</answer>"
+RESPONSE = SEARCH + OBSERVATION + ANSWER
+
+
+def row(a_search: float, a_answer: float) -> dict:
+    answer_at = len(SEARCH) + len(OBSERVATION)
+    return {
+        "trajectory_id": "t1", "is_sampled": True,
+        "prompt": [{"role": "user", "content": "Who directed Jaws?"}],
+        "response": RESPONSE,
+        "step_spans": [
+            {"node_id": "n1", "char_start": 0, "char_end": len(SEARCH), "advantage": a_search},
+            {"node_id": "n2", "char_start": answer_at, "char_end": len(RESPONSE), "advantage": a_answer},
+        ],
+        "observation_spans": [{"char_start": len(SEARCH), "char_end": answer_at}],
+    }
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model):
+    return load_model(tiny_model)[1]
+
+
+def test_pieces_follow_the_spans():
+    assert step_pieces(row(0.5, -0.25)) == [(SEARCH, 0.5), (OBSERVATION, None), (ANSWER, -0.25)]
+
+
+def test_overlapping_spans_name_the_trajectory_and_node():
+    bad = row(1.0, 1.0)
+    bad["step_spans"][1]["char_start"] = 3
+    with pytest.raises(ValueError, match=r"trajectory 't1'.*node 'n2'"):
+        step_pieces(bad)
+
+
+def test_step_tokens_carry_their_advantage_and_observations_are_masked(tokenizer):
+    features = tokenize_row(row(0.5, -0.25), tokenizer, max_length=1024)
+    prompt = tokenizer.apply_chat_template(row(0, 0)["prompt"], add_generation_prompt=True, tokenize=False)
+    n_prompt, n_search, n_obs, n_answer = (
+        len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in (prompt, SEARCH, OBSERVATION, ANSWER)
+    )
+    assert len(features["input_ids"]) == n_prompt + n_search + n_obs + n_answer
+    assert features["loss_mask"] == [0] * n_prompt + [1] * n_search + [0] * n_obs + [1] * n_answer
+    assert features["advantages"] == [0.0] * n_prompt + [0.5] * n_search + [0.0] * n_obs + [-0.25] * n_answer
+    # the pieces are tokenised apart: the model's tokens are exactly those of its own text
+    start = n_prompt + n_search + n_obs
+    assert tokenizer.decode(features["input_ids"][start:]) == ANSWER
+
+
+def test_a_step_past_max_length_is_dropped_whole(tokenizer):
+    full = tokenize_row(row(1.0, 1.0), tokenizer, max_length=1024)
+    answer = len(tokenizer(ANSWER, add_special_tokens=False)["input_ids"])
+    cut = tokenize_row(row(1.0, 1.0), tokenizer, max_length=len(full["input_ids"]) - 1)
+    assert len(cut["input_ids"]) == len(full["input_ids"]) - answer
+    assert tokenize_row(row(1.0, 1.0), tokenizer, max_length=3) is None
+
+
+def test_objective_worked_by_hand():
+    # Two trained tokens (positions 1 and 2; position 0 only predicts).
+    # Token 1: log π_θ - log π_old = ln 1.5, A = +1: ρ = 1.5 is clipped to 1.2, min(1.5, 1.2) = 1.2.
+    # Token 2: log π_θ - log π_old = ln 0.5, A = -1: min(-0.5, clip(0.5) = 0.8 · -1) = -0.8.
+    # β = 0: loss = -(1.2 - 0.8) / 2 = -0.2.
+    # β = 0.1: KL_1 = 1/1.5 + ln 1.5 - 1 = 0.0721318, KL_2 = 2 - ln 2 - 1 = 0.3068528;
+    # loss = -((1.2 - 0.00721318) + (-0.8 - 0.03068528)) / 2 = -0.18105077.
+    batch = {"advantages": torch.tensor([[0.0, 1.0, -1.0]]), "loss_mask": torch.tensor([[0.0, 1.0, 1.0]]),
+             "old_logps": torch.tensor([[0.0, -1.0, -2.0]])}
+    logps = torch.tensor([[-1.0 + math.log(1.5), -2.0 + math.log(0.5)]])
+    assert tree_advantage_loss(logps, batch, 0.2, 0.0).item() == pytest.approx(-0.2)
+    assert tree_advantage_loss(logps, batch, 0.2, 0.1).item() == pytest.approx(-0.18105077, abs=1e-7)
+
+
+def test_no_gradient_reaches_prompt_or_observation_tokens(tiny_model, tokenizer):
+    model, _ = load_model(tiny_model)
+    features = tokenize_row(row(1.0, -1.0), tokenizer, max_length=1024)
+    batch = pad_batch([features], tokenizer.pad_token_id)
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"]).logits
+    batch["old_logps"] = torch.cat([torch.zeros(1, 1), token_logps(logits, batch["input_ids"])], dim=1)
+    leaf = logits.clone().requires_grad_(True)
+    tree_advantage_loss(token_logps(leaf, batch["input_ids"]), batch, 0.2, 0.001).backward()
+    # row t of the logits predicts token t+1: its gradient is zero exactly when token t+1 is masked
+    touched = leaf.grad[0, :-1].abs().sum(-1) > 0
+    assert touched.tolist() == [bool(m) for m in features["loss_mask"][1:]]
+    assert leaf.grad[0, -1].abs().sum() == 0
+
+
+def step_logps(model, features, pieces: tuple[int, int]) -> float:
+    ids = torch.tensor([features["input_ids"]])
+    with torch.no_grad():
+        logps = token_logps(model(input_ids=ids).logits, ids)[0]
+    start, end = pieces
+    return float(logps[start - 1:end - 1].sum())
+
+
+def test_one_step_raises_the_good_step_and_lowers_the_bad_one(tiny_model, tokenizer, tmp_path, log):
+    trajectory = row(1.0, -1.0)
+    features = tokenize_row(trajectory, tokenizer, max_length=1024)
+    mask = features["loss_mask"]
+    first = mask.index(1)
+    search = (first, first + mask[first:].index(0))
+    answer = (len(mask) - mask[::-1].index(0), len(mask))
+    base, _ = load_model(tiny_model)
+    before = step_logps(base, features, search), step_logps(base, features, answer)
+    ctx = MethodContext(rows=[trajectory, {**trajectory, "is_sampled": False}], model_path=tiny_model,
+                        output_dir=str(tmp_path / "out"), save_steps=10, seed=0, logger=log,
+                        trl={"max_steps": 1, "learning_rate": 1e-3, "optim": "sgd",
+                             "per_device_train_batch_size": 1})
+    trainer = build_trainer(ctx)
+    assert len(trainer.train_dataset) == 1  # the row not sampled for training is left out
+    metrics = run_training(trainer, ctx.output_dir)
+    # at the first step ρ = 1 and the KL term is 0: loss = -(n_search·1 - n_answer·1) / (n_search + n_answer)
+    n_search, n_answer = search[1] - search[0], answer[1] - answer[0]
+    assert metrics["final_loss"] == pytest.approx(-(n_search - n_answer) / (n_search + n_answer), abs=1e-6)
+    trained, _ = load_model(ctx.output_dir)
+    after = step_logps(trained, features, search), step_logps(trained, features, answer)
+    assert after[0] > before[0]
+    assert after[1] < before[1]
