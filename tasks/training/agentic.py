@@ -47,6 +47,8 @@ from ragfactory.tasks.search.treeps.steps import STEP_STOP, information
 from ragfactory.tasks.training.methods import MethodContext
 
 ROLLOUT_LOG = "rollouts.jsonl"
+# options the reward functions read (``process_reward.py``, ``prm.py``), not the rollout
+REWARD_OPTIONS = ("metric", "prm_model", "prm_aggregate")
 
 
 @dataclass(frozen=True)
@@ -57,19 +59,26 @@ class AgenticOptions:
     top_k: int = 3  # passages per search, as TreePS (C.3) and Search-R1 retrieve
     retriever: str | None = None  # bm25 or dense; None: the build's default retriever
     sources: tuple[str, ...] = ()  # passage sources; empty: the build's inputs
+    # Hold each turn to a step grammar (e.g. "treeps_step", the one the build's TreePS trees
+    # were grown with); None samples freely, as the papers do. A 135M policy writes no tags when
+    # free (0 of 8 rollouts searched), so it learns nothing about searching without it. Masked
+    # sampling is not the policy's own distribution: TRL's ratio is taken on unmasked
+    # log-probabilities, as with vLLM's structured outputs.
+    grammar: str | None = None
+    turn_tokens: int = 128  # the grammar's budget for one turn (its free text is fitted to it)
 
     def __post_init__(self):
-        for name in ("max_turns", "top_k"):
+        for name in ("max_turns", "top_k", "turn_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"grpo-agentic: {name} must be >= 1, got {getattr(self, name)}")
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> AgenticOptions:
-        known = {"max_turns", "top_k", "retriever", "sources"}
-        unknown = sorted(set(options) - known)
+        known = {"max_turns", "top_k", "retriever", "sources", "grammar", "turn_tokens"}
+        unknown = sorted(set(options) - known - set(REWARD_OPTIONS))
         if unknown:
-            raise ValueError(f"grpo-agentic: unknown option(s) {unknown}; known: {sorted(known)}")
-        return cls(**{k: tuple(v) if k == "sources" else v for k, v in options.items()})
+            raise ValueError(f"grpo-agentic: unknown option(s) {unknown}; known: {sorted(known | set(REWARD_OPTIONS))}")
+        return cls(**{k: tuple(v) if k == "sources" else v for k, v in options.items() if k in known})
 
 
 @dataclass
@@ -105,9 +114,32 @@ def token_text_has_stop(tokenizer, ids: Sequence[int]) -> bool:
     return any(stop in tail for stop in STEP_STOP)
 
 
-def generate_turn(model, tokenizer, rollouts: list[Rollout], budget: int, sampling: dict[str, Any]) -> list[list[int]]:
-    """One sampled turn for each rollout (left-padded batch); the new ids of each, cut at its end."""
+class GrammarProcessor:
+    """A ``generate`` logits processor holding every row of a batch to one grammar (llguidance
+    masks, ``tasks/llm/structured.py``); a row whose grammar has finished is left alone (its end
+    is found by ``turn_end``)."""
+
+    def __init__(self, masks, grammar, rows: int):
+        self.masks, self.matchers, self.started = masks, [masks.matcher(grammar) for _ in range(rows)], False
+
+    def __call__(self, input_ids, scores):
+        if self.started:
+            for matcher, token in zip(self.matchers, input_ids[:, -1].tolist()):
+                if not matcher.is_stopped():
+                    matcher.consume_token(token)
+        self.started = True
+        live = [i for i, m in enumerate(self.matchers) if not m.is_stopped() and not m.is_error()]
+        scores = scores.clone()
+        self.masks.mask_logits(scores, live, [self.matchers[i] for i in live])
+        return scores
+
+
+def generate_turn(model, tokenizer, rollouts: list[Rollout], budget: int, sampling: dict[str, Any],
+                  grammar: tuple[Any, Any] | None = None) -> list[list[int]]:
+    """One sampled turn for each rollout (left-padded batch); the new ids of each, cut at its end.
+    ``grammar`` is (``GrammarMasks``, ``Grammar``) to hold the turn to."""
     import torch
+    from transformers import LogitsProcessorList
 
     rows = [r.prompt_ids + r.ids for r in rollouts]
     width = max(len(r) for r in rows)
@@ -116,10 +148,11 @@ def generate_turn(model, tokenizer, rollouts: list[Rollout], budget: int, sampli
     attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
     room = max(budget - len(r.ids) for r in rollouts)
     device = next(model.parameters()).device
+    processors = LogitsProcessorList([GrammarProcessor(*grammar, len(rows))] if grammar else [])
     with torch.no_grad():
         out = model.generate(input_ids=ids.to(device), attention_mask=attention.to(device), max_new_tokens=room,
                              do_sample=True, stop_strings=list(STEP_STOP), tokenizer=tokenizer,
-                             pad_token_id=pad, **sampling)
+                             pad_token_id=pad, logits_processor=processors, **sampling)
     eos = set(model.generation_config.eos_token_id if isinstance(model.generation_config.eos_token_id, list)
               else [model.generation_config.eos_token_id]) | {tokenizer.eos_token_id}
     new = []
@@ -158,18 +191,24 @@ def prompt_ids(tokenizer, prompt) -> list[int]:
 
 
 def run_rollouts(model, tokenizer, prompts: Sequence, retriever: Retriever, options: AgenticOptions,
-                 budget: int, sampling: dict[str, Any]) -> list[Rollout]:
+                 budget: int, sampling: dict[str, Any], masks=None) -> list[Rollout]:
     """Steps 1-3 of the module docstring for a batch of prompts (one rollout each)."""
     eos = {tokenizer.eos_token_id}
     if model.generation_config.eos_token_id is not None:
         ids = model.generation_config.eos_token_id
         eos |= set(ids if isinstance(ids, list) else [ids])
+    grammar = None
+    if options.grammar is not None:
+        from ragfactory.tasks.llm.structured import GrammarMasks
+        from ragfactory.tasks.prompts.loader import load_grammar
+
+        grammar = (masks or GrammarMasks(tokenizer), load_grammar(options.grammar, options.turn_tokens, "turn_tokens"))
     rollouts = [Rollout(prompt_ids(tokenizer, p), [], [], [], []) for p in prompts]
     for _ in range(options.max_turns):
         active = [r for r in rollouts if not r.done]
         if not active:
             break
-        for rollout, turn in zip(active, generate_turn(model, tokenizer, active, budget, sampling)):
+        for rollout, turn in zip(active, generate_turn(model, tokenizer, active, budget, sampling, grammar)):
             observe(rollout, turn, tokenizer, retriever, options, budget, eos)
     return rollouts
 
@@ -181,6 +220,7 @@ class AgenticRollout:
                  logger: logging.Logger | logging.LoggerAdapter):
         self.retriever, self.options, self.logger = retriever, options, logger
         self.log_path = Path(output_dir) / ROLLOUT_LOG
+        self.masks = None  # llguidance's tokenizer, built on the first grammar-held rollout
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:
         args = trainer.args
@@ -192,8 +232,12 @@ class AgenticRollout:
         was_training = model.training
         model.eval()
         try:
+            if self.options.grammar is not None and self.masks is None:
+                from ragfactory.tasks.llm.structured import GrammarMasks
+
+                self.masks = GrammarMasks(tokenizer)
             rollouts = run_rollouts(model, tokenizer, prompts, self.retriever, self.options,
-                                    args.max_completion_length, sampling)
+                                    args.max_completion_length, sampling, self.masks)
         finally:
             model.train(was_training)
         self.record(rollouts, tokenizer, trainer.state.global_step)
