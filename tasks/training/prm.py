@@ -360,6 +360,16 @@ def prm_reward(scorer: StepScorer, aggregate: str = "min") -> PRMReward:
     return PRMReward(scorer, aggregate)
 
 
+def registered_prm_reward(wh, options: Mapping[str, Any]) -> PRMReward:
+    """GRPO's ``prm`` reward: the PRM ``options["prm_model"]`` names (a ``models`` id, a folder or
+    ``latest:NAME``; default ``latest:prm``, the newest ``prm`` run), its step scores aggregated by
+    ``options["prm_aggregate"]`` (default ``min``)."""
+    from ragfactory.tasks.training.registry import resolve_model_ref
+
+    ref = resolve_model_ref(wh, str(options.get("prm_model", "latest:prm")))
+    return prm_reward(StepScorer.load(ref.load), str(options.get("prm_aggregate", "min")))
+
+
 def step_rewards(scorer: StepScorer, prompts: Sequence, completions: Sequence) -> list[list[float]]:
     """The per-step scores ``prm_reward`` aggregates."""
     return PRMReward(scorer).step_rewards(prompts, completions)

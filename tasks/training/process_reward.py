@@ -146,12 +146,19 @@ def question_texts(ctx: MethodContext) -> dict[str, str]:
 
 
 def process_rewards(ctx: MethodContext, judge: RelevanceJudge | None = None) -> dict[str, Callable]:
-    """``{"r3_process": …}`` when the run asks for it (the judge is built only then)."""
+    """The process rewards the run names: ``r3_process`` (its judge built only then) and ``prm``
+    (a trained step reward model, ``prm.registered_prm_reward``)."""
+    rewards: dict[str, Callable] = {}
+    if "prm" in ctx.rewards:
+        from ragfactory.tasks.training.prm import registered_prm_reward
+
+        rewards["prm"] = registered_prm_reward(ctx.warehouse, ctx.options)
     if "r3_process" not in ctx.rewards:
-        return {}
+        return rewards
     if ctx.warehouse is None:
         raise ValueError("r3_process needs the warehouse: the questions and the build's judge")
     metric = ctx.options.get("metric", "em")
     if metric not in METRICS:
         raise ValueError(f"r3_process: unknown metric {metric!r}; one of {sorted(METRICS)}")
-    return {"r3_process": R3ProcessReward(judge or engine_judge(ctx), question_texts(ctx), metric=metric)}
+    rewards["r3_process"] = R3ProcessReward(judge or engine_judge(ctx), question_texts(ctx), metric=metric)
+    return rewards

@@ -17,6 +17,7 @@ from ragfactory.flows.build import build
 from ragfactory.flows.config import BuildConfig, EvalConfig, TrainConfig
 from ragfactory.flows.evaluate import evaluate
 from ragfactory.flows.train import train
+from ragfactory.tasks.training.prm import heldout_ids
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm
@@ -77,3 +78,42 @@ def test_tree_advantage_trains_registers_and_is_compared_with_its_base(
     rows = query(wh, "select model_id, n_questions, em from eval_summary order by em").to_pylist()
     assert [(r["n_questions"], r["em"]) for r in rows] == [(3, 0.0), (3, 1.0)]
     assert rows[1]["model_id"] == trained["model_id"]
+
+
+def test_prm_trains_on_the_builds_step_labels_and_rewards_a_grpo_run(treeps_build, tiny_model):  # noqa: F811
+    """The PRM trains on the build's step_labels with one path held back and scored; GRPO then
+    takes it as its ``prm`` reward (``latest:prm``), one score per completion."""
+    root, run_id = treeps_build
+    wh = Warehouse(root)
+    labels = query(wh, "select count(*) as n from step_labels").to_pylist()[0]["n"]
+    assert labels >= 2
+    prm = train(TrainConfig(method="prm", run_id=run_id, base_model=tiny_model, warehouse={"root": str(root)},
+                            trl={"max_steps": 2, "per_device_train_batch_size": 2}))
+    assert prm["status"] == "trained" and prm["model_id"].startswith("prm-")
+    assert prm["metrics"]["prm_heldout_steps"] >= 1 and 0.0 <= prm["metrics"]["prm_heldout_accuracy"] <= 1.0
+    assert prm["metrics"]["n_rows"] == labels - len(heldout_ids(
+        query(wh, "select label_id from step_labels").column("label_id").to_pylist(), 0.1))
+    grpo = train(TrainConfig(method="grpo", run_id=run_id, base_model=tiny_model, warehouse={"root": str(root)},
+                             rewards=["prm"], task="qa",
+                             trl={"max_steps": 1, "max_completion_length": 8, "per_device_train_batch_size": 2}))
+    assert grpo["status"] == "trained"
+    assert 0.0 <= grpo["metrics"]["rewards/prm_min/mean"] <= 1.0
+    methods = query(wh, "select method from models order by method").column("method").to_pylist()
+    assert methods == ["grpo", "prm"]
+
+
+def test_agentic_grpo_retrieves_from_the_builds_index(treeps_build, tiny_model, engines):  # noqa: F811
+    """grpo-agentic through the flow: the build's BM25 index over its HotpotQA passages answers the
+    rollouts, every rollout is logged, and the r3_process reward is among the logged rewards."""
+    root, run_id = treeps_build
+    trained = train(TrainConfig(
+        method="grpo-agentic", run_id=run_id, base_model=tiny_model, warehouse={"root": str(root)},
+        rewards=["answer_f1", "format", "r3_process"], options={"max_turns": 2},
+        trl={"max_steps": 1, "max_completion_length": 16, "per_device_train_batch_size": 2}))
+    assert trained["status"] == "trained" and trained["model_id"].startswith("grpo-agentic-")
+    assert {"rewards/answer_f1_reward/mean", "rewards/format_reward/mean", "rewards/r3_process/mean"} <= set(
+        trained["metrics"])
+    [row] = query(Warehouse(root), "select * from models").to_pylist()
+    assert (row["method"], json.loads(row["lineage"])["table"]) == ("grpo-agentic", "grpo_prompts")
+    log = (Path(row["path"]) / "rollouts.jsonl").read_text().splitlines()
+    assert len(log) == 2
