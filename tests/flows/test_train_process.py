@@ -68,16 +68,7 @@ def test_tree_advantage_trains_registers_and_is_compared_with_its_base(
     assert (lineage["run_id"], lineage["table"]) == (run_id, "trajectories")
     assert (Path(row["path"]) / "model.safetensors").is_file()
 
-    backends = {str(Path(tiny_model).resolve()): ScriptedBackend(base_policy, fingerprint="base"),
-                str(Path(row["path"]).resolve()): ScriptedBackend(trained_policy, fingerprint="trained")}
-    by_model = engines(lambda role, cache_dir: backends[str(Path(role.model).resolve())], name="scripted:by-model")
-    summary = evaluate(EvalConfig.model_validate({
-        "model": trained["model_id"], "compare": tiny_model, "datasets": ["hotpotqa"], "limit": 3,
-        "modes": ["direct"], "warehouse": {"root": str(root)}, "llm": scripted_llm(by_model)}))
-    assert summary["status"] == "completed", summary
-    rows = query(wh, "select model_id, n_questions, em from eval_summary order by em").to_pylist()
-    assert [(r["n_questions"], r["em"]) for r in rows] == [(3, 0.0), (3, 1.0)]
-    assert rows[1]["model_id"] == trained["model_id"]
+    assert_compared_with_base(root, engines, trained, tiny_model)
 
 
 def test_prm_trains_on_the_builds_step_labels_and_rewards_a_grpo_run(treeps_build, tiny_model):  # noqa: F811
@@ -117,3 +108,22 @@ def test_agentic_grpo_retrieves_from_the_builds_index(treeps_build, tiny_model, 
     assert (row["method"], json.loads(row["lineage"])["table"]) == ("grpo-agentic", "grpo_prompts")
     log = (Path(row["path"]) / "rollouts.jsonl").read_text().splitlines()
     assert len(log) == 2
+    assert_compared_with_base(root, engines, trained, tiny_model)
+
+
+def assert_compared_with_base(root: Path, engines, trained: dict, base: str) -> None:
+    """``evaluate`` with ``compare``: eval_summary holds the trained model and its base on the same
+    three questions (scripted engines by model: the trained one answers right, the base does not)."""
+    [row] = query(Warehouse(root), "select path from models where model_id = $id", {"id": trained["model_id"]}
+                  ).to_pylist()
+    backends = {str(Path(base).resolve()): ScriptedBackend(base_policy, fingerprint="base"),
+                str(Path(row["path"]).resolve()): ScriptedBackend(trained_policy, fingerprint="trained")}
+    by_model = engines(lambda role, cache_dir: backends[str(Path(role.model).resolve())], name="scripted:by-model")
+    summary = evaluate(EvalConfig.model_validate({
+        "model": trained["model_id"], "compare": base, "datasets": ["hotpotqa"], "limit": 3,
+        "modes": ["direct"], "warehouse": {"root": str(root)}, "llm": scripted_llm(by_model)}))
+    assert summary["status"] == "completed", summary
+    rows = query(Warehouse(root), "select model_id, n_questions, em from eval_summary where model_id in "
+                 "($a, $b) order by em", {"a": trained["model_id"], "b": str(Path(base).resolve())}).to_pylist()
+    assert [(r["n_questions"], r["em"]) for r in rows] == [(3, 0.0), (3, 1.0)]
+    assert rows[1]["model_id"] == trained["model_id"]
