@@ -164,8 +164,9 @@ class TrainConfig(Section):
         "r3_process (R3-RAG's judged relevance x lambda_T)",
     )
     options: dict[str, Any] = Field(
-        default_factory=dict, description="Settings of a method built here: grpo-agentic max_turns, "
-        "top_k; prm heldout_fraction, max_length",
+        default_factory=dict, description="Method settings: grpo-agentic max_turns, top_k, retriever, "
+        "sources, grammar, turn_tokens, metric; prm heldout_fraction, max_length; the prm reward "
+        "prm_model, prm_aggregate",
     )
     save_steps: int = Field(50, ge=1, description="Checkpoint every N steps; a retry resumes there")
     seed: int = 0
@@ -181,6 +182,9 @@ class TrainConfig(Section):
     def model_post_init(self, __context) -> None:
         if (self.run_id is None) == (self.parquet is None):
             raise ValueError("train: give exactly one of run_id (a build's export) or parquet")
+        from ragfactory.tasks.training.methods import check_options
+
+        check_options(self.method, self.options)
 
     @property
     def lineage_name(self) -> str:

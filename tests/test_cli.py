@@ -122,3 +122,11 @@ def test_sql_csv_and_json_carry_nested_columns_as_json(warehouse):
     }
     as_json = runner.invoke(app, ["sql", sql, "--format", "json", "--root", str(warehouse.root)])
     assert json.loads(as_json.output)["gold_plan"][0]["answer"] == "answer-0"
+
+
+def test_a_whole_config_error_reads_as_one_plain_line(tmp_path):
+    result = CliRunner().invoke(app, ["train", "--method", "prm", "--run-id", "demo-0123", "--option", "heldout=1",
+                                      "--root", str(tmp_path)])
+    assert result.exit_code != 0
+    assert result.output.strip() == ("error: train --method prm: unknown option(s) ['heldout']; "
+                                     "known: heldout_fraction, max_length")

@@ -84,3 +84,16 @@ def test_schemas_import_nothing_of_ours(module):
     loaded = _project_modules_loaded_by(f"import {module}")
     assert all(m in {"ragfactory", "ragfactory.schemas"} or m.startswith("ragfactory.schemas.") for m in loaded), loaded
     assert module in loaded
+
+
+@pytest.mark.parametrize("method, options, message", [
+    ("prm", {"heldout": 0.1}, r"--method prm: unknown option\(s\) \['heldout'\]; known: heldout_fraction, max_length"),
+    ("tree-advantage", {"max_turns": 2}, r"unknown option\(s\) \['max_turns'\]; it takes none"),
+    ("sft", {"top_k": 3}, r"--method sft: unknown option\(s\) \['top_k'\]; it takes none"),
+])
+def test_a_training_option_the_method_does_not_read_is_refused(method, options, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(method=method, run_id="demo-0123", options=options)
+    assert TrainConfig(method="grpo", run_id="demo-0123", options={"prm_model": "latest:prm"}).options
+    assert TrainConfig(method="grpo-agentic", run_id="demo-0123",
+                       options={"grammar": "treeps_step", "metric": "cover_em"}).options

@@ -86,6 +86,14 @@ def preflight(check, prefix: str = "") -> None:
         fail(prefix + " ".join(str(exc).split()))
 
 
+def validation_message(error: dict) -> str:
+    """One pydantic error as ``field: message``; a whole-model check has no field, and its
+    ``Value error, `` prefix says nothing."""
+    message = error["msg"].removeprefix("Value error, ")
+    where = ".".join(str(p) for p in error["loc"])
+    return f"{where}: {message}" if where else message
+
+
 def options_config(model_cls, root: Path | None, **fields):
     """A flow's pydantic config from command options (unset ones keep the model's defaults) and
     the warehouse root; a value that does not validate exits with the field named."""
@@ -95,7 +103,7 @@ def options_config(model_cls, root: Path | None, **fields):
     try:
         return model_cls.model_validate({k: v for k, v in fields.items() if v is not None})
     except ValidationError as exc:
-        fail("; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()))
+        fail("; ".join(validation_message(e) for e in exc.errors()))
 
 
 class _ScreenWithoutTraceback(logging.Filter):

@@ -44,11 +44,9 @@ from ragfactory.tasks.retrieval.types import Hit, Retriever
 from ragfactory.tasks.search.common import hit_record
 from ragfactory.tasks.search.parsing import parse_rollout_turn
 from ragfactory.tasks.search.treeps.steps import STEP_STOP, information
-from ragfactory.tasks.training.methods import MethodContext
+from ragfactory.tasks.training.methods import MethodContext, REWARD_OPTIONS
 
 ROLLOUT_LOG = "rollouts.jsonl"
-# options the reward functions read (``process_reward.py``, ``prm.py``), not the rollout
-REWARD_OPTIONS = ("metric", "prm_model", "prm_aggregate")
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,10 @@ from typing import Any
 
 from ragfactory.warehouse.store import Warehouse
 
+# options the reward functions read (``process_reward.py``: metric; ``prm.py``: the PRM and its
+# aggregate), beside a method's own
+REWARD_OPTIONS = ("metric", "prm_model", "prm_aggregate")
+
 
 @dataclass
 class MethodContext:
@@ -50,6 +54,7 @@ class MethodSpec:
     columns: tuple[str, ...]
     module: str  # imported on use: torch and TRL load only when the method trains
     optional: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()  # the ``TrainConfig.options`` keys it reads
 
     @property
     def build(self) -> Callable[[MethodContext], Any]:
@@ -62,11 +67,24 @@ METHODS: dict[str, MethodSpec] = {
                    ("prompt", "response", "step_spans", "observation_spans", "is_sampled"),
                    "ragfactory.tasks.training.tree_advantage"),
         MethodSpec("grpo-agentic", "grpo_prompts", ("prompt", "golden_answers", "question_id"),
-                   "ragfactory.tasks.training.agentic", optional=("task",)),
+                   "ragfactory.tasks.training.agentic", optional=("task",),
+                   options=("max_turns", "top_k", "retriever", "sources", "grammar", "turn_tokens",
+                            *REWARD_OPTIONS)),
         MethodSpec("prm", "step_labels", ("label_id", "prompt", "completions", "labels"),
-                   "ragfactory.tasks.training.prm"),
+                   "ragfactory.tasks.training.prm", options=("heldout_fraction", "max_length")),
     )
 }
+# TRL's stock methods read options only for their rewards (GRPO's ``prm``)
+STOCK_OPTIONS = {"sft": (), "dpo": (), "grpo": ("prm_model", "prm_aggregate")}
+
+
+def check_options(method: str, options: dict[str, Any]) -> None:
+    """Refuse an option the method does not read, naming the ones it does."""
+    known = METHODS[method].options if method in METHODS else STOCK_OPTIONS.get(method, ())
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(f"train --method {method}: unknown option(s) {unknown}; "
+                         f"{'known: ' + ', '.join(known) if known else 'it takes none'}")
 
 
 def method_spec(name: str) -> MethodSpec | None:
