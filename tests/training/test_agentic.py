@@ -161,3 +161,21 @@ def test_one_grpo_step_through_the_rollout_hook(tiny_model, bm25, tmp_path, log)
     lines = [json.loads(line) for line in (Path(ctx.output_dir) / ROLLOUT_LOG).read_text().splitlines()]
     assert len(lines) == 2 and all(line["step"] == 0 and line["model_tokens"] <= 16 for line in lines)
     assert sum(line.startswith("grpo-agentic step 0") for line in log.lines) == 2
+
+
+def test_the_engine_judge_asks_the_judge_role_once_per_search_in_one_batch():
+    """Verdicts by passage title: Jaws reads 0.8, Paris does not read (None, scored 0 by r3_process)."""
+    from ragfactory.tasks.llm.batcher import Batcher
+    from ragfactory.tasks.retrieval.types import Hit
+    from ragfactory.tasks.training.process_reward import EngineJudge
+    from tests.fakes import ScriptedBackend
+
+    def verdict(request, sample):
+        assert request.role == "judge" and request.sampling.grammar is not None
+        return "So the relevance is 0.8" if "(1) Jaws: text" in request.messages[-1].content else "I cannot tell."
+
+    backend = ScriptedBackend(verdict)
+    judge = EngineJudge(Batcher(backend))
+    jaws, paris = (Hit(f"p-{t.lower()}", t, "text", 1.0) for t in ("Jaws", "Paris"))
+    assert judge([("Who directed Jaws?", [jaws]), ("Who directed Jaws?", [paris])]) == [0.8, None]
+    assert [len(batch) for batch in backend.batches] == [2]
