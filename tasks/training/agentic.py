@@ -35,16 +35,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ragfactory.tasks.retrieval.types import Hit, Retriever
+from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.search.common import hit_record
 from ragfactory.tasks.search.parsing import parse_rollout_turn
 from ragfactory.tasks.search.treeps.steps import STEP_STOP, information
-from ragfactory.tasks.training.methods import MethodContext, REWARD_OPTIONS
+from ragfactory.tasks.training.methods import check_options, MethodContext
 
 ROLLOUT_LOG = "rollouts.jsonl"
 
@@ -72,10 +72,9 @@ class AgenticOptions:
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> AgenticOptions:
-        known = {"max_turns", "top_k", "retriever", "sources", "grammar", "turn_tokens"}
-        unknown = sorted(set(options) - known - set(REWARD_OPTIONS))
-        if unknown:
-            raise ValueError(f"grpo-agentic: unknown option(s) {unknown}; known: {sorted(known | set(REWARD_OPTIONS))}")
+        """The rollout's settings from ``TrainConfig.options`` (the rewards read the others)."""
+        check_options("grpo-agentic", options)
+        known = {f.name for f in fields(cls)}
         return cls(**{k: tuple(v) if k == "sources" else v for k, v in options.items() if k in known})
 
 
@@ -100,9 +99,7 @@ def turn_end(tokenizer, new_ids: Sequence[int], eos_ids: set[int]) -> int:
 
     Batched ``generate`` pads a row that stopped early; the pads are not the model's tokens."""
     for k, token in enumerate(new_ids):
-        if token in eos_ids:
-            return k + 1
-        if token_text_has_stop(tokenizer, new_ids[: k + 1]):
+        if token in eos_ids or token_text_has_stop(tokenizer, new_ids[: k + 1]):
             return k + 1
     return len(new_ids)
 
@@ -133,7 +130,7 @@ class GrammarProcessor:
 
 
 def generate_turn(model, tokenizer, rollouts: list[Rollout], budget: int, sampling: dict[str, Any],
-                  grammar: tuple[Any, Any] | None = None) -> list[list[int]]:
+                  eos_ids: set[int], grammar: tuple[Any, Any] | None = None) -> list[list[int]]:
     """One sampled turn for each rollout (left-padded batch); the new ids of each, cut at its end.
     ``grammar`` is (``GrammarMasks``, ``Grammar``) to hold the turn to."""
     import torch
@@ -151,12 +148,10 @@ def generate_turn(model, tokenizer, rollouts: list[Rollout], budget: int, sampli
         out = model.generate(input_ids=ids.to(device), attention_mask=attention.to(device), max_new_tokens=room,
                              do_sample=True, stop_strings=list(STEP_STOP), tokenizer=tokenizer,
                              pad_token_id=pad, logits_processor=processors, **sampling)
-    eos = set(model.generation_config.eos_token_id if isinstance(model.generation_config.eos_token_id, list)
-              else [model.generation_config.eos_token_id]) | {tokenizer.eos_token_id}
     new = []
     for rollout, row in zip(rollouts, out[:, width:].tolist()):
         row = row[: budget - len(rollout.ids)]
-        new.append(row[: turn_end(tokenizer, row, eos)])
+        new.append(row[: turn_end(tokenizer, row, eos_ids)])
     return new
 
 
@@ -172,7 +167,7 @@ def observe(rollout: Rollout, turn_ids: list[int], tokenizer, retriever: Retriev
         return
     query = parsed.get("query")
     [hits] = retriever.search([query], options.top_k)
-    records = [hit_record(h) if isinstance(h, Hit) else dict(h) for h in hits]
+    records = [hit_record(h) for h in hits]
     rollout.queries.append(query)
     rollout.hits.append(records)
     observation = tokenizer(f"\n\n{information(records)}\n\n", add_special_tokens=False)["input_ids"]
@@ -188,25 +183,23 @@ def prompt_ids(tokenizer, prompt) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def run_rollouts(model, tokenizer, prompts: Sequence, retriever: Retriever, options: AgenticOptions,
-                 budget: int, sampling: dict[str, Any], masks=None) -> list[Rollout]:
-    """Steps 1-3 of the module docstring for a batch of prompts (one rollout each)."""
-    eos = {tokenizer.eos_token_id}
-    if model.generation_config.eos_token_id is not None:
-        ids = model.generation_config.eos_token_id
-        eos |= set(ids if isinstance(ids, list) else [ids])
-    grammar = None
-    if options.grammar is not None:
-        from ragfactory.tasks.llm.structured import GrammarMasks
-        from ragfactory.tasks.prompts.loader import load_grammar
+def eos_ids(model, tokenizer) -> set[int]:
+    """The tokens that end a sequence: the tokenizer's and the generation config's."""
+    ids = model.generation_config.eos_token_id
+    return {tokenizer.eos_token_id} | set(ids if isinstance(ids, list) else [] if ids is None else [ids])
 
-        grammar = (masks or GrammarMasks(tokenizer), load_grammar(options.grammar, options.turn_tokens, "turn_tokens"))
+
+def run_rollouts(model, tokenizer, prompts: Sequence, retriever: Retriever, options: AgenticOptions,
+                 budget: int, sampling: dict[str, Any], grammar: tuple[Any, Any] | None = None) -> list[Rollout]:
+    """Steps 1-3 of the module docstring for a batch of prompts (one rollout each); ``grammar``
+    as ``generate_turn`` takes it."""
+    eos = eos_ids(model, tokenizer)
     rollouts = [Rollout(prompt_ids(tokenizer, p), [], [], [], []) for p in prompts]
     for _ in range(options.max_turns):
         active = [r for r in rollouts if not r.done]
         if not active:
             break
-        for rollout, turn in zip(active, generate_turn(model, tokenizer, active, budget, sampling, grammar)):
+        for rollout, turn in zip(active, generate_turn(model, tokenizer, active, budget, sampling, eos, grammar)):
             observe(rollout, turn, tokenizer, retriever, options, budget, eos)
     return rollouts
 
@@ -218,7 +211,7 @@ class AgenticRollout:
                  logger: logging.Logger | logging.LoggerAdapter):
         self.retriever, self.options, self.logger = retriever, options, logger
         self.log_path = Path(output_dir) / ROLLOUT_LOG
-        self.masks = None  # llguidance's tokenizer, built on the first grammar-held rollout
+        self.grammar = None  # (masks, grammar), built on the first rollout when options.grammar is set
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:
         args = trainer.args
@@ -230,18 +223,24 @@ class AgenticRollout:
         was_training = model.training
         model.eval()
         try:
-            if self.options.grammar is not None and self.masks is None:
-                from ragfactory.tasks.llm.structured import GrammarMasks
-
-                self.masks = GrammarMasks(tokenizer)
             rollouts = run_rollouts(model, tokenizer, prompts, self.retriever, self.options,
-                                    args.max_completion_length, sampling, self.masks)
+                                    args.max_completion_length, sampling, self.turn_grammar(tokenizer))
         finally:
             model.train(was_training)
         self.record(rollouts, tokenizer, trainer.state.global_step)
         return {"prompt_ids": [r.prompt_ids for r in rollouts], "completion_ids": [r.ids for r in rollouts],
                 "logprobs": None, "env_mask": [r.mask for r in rollouts],
                 "retrieved": [r.hits for r in rollouts]}
+
+    def turn_grammar(self, tokenizer) -> tuple[Any, Any] | None:
+        """llguidance's masks for the tokenizer and the turn grammar, made once per trainer."""
+        if self.options.grammar is not None and self.grammar is None:
+            from ragfactory.tasks.llm.structured import GrammarMasks
+            from ragfactory.tasks.prompts.loader import load_grammar
+
+            self.grammar = (GrammarMasks(tokenizer),
+                            load_grammar(self.options.grammar, self.options.turn_tokens, "turn_tokens"))
+        return self.grammar
 
     def record(self, rollouts: list[Rollout], tokenizer, step: int) -> None:
         """One log line and one ``rollouts.jsonl`` line per rollout."""
@@ -261,18 +260,16 @@ def build_retriever(ctx: MethodContext, options: AgenticOptions) -> Retriever:
     """The build's retriever over the build's passages (or the options' sources and kind)."""
     from ragfactory.tasks.retrieval.corpus import open_retriever
     from ragfactory.tasks.retrieval.config import RetrievalConfig
-    from ragfactory.warehouse.catalog import query
 
     if ctx.warehouse is None:
         raise ValueError("grpo-agentic needs a warehouse to retrieve from")
     config, sources = RetrievalConfig(), list(options.sources)
     if ctx.run_id is not None:
-        [row] = query(ctx.warehouse, "select config, inputs from runs where run_id = $run_id",
-                      {"run_id": ctx.run_id}).to_pylist() or [None]
-        if row is None:
+        run = ctx.build_run()
+        if run is None:
             raise ValueError(f"grpo-agentic: build run {ctx.run_id!r} is not in the runs table")
-        config = RetrievalConfig.model_validate(json.loads(row["config"]).get("retrieval") or {})
-        sources = sources or sorted({i["dataset"] for i in row["inputs"] or []})
+        config = RetrievalConfig.model_validate(run["config"].get("retrieval") or {})
+        sources = sources or sorted({i["dataset"] for i in run["inputs"] or []})
     if not sources:
         raise ValueError("grpo-agentic: no passage sources; train on a build run or set options.sources")
     return open_retriever(ctx.warehouse, sources, config, kind=options.retriever)
@@ -286,8 +283,7 @@ def qa_rows(rows: list[dict]) -> list[dict]:
     return kept
 
 
-def build_trainer(ctx: MethodContext, retriever: Retriever | None = None,
-                  extra_rewards: dict[str, Callable] | None = None):
+def build_trainer(ctx: MethodContext, retriever: Retriever | None = None):
     """TRL's GRPO trainer with the agentic rollout (the ``methods.py`` seam)."""
     import datasets
     from trl import GRPOTrainer
@@ -301,7 +297,7 @@ def build_trainer(ctx: MethodContext, retriever: Retriever | None = None,
     model, tokenizer = load_model(ctx.model_path)
     tokenizer.padding_side = "left"
     args = trl_args("grpo-agentic", ctx.output_dir, ctx.save_steps, ctx.seed, ctx.trl)
-    rewards = reward_functions(ctx.rewards, {**process_rewards(ctx), **(extra_rewards or {})})
+    rewards = reward_functions(ctx.rewards, process_rewards(ctx))
     dataset = datasets.Dataset.from_list(qa_rows(ctx.rows))
     return GRPOTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=dataset,
                        processing_class=tokenizer, callbacks=list(ctx.callbacks), peft_config=ctx.peft_config,

@@ -16,6 +16,7 @@ trains it like any other (resume, save, metrics). Stock methods keep their path 
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,17 @@ class MethodContext:
     peft_config: Any = None
     options: dict[str, Any] = field(default_factory=dict)  # method-specific settings
 
+    def build_run(self) -> dict[str, Any] | None:
+        """The build run's ``config`` (parsed) and ``inputs`` from ``runs``; None when the export is
+        a parquet file or the run is not recorded."""
+        from ragfactory.warehouse.catalog import query
+
+        if self.run_id is None or self.warehouse is None:
+            return None
+        rows = query(self.warehouse, "select config, inputs from runs where run_id = $run_id",
+                     {"run_id": self.run_id}).to_pylist()
+        return {**rows[0], "config": json.loads(rows[0]["config"] or "{}")} if rows else None
+
 
 @dataclass(frozen=True)
 class MethodSpec:
@@ -55,19 +67,26 @@ class MethodSpec:
     module: str  # imported on use: torch and TRL load only when the method trains
     optional: tuple[str, ...] = ()
     options: tuple[str, ...] = ()  # the ``TrainConfig.options`` keys it reads
+    config: str = "transformers:TrainingArguments"  # "module:Class" of its trainer's config
 
     @property
     def build(self) -> Callable[[MethodContext], Any]:
         return importlib.import_module(self.module).build_trainer
+
+    @property
+    def config_class(self) -> type:
+        module, _, name = self.config.partition(":")
+        return getattr(importlib.import_module(module), name)
 
 
 METHODS: dict[str, MethodSpec] = {
     spec.name: spec for spec in (
         MethodSpec("tree-advantage", "trajectories",
                    ("prompt", "response", "step_spans", "observation_spans", "is_sampled"),
-                   "ragfactory.tasks.training.tree_advantage"),
+                   "ragfactory.tasks.training.tree_advantage",
+                   config="ragfactory.tasks.training.tree_advantage:TreeAdvantageConfig"),
         MethodSpec("grpo-agentic", "grpo_prompts", ("prompt", "golden_answers", "question_id"),
-                   "ragfactory.tasks.training.agentic", optional=("task",),
+                   "ragfactory.tasks.training.agentic", optional=("task",), config="trl:GRPOConfig",
                    options=("max_turns", "top_k", "retriever", "sources", "grammar", "turn_tokens",
                             *REWARD_OPTIONS)),
         MethodSpec("prm", "step_labels", ("label_id", "prompt", "completions", "labels"),

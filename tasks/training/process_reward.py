@@ -26,13 +26,12 @@ right answer: 0.6 · (0.7 + 0.3 + 0) = 0.6.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ragfactory.tasks.rewards.answer import cover_exact_match, exact_match
 from ragfactory.tasks.retrieval.types import Hit
+from ragfactory.tasks.search.common import hits_from_records
 from ragfactory.tasks.search.parsing import parse_rollout_turn
 from ragfactory.tasks.search.r3.config import R3Config
 from ragfactory.tasks.search.r3.judges import judge_request, parse_relevance, relevance_values
@@ -78,7 +77,7 @@ class R3ProcessReward:
                  **columns) -> list[float]:
         if retrieved is None or question_id is None:
             raise ValueError("r3_process scores agentic rollouts: it needs the retrieved and question_id columns")
-        items = [(self.question(qid), [as_hit(h) for h in hits]) for qid, searches in zip(question_id, retrieved)
+        items = [(self.question(qid), hits_from_records(hits)) for qid, searches in zip(question_id, retrieved)
                  for hits in searches if hits]
         scores = iter(self.judge(items) if items else [])
         rewards = []
@@ -116,22 +115,14 @@ class EngineJudge:
         return asyncio.run(run())
 
 
-def as_hit(hit: Hit | Mapping[str, Any]) -> Hit:
-    return hit if isinstance(hit, Hit) else Hit(**{k: hit[k] for k in ("passage_id", "title", "text", "score")})
-
-
 def engine_judge(ctx: MethodContext) -> RelevanceJudge:
     """The build's judge (its ``llm`` config's judge role, else its policy) as a relevance judge."""
     from ragfactory.tasks.llm.cache import CallCache
     from ragfactory.tasks.llm.config import LLMConfig
     from ragfactory.tasks.llm.engine import make_batcher
-    from ragfactory.warehouse.catalog import query
 
-    llm = LLMConfig()
-    if ctx.run_id is not None:
-        rows = query(ctx.warehouse, "select config from runs where run_id = $run_id", {"run_id": ctx.run_id}).to_pylist()
-        if rows:
-            llm = LLMConfig.model_validate(json.loads(rows[0]["config"]).get("llm") or {})
+    run = ctx.build_run()
+    llm = LLMConfig.model_validate((run["config"].get("llm") or {}) if run else {})
     cache = CallCache(f"train-{ctx.run_id or 'parquet'}")
     return EngineJudge(make_batcher(llm, cache, ctx.warehouse.artifacts_dir("models")))
 
@@ -148,11 +139,9 @@ def question_texts(ctx: MethodContext) -> dict[str, str]:
 def process_rewards(ctx: MethodContext, judge: RelevanceJudge | None = None) -> dict[str, Callable]:
     """The process rewards the run names: ``r3_process`` (its judge built only then) and ``prm``
     (a trained step reward model, ``prm.registered_prm_reward``)."""
-    rewards: dict[str, Callable] = {}
-    if "prm" in ctx.rewards:
-        from ragfactory.tasks.training.prm import registered_prm_reward
+    from ragfactory.tasks.training.prm import prm_rewards
 
-        rewards["prm"] = registered_prm_reward(ctx.warehouse, ctx.options)
+    rewards: dict[str, Callable] = prm_rewards(ctx.warehouse, ctx.rewards, ctx.options)
     if "r3_process" not in ctx.rewards:
         return rewards
     if ctx.warehouse is None:

@@ -88,10 +88,10 @@ def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
         extra = dict(extra_rewards or {})
         if "sepr" in config.rewards and "sepr" not in extra:
             extra["sepr"] = plan_reward(wh)
-        if "prm" in config.rewards and "prm" not in extra:
-            from ragfactory.tasks.training.prm import registered_prm_reward
+        if "prm" not in extra:
+            from ragfactory.tasks.training.prm import prm_rewards
 
-            extra["prm"] = registered_prm_reward(wh, config.options)
+            extra |= prm_rewards(wh, config.rewards, config.options)
         rewards = reward_functions(config.rewards, extra)
     trainer = make_trainer(config.method, model, tokenizer, dataset, args,
                            [progress, *callbacks], rewards, lora_config(config.lora))

@@ -35,18 +35,14 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def config_class(method: str):
-    """The TRL config class of a method (``tree-advantage`` and ``prm`` bring their own)."""
+    """The TRL config class of a method: a stock one, or the one its ``methods.py`` spec names."""
     from trl import DPOConfig, GRPOConfig, SFTConfig
 
-    if method == "tree-advantage":
-        from ragfactory.tasks.training.tree_advantage import TreeAdvantageConfig
+    from ragfactory.tasks.training.methods import METHODS
 
-        return TreeAdvantageConfig
-    if method == "prm":
-        from transformers import TrainingArguments
-
-        return TrainingArguments
-    classes = {"sft": SFTConfig, "dpo": DPOConfig, "grpo": GRPOConfig, "grpo-agentic": GRPOConfig}
+    if method in METHODS:
+        return METHODS[method].config_class
+    classes = {"sft": SFTConfig, "dpo": DPOConfig, "grpo": GRPOConfig}
     if method not in classes:
         raise ValueError(f"unknown training method {method!r}; expected one of {sorted(METHOD_DEFAULTS)}")
     return classes[method]
