@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 
+from prefect.runtime import flow_run
 from prefect.states import Failed, State
 
 from ragfactory.warehouse.runs import RunHold, holding_run, mark_abandoned_runs, now
@@ -25,7 +26,7 @@ def recorded_run(wh: Warehouse, *, run_id: str, flow: str, config: dict, config_
     """Hold run ``run_id`` of ``flow`` for the block, its ``runs`` row ``running`` meanwhile."""
     mark_abandoned_runs(wh)
     run = {"run_id": run_id, "flow": flow, "config": config, "config_hash": config_hash,
-           "started_at": now(), "warnings": list(warnings)}
+           "started_at": now(), "warnings": list(warnings), "flow_run_id": flow_run.get_id()}
     with holding_run(wh, **run) as hold:
         yield hold
 

@@ -26,6 +26,7 @@ RUN_TABLES: list[TableSpec] = [
         ("error", pa.string()),
         ("warnings", STRINGS),
         ("inputs", pa.list_(RUN_INPUT)),
+        ("flow_run_id", pa.string()),  # the Prefect flow run that ran it (None outside Prefect)
     ),
     spec(
         "ingests", ("dataset",), ("version",),

@@ -44,7 +44,8 @@ from ragfactory.schemas.training_tables import (
 #    runs.inputs is null there (such a run took every question of its datasets).
 # 5: the rewards table (per-node rewards with their scale: R3-RAG's judged relevance, format,
 #    process and outcome rewards). Shards written before have no rewards file.
-SCHEMA_VERSION = 5
+# 6: runs.flow_run_id (the Prefect flow run behind a run, for the dashboard's link; null before).
+SCHEMA_VERSION = 6
 
 # Bookkeeping, then what a build writes, then training and evaluation: `ragfactory tables` lists
 # them in this order.

@@ -65,6 +65,7 @@ def record_run(
     error: str | None = None,
     warnings: list[str] | None = None,
     inputs: list[dict] | None = None,
+    flow_run_id: str | None = None,
 ) -> dict:
     """Write (or replace) the run's row; ``finished_at`` is set once the status is final.
 
@@ -72,6 +73,7 @@ def record_run(
     held-out questions, an evaluation on questions its model trained on). ``inputs`` are the
     ingested versions it read, ``{"dataset", "version"}`` each (``ingests.version``): what
     selects its questions, and what a reader joins to ``ingests`` to see which file it was.
+    ``flow_run_id`` is the Prefect flow run that ran it, for a link from the dashboard.
     """
     row = {
         "run_id": run_id,
@@ -86,6 +88,7 @@ def record_run(
         "error": error,
         "warnings": list(warnings or []),
         "inputs": [{"dataset": i["dataset"], "version": i["version"]} for i in inputs or []],
+        "flow_run_id": flow_run_id,
     }
     warehouse.write("runs", [row], shard=RUN_SHARD)
     return row
