@@ -164,6 +164,13 @@ def start_worker(pool: str, env: dict[str, str], log: Path | None = None) -> sub
                   env, log)
 
 
+def start_dashboard(port: int, env: dict[str, str], log: Path | None = None) -> subprocess.Popen:
+    """``ragfactory dashboard`` on 127.0.0.1:``port``, submitting to the stack's server
+    (``PREFECT_API_URL`` in ``env``) and reading its warehouse (``RAGFACTORY_HOME``)."""
+    return _spawn([sys.executable, "-m", "ragfactory.cli", "dashboard", "--host", "127.0.0.1",
+                   "--port", str(port)], env, log)
+
+
 def stop(process: subprocess.Popen, grace: float = 20.0) -> int | None:
     """SIGTERM the process's group, SIGKILL it after ``grace`` seconds; returns the exit code."""
     if process.poll() is not None:
@@ -193,6 +200,8 @@ class Stack:
     server: subprocess.Popen
     log_dir: Path | None = None
     workers: dict[str, subprocess.Popen] = field(default_factory=dict)
+    dashboard: subprocess.Popen | None = None
+    dashboard_port: int | None = None
 
     @property
     def api_url(self) -> str:
@@ -209,12 +218,25 @@ class Stack:
         self.workers[pool] = start_worker(pool, self.env, self.log(f"worker-{pool}"))
         return self.workers[pool]
 
+    @property
+    def dashboard_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.dashboard_port}" if self.dashboard_port else None
+
+    def add_dashboard(self, port: int) -> subprocess.Popen:
+        self.dashboard_port = port
+        self.dashboard = start_dashboard(port, self.env, self.log("dashboard"))
+        return self.dashboard
+
     def exited(self) -> list[str]:
         """The parts of the stack that are no longer running."""
         parts = {"server": self.server, **{f"worker {p}": w for p, w in self.workers.items()}}
+        if self.dashboard is not None:
+            parts["dashboard"] = self.dashboard
         return [name for name, process in parts.items() if process.poll() is not None]
 
     def stop(self) -> None:
+        if self.dashboard is not None:
+            stop(self.dashboard)
         for worker in self.workers.values():
             stop(worker)
         stop(self.server)
@@ -237,8 +259,9 @@ def start_stack(port: int | None = None, prefect_home: str | Path | None = None,
 
 
 def _bring_up(stack: Stack, timezone: str | None, pools: Iterable[str], echo,
-              stopping: threading.Event) -> bool:
-    """Pools, the schedule's timezone, the deployments, the workers; False if stopped first."""
+              stopping: threading.Event, dashboard_port: int | None = None) -> bool:
+    """Pools, the schedule's timezone, the deployments, the workers and the dashboard; False if
+    stopped first."""
     create_pools(stack.env)
     echo(f"nightly-build runs at 02:00 {set_timezone(stack.api_url, timezone)}")
     echo("deploying prefect.yaml ...")
@@ -247,16 +270,21 @@ def _bring_up(stack: Stack, timezone: str | None, pools: Iterable[str], echo,
         return False
     for pool in pools:
         stack.add_worker(pool)
+    if dashboard_port:
+        stack.add_dashboard(dashboard_port)
     return True
 
 
 def serve(port: int = 4200, root: Path | None = None, timezone: str | None = None,
           pools: Iterable[str] = ("cpu",), prefect_home: Path | None = None,
-          log_dir: Path | None = None, echo=print) -> None:
-    """Start the whole stack, print the UI address, and stop it all on Ctrl-C or SIGTERM."""
+          log_dir: Path | None = None, echo=print, dashboard_port: int | None = 8765) -> None:
+    """Start the whole stack, print the UI and dashboard addresses, and stop it all on Ctrl-C or
+    SIGTERM. ``dashboard_port`` None or 0: no dashboard."""
     pools = list(pools)
     if not port_is_free(port):
         raise StackError(f"127.0.0.1:{port} is in use (another Prefect server?); pick one with --port")
+    if dashboard_port and not port_is_free(dashboard_port):
+        raise StackError(f"127.0.0.1:{dashboard_port} is in use; pick another with --dashboard-port (0: none)")
     extra = {"RAGFACTORY_HOME": str(root)} if root is not None else None
     stopping = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -264,8 +292,10 @@ def serve(port: int = 4200, root: Path | None = None, timezone: str | None = Non
     try:
         echo(f"starting prefect server on 127.0.0.1:{port} ...")
         stack = start_stack(port, prefect_home, log_dir, extra)
-        if not stopping.is_set() and _bring_up(stack, timezone, pools, echo, stopping):
+        if not stopping.is_set() and _bring_up(stack, timezone, pools, echo, stopping, dashboard_port):
             echo(f"Prefect UI: {stack.ui_url}  (workers: {', '.join(pools)}; Ctrl-C stops everything)")
+            if stack.dashboard_url:
+                echo(f"dashboard: {stack.dashboard_url}")
         while not stopping.wait(1.0):
             if gone := stack.exited():
                 raise StackError(f"{', '.join(gone)} exited; stopping")
@@ -274,7 +304,7 @@ def serve(port: int = 4200, root: Path | None = None, timezone: str | None = Non
             raise
     finally:
         if stack is not None:
-            echo("stopping workers and server ...")
+            echo("stopping the dashboard, workers and server ...")
             stack.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

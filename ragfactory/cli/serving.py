@@ -87,10 +87,12 @@ def serve(
         list[str] | None,
         typer.Option("--pool", help="Work pool to start a worker for (repeatable): cpu, gpu"),
     ] = None,
+    dashboard_port: Annotated[int, typer.Option(help="Port of the dashboard (on 127.0.0.1); 0: none")] = 8765,
 ) -> None:
-    """Start a local Prefect server with the work pools, prefect.yaml's deployments and workers.
+    """Start a local Prefect server with the work pools, prefect.yaml's deployments, workers and
+    the dashboard.
 
-    Prints the UI address; Ctrl-C stops the workers and the server. Flow runs write to the
+    Prints the UI and dashboard addresses; Ctrl-C stops the dashboard, the workers and the server. Flow runs write to the
     warehouse at --root. Start a `gpu` worker on the machine with the GPU.
 
     Example: `ragfactory serve --port 4200 --timezone Europe/Paris --pool cpu --pool gpu`
@@ -101,6 +103,37 @@ def serve(
     if unknown := sorted(set(pools) - set(POOLS)):
         fail(f"unknown work pools {unknown}; known: {list(POOLS)}")
     try:
-        serve_stack(port=port, root=root, timezone=timezone, pools=pools, echo=console.print)
+        serve_stack(port=port, root=root, timezone=timezone, pools=pools, echo=console.print,
+                    dashboard_port=dashboard_port or None)
     except StackError as exc:
         fail(str(exc))
+
+
+@app.command()
+def dashboard(
+    host: Annotated[str, typer.Option(help="Address to bind; any but 127.0.0.1 / localhost needs --token")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port of the dashboard")] = 8765,
+    token: Annotated[str | None, typer.Option(
+        envvar="RAGFACTORY_DASHBOARD_TOKEN",
+        help="Token every request must carry (open /?token=... once); required off 127.0.0.1")] = None,
+    prefect_api: Annotated[str | None, typer.Option(
+        envvar="PREFECT_API_URL", help="Prefect API the Train page submits to (e.g. http://127.0.0.1:4200/api)")] = None,
+    root: RootOption = None,
+) -> None:
+    """Open the warehouse explorer: builds, search trees, rewards, SQL, models, and training.
+
+    Read-only over the warehouse; the Train page starts the train-<method> deployments on the
+    Prefect server at --prefect-api. `ragfactory serve` starts it beside the Prefect UI.
+
+    Example: `ragfactory dashboard --port 8765` then open http://127.0.0.1:8765
+    """
+    from ragfactory.dashboard.app import serve as serve_dashboard
+    from ragfactory.dashboard.security import BindRefused, check_bind
+
+    try:
+        check_bind(host, token)
+    except BindRefused as exc:
+        fail(str(exc))
+    wh = open_warehouse(root)
+    console.print(f"dashboard: http://{host}:{port}  (warehouse {wh.root}; Ctrl-C stops it)", soft_wrap=True)
+    serve_dashboard(wh, host=host, port=port, token=token, prefect_api_url=prefect_api)

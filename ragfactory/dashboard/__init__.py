@@ -1,0 +1,1 @@
+"""The warehouse explorer: runs, trees, rewards, SQL, models and training (``ragfactory dashboard``)."""

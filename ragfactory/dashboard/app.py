@@ -1,0 +1,273 @@
+"""The warehouse explorer: a FastAPI app of server-rendered pages over the warehouse.
+
+Pages (Jinja2 templates in ``templates/``): runs, the tree viewer, rewards, the SQL console,
+models and evaluations, and Train. The tree is drawn in the browser by d3 (``static/tree.js``)
+from ``/api/tree``, in columns so a 10,000-node tree stays a small download; a clicked node's
+whole row, LLM call, rewards, pairs and SFT rows come from ``/api/node``, its passages from
+``/api/passages`` on demand. Plots are Plotly (``static/plots.js``) over values the page carries.
+d3 7.9.2 and Plotly's cartesian bundle 4.1.1 are served from ``static/vendor`` (their licences
+beside them): the dashboard works on a machine with no way out.
+
+The app reads the warehouse and nothing else (``queries.py``); it writes only to Prefect, and
+only on the Train page's submit.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from importlib import resources
+
+from fastapi import APIRouter, FastAPI, Form, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from ragfactory.dashboard import queries
+from ragfactory.dashboard.security import Guard
+from ragfactory.dashboard.training import Prefect, method_tables, parse_json_object, refusal, train_config
+from ragfactory.warehouse.store import Warehouse
+
+PACKAGE = resources.files("ragfactory.dashboard")
+CONSOLE_ROWS = 1000  # rows the console shows; the CSV download has them all
+PAGES = (("/", "Runs"), ("/tree", "Trees"), ("/rewards", "Rewards"), ("/sql", "SQL"),
+         ("/models", "Models"), ("/train", "Train"))
+
+
+@dataclass
+class Dashboard:
+    """What every route reads: the warehouse, the Prefect server (None: Train cannot submit) and
+    the templates; kept on ``app.state`` rather than in module globals."""
+
+    warehouse: Warehouse
+    prefect: Prefect | None
+    templates: Jinja2Templates
+
+    def page(self, request: Request, name: str, status_code: int = 200, **context) -> HTMLResponse:
+        context |= {"pages": PAGES, "root": str(self.warehouse.root), "prefect": self.prefect}
+        return self.templates.TemplateResponse(request, f"{name}.html", context, status_code=status_code)
+
+    def reading(self):
+        return queries.reading(self.warehouse)
+
+
+def _dash(request: Request) -> Dashboard:
+    return request.app.state.dashboard
+
+
+def _build_ids(reader) -> list[str]:
+    return [row["run_id"] for row in reader.rows("builds")]
+
+
+router = APIRouter()
+
+
+@router.get("/", response_class=HTMLResponse)
+def runs_page(request: Request):
+    dash = _dash(request)
+    with dash.reading() as reader:
+        builds = queries.builds(reader)
+    return dash.page(request, "runs", builds=builds)
+
+
+@router.get("/tree", response_class=HTMLResponse)
+def tree_page(request: Request, run: str | None = None, strategy: str | None = None, question: str | None = None):
+    dash = _dash(request)
+    with dash.reading() as reader:
+        runs = _build_ids(reader)
+        run = run or (runs[0] if runs else None)
+        trees = reader.rows("tree_questions", run=run) if run else []
+    if trees and not (strategy and question):
+        strategy, question = trees[0]["strategy"], trees[0]["question_id"]
+    return dash.page(request, "tree", runs=runs, run=run, trees=trees, strategy=strategy, question=question)
+
+
+@router.get("/api/tree")
+def tree_json(request: Request, run: str, strategy: str, question: str):
+    with _dash(request).reading() as reader:
+        columns = queries.tree(reader, run, strategy, question)
+    if not columns["node_id"]:
+        raise HTTPException(404, f"no {strategy} tree for question {question} in run {run}")
+    return JSONResponse(columns)
+
+
+@router.get("/api/node")
+def node_json(request: Request, run: str, node: str):
+    with _dash(request).reading() as reader:
+        detail = queries.node_detail(reader, run, node)
+    if detail is None:
+        raise HTTPException(404, f"no node {node} in run {run}")
+    return JSONResponse(detail)
+
+
+@router.get("/api/passages")
+def passages_json(request: Request, ids: list[str] = Query(default=[])):
+    with _dash(request).reading() as reader:
+        return JSONResponse(queries.passages(reader, ids))
+
+
+@router.get("/rewards", response_class=HTMLResponse)
+def rewards_page(request: Request, run: str | None = None, strategy: str | None = None):
+    dash, strategy = _dash(request), strategy or None
+    with dash.reading() as reader:
+        builds = queries.builds(reader)
+        run = run or (builds[0]["run_id"] if builds else None)
+        plots = queries.reward_plots(reader, run, strategy) if run else []
+    strategies = sorted({s["strategy"] for b in builds if b["run_id"] == run for s in b["strategies"]})
+    return dash.page(request, "rewards", runs=[b["run_id"] for b in builds], run=run, strategy=strategy,
+                     strategies=strategies, plots=plots)
+
+
+@router.get("/sql", response_class=HTMLResponse)
+def sql_page(request: Request, q: str = ""):
+    dash = _dash(request)
+    result, error, status = None, None, 200
+    if q.strip():
+        try:
+            result = _console(dash.warehouse, q)
+        except ValueError as exc:
+            error, status = str(exc), 400
+    return dash.page(request, "sql", q=q, result=result, error=error, limit=CONSOLE_ROWS, status_code=status)
+
+
+@router.get("/sql.csv")
+def sql_csv(request: Request, q: str):
+    try:
+        table = _console(_dash(request).warehouse, q, limit=None)
+    except ValueError as exc:
+        return Response(str(exc), status_code=400, media_type="text/plain")
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(table["columns"])
+    writer.writerows(table["rows"])
+    return Response(out.getvalue(), media_type="text/csv",
+                    headers={"Content-Disposition": 'attachment; filename="query.csv"'})
+
+
+@router.get("/models", response_class=HTMLResponse)
+def models_page(request: Request):
+    dash = _dash(request)
+    with dash.reading() as reader:
+        registry = reader.rows("models")
+        scores = reader.rows("eval_scores")
+    return dash.page(request, "models", models=registry, scores=scores)
+
+
+@router.get("/train", response_class=HTMLResponse)
+def train_page(request: Request, run: str | None = None, method: str = "dpo"):
+    return _train_form(request, run, method)
+
+
+def _train_form(request: Request, run: str | None, method: str, config_text: str | None = None,
+                message: str | None = None, jobs_text: str = "{}", status_code: int = 200) -> HTMLResponse:
+    dash = _dash(request)
+    with dash.reading() as reader:
+        runs = _build_ids(reader)
+    run = run or (runs[0] if runs else None)
+    if config_text is None:
+        config_text = json.dumps(_default_config(dash.prefect, method), indent=2)
+    return dash.page(request, "train", runs=runs, run=run, method=method, methods=method_tables(),
+                     config_text=config_text, jobs_text=jobs_text, message=message, status_code=status_code)
+
+
+@router.post("/train", response_class=HTMLResponse)
+def train_submit(request: Request, run: str = Form(...), method: str = Form(...),
+                 config: str = Form("{}"), job_variables: str = Form("{}")):
+    """Refuse (409) a build without the method's rows; else check the config and submit."""
+    dash = _dash(request)
+    with dash.reading() as reader:
+        refused = refusal(reader, run, method)
+    if refused:
+        return _train_form(request, run, method, config, f"refused: {refused}", job_variables, 409)
+    if dash.prefect is None:
+        return _train_form(request, run, method, config, "no Prefect server: start the dashboard with "
+                           "--prefect-api or through `ragfactory serve`", job_variables, 503)
+    try:
+        overrides = parse_json_object("config", config)
+        overrides.setdefault("warehouse", {"root": str(dash.warehouse.root)})
+        parameters = train_config(method, run, overrides)
+        flow_run_id = dash.prefect.submit(method, parameters, parse_json_object("job variables", job_variables))
+    except ValueError as exc:
+        return _train_form(request, run, method, config, str(exc), job_variables, 400)
+    return RedirectResponse(f"/train/runs/{flow_run_id}", status_code=303)
+
+
+@router.get("/train/runs/{flow_run_id}", response_class=HTMLResponse)
+def train_run_page(request: Request, flow_run_id: str):
+    dash = _dash(request)
+    if dash.prefect is None:
+        raise HTTPException(503, "no Prefect server configured")
+    return dash.page(request, "train_run", flow_run_id=flow_run_id, url=dash.prefect.flow_run_url(flow_run_id))
+
+
+@router.get("/api/flow-runs/{flow_run_id}")
+def flow_run_state(request: Request, flow_run_id: str):
+    prefect = _dash(request).prefect
+    if prefect is None:
+        raise HTTPException(503, "no Prefect server configured")
+    return JSONResponse(prefect.state(flow_run_id))
+
+
+def create_app(warehouse: Warehouse, prefect_api_url: str | None = None, token: str | None = None) -> FastAPI:
+    """The dashboard over ``warehouse``; Train submits to the Prefect server at ``prefect_api_url``."""
+    app = FastAPI(title="ragfactory dashboard", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(Guard, token=token)
+    app.mount("/static", StaticFiles(directory=str(PACKAGE / "static")), name="static")
+    templates = Jinja2Templates(directory=str(PACKAGE / "templates"))
+    templates.env.filters["when"] = _when
+    app.state.dashboard = Dashboard(warehouse, Prefect(prefect_api_url) if prefect_api_url else None, templates)
+    app.include_router(router)
+    return app
+
+
+def _default_config(prefect: Prefect | None, method: str) -> dict:
+    """The deployment's ``config`` without what the form sets itself (method, build run)."""
+    config = {}
+    if prefect is not None:
+        try:
+            config = prefect.default_config(method)
+        except Exception:  # noqa: BLE001 - no server, or no such deployment: start from nothing
+            config = {}
+    return {k: v for k, v in config.items() if k not in ("method", "run_id")}
+
+
+def _console(warehouse: Warehouse, sql: str, limit: int | None = CONSOLE_ROWS) -> dict:
+    """A person's query through the confined catalog: columns and rows (ValueError: why not)."""
+    from ragfactory.warehouse.catalog import Refused, user_query
+    from ragfactory.warehouse.guard import first_line
+
+    try:
+        table = user_query(warehouse, sql)
+    except Refused as exc:
+        raise ValueError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - duckdb errors carry the useful message in their first line
+        raise ValueError(f"query failed: {first_line(exc)}") from None
+    shown = table if limit is None else table.slice(0, limit)
+    rows = [[_cell(v) for v in row.values()] for row in shown.to_pylist()]
+    return {"columns": table.column_names, "rows": rows, "n_rows": table.num_rows}
+
+
+def _when(value: str | None) -> str:
+    """An ISO timestamp as ``2026-11-24 09:27:03 UTC`` (the warehouse writes UTC)."""
+    if not value:
+        return ""
+    return value.replace("T", " ")[:19] + (" UTC" if value.endswith("+00:00") else "")
+
+
+def _cell(value) -> str | int | float | None:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return json.dumps(queries.jsonable(value), default=str)
+
+
+def serve(warehouse: Warehouse, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
+          prefect_api_url: str | None = None) -> None:
+    """Run the dashboard until interrupted (``check_bind`` first: no open bind without a token)."""
+    import uvicorn
+
+    from ragfactory.dashboard.security import check_bind
+
+    check_bind(host, token)
+    uvicorn.run(create_app(warehouse, prefect_api_url, token), host=host, port=port, log_level="warning")

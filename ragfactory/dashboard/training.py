@@ -1,0 +1,116 @@
+"""The Train page's work: check a build has rows for a method, then start the method's deployment.
+
+A training is a Prefect flow run of the ``train/train-<method>`` deployment (``prefect.yaml``),
+created through Prefect's client exactly as the UI's Run button does; the worker of the
+deployment's pool runs it, and the page follows its state. Nothing is submitted for a build that
+has no rows in the method's export table: the refusal names the table and the build.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ragfactory.dashboard.queries import STOCK_TABLES, Reader, export_rows
+
+FINAL_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+
+
+def method_tables() -> dict[str, str]:
+    """Every training method and the export table it reads by default."""
+    from ragfactory.tasks.training.methods import METHODS
+
+    return STOCK_TABLES | {name: spec.table for name, spec in METHODS.items()}
+
+
+def deployment_name(method: str) -> str:
+    return f"train/train-{method}"
+
+
+def refusal(reader: Reader, run_id: str, method: str) -> str | None:
+    """Why ``method`` cannot train on build ``run_id``, or None when it can."""
+    tables = method_tables()
+    if method not in tables:
+        return f"unknown method {method!r}; known: {', '.join(tables)}"
+    found = reader.con.sql("select status from runs where run_id = $run and flow = 'build'",
+                           params={"run": run_id}).fetchall()
+    if not found:
+        return f"no build run {run_id!r} in the warehouse"
+    table = tables[method]
+    if export_rows(reader, run_id, table) == 0:
+        return (f"build {run_id} has no {table} rows, which {method} trains on "
+                f"(its strategies exported none); pick another build or method")
+    return None
+
+
+def parse_json_object(field: str, text: str) -> dict[str, Any]:
+    """The JSON object typed into a form field; ValueError naming the field otherwise."""
+    try:
+        value = json.loads(text or "{}")
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{field}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{field}: a JSON object {{...}} is expected, not {type(value).__name__}")
+    return value
+
+
+def train_config(method: str, run_id: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The flow's ``config`` parameter, checked by ``TrainConfig`` before anything is submitted."""
+    from pydantic import ValidationError
+
+    from ragfactory.cli.common import validation_message
+    from ragfactory.flows.config import TrainConfig
+
+    config = {**overrides, "method": method, "run_id": run_id}
+    try:
+        TrainConfig(**config)
+    except ValidationError as exc:
+        raise ValueError("; ".join(validation_message(e) for e in exc.errors())) from None
+    return config
+
+
+@dataclass(frozen=True)
+class Prefect:
+    """The Prefect server the dashboard submits to (``api_url`` ends in ``/api``)."""
+
+    api_url: str
+
+    @property
+    def ui_url(self) -> str:
+        return self.api_url.removesuffix("/").removesuffix("/api")
+
+    def flow_run_url(self, flow_run_id: str) -> str:
+        return f"{self.ui_url}/runs/flow-run/{flow_run_id}"
+
+    def _client(self):
+        from prefect.client.orchestration import SyncPrefectClient
+
+        return SyncPrefectClient(self.api_url)
+
+    def default_config(self, method: str) -> dict[str, Any]:
+        """The deployment's own ``config`` parameter (what its Run button would send)."""
+        with self._client() as client:
+            deployment = client.read_deployment_by_name(deployment_name(method))
+        return dict(deployment.parameters.get("config") or {})
+
+    def submit(self, method: str, config: dict[str, Any], job_variables: dict[str, Any]) -> str:
+        """Create a flow run of the method's deployment; its id."""
+        with self._client() as client:
+            deployment = client.read_deployment_by_name(deployment_name(method))
+            flow_run = client.create_flow_run_from_deployment(
+                deployment.id, parameters={"config": config}, job_variables=job_variables or None,
+                tags=["dashboard"])
+        return str(flow_run.id)
+
+    def state(self, flow_run_id: str) -> dict[str, Any]:
+        """A flow run's state: ``name`` (e.g. Completed), ``type``, ``message`` and ``final``."""
+        from uuid import UUID
+
+        with self._client() as client:
+            flow_run = client.read_flow_run(UUID(flow_run_id))
+        state = flow_run.state
+        kind = state.type.value if state else "PENDING"
+        return {"id": flow_run_id, "name": flow_run.name, "state": state.name if state else "Pending",
+                "type": kind, "message": state.message if state else None, "final": kind in FINAL_STATES,
+                "url": self.flow_run_url(flow_run_id)}
