@@ -102,3 +102,13 @@ def test_a_failing_cli_step_shows_its_output(tmp_path):
 def test_serve_refuses_an_unknown_pool():
     result = CliRunner().invoke(app, ["serve", "--pool", "tpu"])
     assert result.exit_code == 1 and "tpu" in result.output and "cpu" in result.output
+
+
+def test_serve_refuses_a_busy_dashboard_port_before_starting_anything(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        busy = sock.getsockname()[1]
+        with pytest.raises(serve.StackError, match=f"127.0.0.1:{busy} is in use; pick another with --dashboard-port"):
+            serve.serve(port=serve.free_port(), prefect_home=tmp_path, echo=lambda *_: None, dashboard_port=busy)
+    assert not any(tmp_path.iterdir())

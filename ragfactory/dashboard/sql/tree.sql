@@ -4,7 +4,7 @@ select
     parent_id,
     depth,
     kind,
-    left(coalesce(text, ''), 160) as label,
+    left(coalesce(text, ''), 80) as label,
     is_selected,
     is_format_error,
     is_leaf,

@@ -5,6 +5,7 @@
 (function () {
   'use strict';
   const VISIBLE = 400, DX = 22, DY = 240;
+  let zoom = null;
   const el = document.getElementById('tree');
   if (!el) return;
   const started = performance.now();
@@ -71,7 +72,8 @@
     const svg = d3.select(el).append('svg').attr('width', '100%').attr('height', '100%');
     const g = svg.append('g');
     const links = g.append('g').attr('class', 'links'), nodes = g.append('g').attr('class', 'nodes');
-    svg.call(d3.zoom().scaleExtent([0.05, 4]).on('zoom', e => g.attr('transform', e.transform)));
+    zoom = d3.zoom().scaleExtent([0.05, 4]).on('zoom', e => g.attr('transform', e.transform));
+    svg.call(zoom);
 
     function update() {
       d3.tree().nodeSize([DX, DY])(root);
@@ -97,13 +99,22 @@
     document.getElementById('expand-all').addEventListener('click', () => {
       root.each(d => { if (d._children) { d.children = d._children; d._children = null; } });
       update();
+      fit(svg, root);
     });
     update();
-    const box = el.getBoundingClientRect();
-    svg.call(d3.zoom().transform, d3.zoomIdentity.translate(40, box.height / 2));
-    g.attr('transform', `translate(40,${box.height / 2})`);
+    fit(svg, root);
     el.dataset.nodes = cols.node_id.length;
     document.body.dataset.treeReadyMs = String(Math.round(performance.now() - started));
+  }
+
+  function fit(svg, root) {
+    // the drawn nodes fill the view (at most at scale 1, at least 0.25: labels stay legible)
+    const box = el.getBoundingClientRect(), shown = root.descendants();
+    const xs = shown.map(d => d.x), ys = shown.map(d => d.y);
+    const top = Math.min(...xs), height = Math.max(...xs) - top + DX, width = Math.max(...ys) + DY;
+    const k = Math.max(0.25, Math.min(1, box.height / height, box.width / width));
+    const t = d3.zoomIdentity.translate(30, Math.max(box.height / 2 - (top + height / 2) * k, 20 - top * k)).scale(k);
+    svg.call(zoom.transform, t);
   }
 
   function section(title, ...children) { return h('section', {}, h('h3', {}, title), ...children); }
