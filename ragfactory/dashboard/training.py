@@ -95,12 +95,22 @@ class Prefect:
         return dict(deployment.parameters.get("config") or {})
 
     def submit(self, method: str, config: dict[str, Any], job_variables: dict[str, Any]) -> str:
-        """Create a flow run of the method's deployment; its id."""
-        with self._client() as client:
-            deployment = client.read_deployment_by_name(deployment_name(method))
-            flow_run = client.create_flow_run_from_deployment(
-                deployment.id, parameters={"config": config}, job_variables=job_variables or None,
-                tags=["dashboard"])
+        """Create a flow run of the method's deployment; its id. ValueError when the server cannot
+        be reached or has no such deployment (prefect.yaml not deployed there)."""
+        import httpx
+        from prefect.exceptions import ObjectNotFound
+
+        try:
+            with self._client() as client:
+                deployment = client.read_deployment_by_name(deployment_name(method))
+                flow_run = client.create_flow_run_from_deployment(
+                    deployment.id, parameters={"config": config}, job_variables=job_variables or None,
+                    tags=["dashboard"])
+        except ObjectNotFound:
+            raise ValueError(f"the Prefect server at {self.api_url} has no deployment {deployment_name(method)}: "
+                             "deploy prefect.yaml there (`ragfactory serve` does)") from None
+        except httpx.HTTPError as exc:
+            raise ValueError(f"the Prefect server at {self.api_url} did not answer: {exc}") from None
         return str(flow_run.id)
 
     def state(self, flow_run_id: str) -> dict[str, Any]:

@@ -216,3 +216,22 @@ def test_a_form_post_from_another_origin_is_refused(client):
     response = client.post("/train", data={"run": "b-full", "method": "dpo"},
                            headers={"Origin": "http://evil.example"})
     assert response.status_code == 403
+
+
+def test_train_against_an_unreachable_prefect_server_says_which(warehouse):
+    from ragfactory.serve import free_port
+
+    api = f"http://127.0.0.1:{free_port()}/api"
+    client = TestClient(create_app(warehouse, prefect_api_url=api))
+    response = client.post("/train", data={"run": "b-full", "method": "dpo", "config": '{"trl": {"max_steps": 1}}',
+                                           "job_variables": "{}"})
+    assert response.status_code == 400 and f"the Prefect server at {api} did not answer" in response.text
+
+
+def test_train_names_a_config_field_that_does_not_validate(warehouse):
+    client = TestClient(create_app(warehouse, prefect_api_url="http://127.0.0.1:9/api"))
+    response = client.post("/train", data={"run": "b-full", "method": "dpo", "config": '{"save_steps": 0}',
+                                           "job_variables": "{}"})
+    assert response.status_code == 400 and "save_steps: Input should be greater than or equal to 1" in response.text
+    response = client.post("/train", data={"run": "b-full", "method": "dpo", "config": "[1]", "job_variables": "{}"})
+    assert response.status_code == 400 and "config: a JSON object {...} is expected, not list" in response.text
