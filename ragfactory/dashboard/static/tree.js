@@ -4,7 +4,7 @@
 // opens the node (its row, LLM call, rewards, pairs and SFT rows) in the side panel.
 (function () {
   'use strict';
-  const VISIBLE = 400, DX = 22, DY = 240;
+  const VISIBLE = 400, DX = 22, DY = 300;
   let zoom = null;
   const el = document.getElementById('tree');
   if (!el) return;
@@ -63,7 +63,7 @@
     if (c.advantage[i] !== null) parts.push('A=' + fmt(c.advantage[i]));
     if (c.visits[i] !== null) parts.push('n=' + c.visits[i]);
     const text = (c.label[i] || '').replace(/\s+/g, ' ');
-    return parts.join(' ') + (text ? ' · ' + (text.length > 28 ? text.slice(0, 28) + '…' : text) : '');
+    return parts.join(' ') + (text ? ' · ' + (text.length > 30 ? text.slice(0, 30) + '…' : text) : '');
   }
 
   function draw(cols) {
