@@ -5,12 +5,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
+CLIENTS_VENV := .venv-clients
+CLIENTS_STAMP := $(CLIENTS_VENV)/.installed
 
 CHROMIUM_STAMP := $(VENV)/.chromium
 # apt-get needs root: sudo only when not root already.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast bench venv clean venv-vllm test-vllm bench-engines serve screenshots
+.PHONY: demo test test-fast bench venv clean venv-vllm test-vllm bench-engines serve screenshots venv-clients test-clients
 
 venv: $(STAMP)
 
@@ -29,7 +31,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/ragfactory build --config configs/demo.yaml
 
-test: $(STAMP) $(VLLM_STAMP) $(CHROMIUM_STAMP)
+test: $(STAMP) $(VLLM_STAMP) $(CLIENTS_STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/pytest -q
 
 test-fast: $(STAMP)
@@ -81,3 +83,28 @@ test-vllm: $(STAMP) $(VLLM_STAMP)
 
 bench-engines: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/python benchmarks/engines.py
+
+# The trainers the papers used, to load the exports with their own code (tests marked `clients`):
+# verl 0.9.1 and LLaMA-Factory 0.9.5 pin transformers, datasets and trl below the main venv's.
+# Both --no-deps, with what their dataset code imports: verl's ray, tensordict, omegaconf and
+# pillow (not its GPU stack); LLaMA-Factory's pins. transformers 5.5.4 is inside both ranges.
+# LLaMA-Factory imports torchaudio at module level; the newest, 2.11, is built for torch 2.11 and
+# its compiled ops do not load with torch 2.13, so they are removed (text data never calls them).
+# torch first from the local CPU wheel, pinned on every line. About a minute and 1.5 GB.
+CLIENTS_PIP := $(CLIENTS_VENV)/bin/pip install -q --no-compile
+venv-clients: $(CLIENTS_STAMP)
+
+$(CLIENTS_STAMP):
+	$(PY) -m venv $(CLIENTS_VENV)
+	echo '*' > $(CLIENTS_VENV)/.gitignore
+	$(CLIENTS_VENV)/bin/pip install -q --upgrade pip
+	$(CLIENTS_PIP) torch==2.13.0
+	$(CLIENTS_PIP) --no-deps verl==0.9.1 llamafactory==0.9.5 torchaudio==2.11.0
+	$(CLIENTS_PIP) torch==2.13.0 transformers==5.5.4 "datasets>=2.16,<=4.0.0" "trl>=0.18,<=0.24.0" \
+		"peft>=0.18,<=0.18.1" "accelerate>=1.3,<=1.11.0" ray "tensordict>=0.8,<=0.10.0,!=0.9.0" \
+		omegaconf pillow pandas sentencepiece tiktoken protobuf einops fire "tyro<0.9" pyyaml scipy
+	rm -f $(CLIENTS_VENV)/lib/python3*/site-packages/torchaudio/lib/*.so
+	touch $(CLIENTS_STAMP)
+
+test-clients: $(STAMP) $(CLIENTS_STAMP)
+	$(BIN)/pytest -q -m clients tests/export/test_trainer_clients.py

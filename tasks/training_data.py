@@ -5,7 +5,8 @@ registry declares under the strategy's name (``tasks/export/registry.py``). One 
 tree strategy), named after it, so re-exporting replaces it exactly. The rows keep the node ids
 they came from and read with ``datasets.load_dataset("parquet", ...)``; a ``verl_prompts`` table
 is also written as a standalone verl parquet under ``artifacts/verl/<run>/`` that verl reads
-without our columns.
+without our columns, and ``sft_examples`` / ``preference_pairs`` as LLaMA-Factory datasets with
+their ``dataset_info.json`` under ``artifacts/llamafactory/<run>/``.
 
 Every table is decontaminated before it is written (``tasks/export/contamination.py``): its rows'
 questions are checked against the warehouse's held-out questions (``valid`` and ``test`` of every
@@ -25,7 +26,9 @@ from ragfactory.tasks.data.loaders import load_questions
 from ragfactory.tasks.export.config import DecontaminationConfig, ExportConfig
 from ragfactory.tasks.export.contamination import EvalSet, contaminated_rows, screen_questions
 from ragfactory.tasks.export.registry import EXPORTS, SCREENED_QUESTION_COLUMNS
-from ragfactory.tasks.export.verl import write_verl_parquet
+from ragfactory.tasks.export.llamafactory import KINDS as LLAMAFACTORY_TABLES
+from ragfactory.tasks.export.llamafactory import write_llamafactory
+from ragfactory.tasks.export.verl import verl_command, write_verl_parquet
 from ragfactory.tasks.ingest import dataset_file
 from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.config import LLMConfig
@@ -116,6 +119,17 @@ def decontaminate(wh: Warehouse, run_id: str, strategy: str, tables: dict[str, l
     return kept, flagged
 
 
+def write_trainer_files(wh: Warehouse, run_id: str, strategy: str, tables: Mapping) -> None:
+    """The files verl and LLaMA-Factory read as they are, beside the warehouse's shards."""
+    if "verl_prompts" in tables:
+        path = write_verl_parquet(tables["verl_prompts"], wh.artifacts_dir("verl", run_id) / f"{strategy}.parquet")
+        get_run_logger().info("verl: %s", verl_command(path))
+    if set(LLAMAFACTORY_TABLES.values()) & set(tables):
+        folder = wh.artifacts_dir("llamafactory", run_id)
+        write_llamafactory(folder, strategy, tables)
+        get_run_logger().info("LLaMA-Factory: dataset_dir: %s", folder)
+
+
 @task(retries=1, retry_delay_seconds=5, retry_condition_fn=retry_unless_permanent,
       task_run_name="export-{strategy}")
 def write_training_data(root: str, run_id: str, strategy: str, config: ExportConfig, run_seed: int = 0,
@@ -132,8 +146,7 @@ def write_training_data(root: str, run_id: str, strategy: str, config: ExportCon
     wh.write("contamination", contaminated, strategy, partition={"run_id": run_id})
     for table, rows in tables.items():
         wh.write(table, rows, strategy, partition={"run_id": run_id})
-    if "verl_prompts" in tables:
-        write_verl_parquet(tables["verl_prompts"], wh.artifacts_dir("verl", run_id) / f"{strategy}.parquet")
+    write_trainer_files(wh, run_id, strategy, tables)
     counts = {table: len(rows) for table, rows in tables.items()}
     get_run_logger().info("%s exports: %s; %d contaminated rows (%s)", strategy, counts, len(contaminated),
                           config.decontamination.mode)

@@ -3,8 +3,8 @@
 TreePS-RAG trained with verl. Its Search-R1 data (``scripts/data_process/nq_search.py`` of
 Search-R1) has one row per question with five columns, typed as follows:
 
-    data_source   string                      dataset name; selects the rule reward (e.g. "nq",
-                                              "hotpotqa", "2wikimultihopqa", "musique")
+    data_source   string                      "searchR1_<dataset>"; selects the rule reward (e.g.
+                                              "searchR1_nq", "searchR1_hotpotqa")
     prompt        list<struct<role: string,   the chat prompt: [{"role": "user",
                               content: string>>  "content": <Search-R1 template with question>}]
     ability       string                      "fact-reasoning"
@@ -17,6 +17,12 @@ Search-R1) has one row per question with five columns, typed as follows:
 ``verl_rows`` gives ``verl_prompts`` rows (those five plus prompt_id, run_id and question_id
 for the warehouse); ``write_verl_parquet`` writes the five columns alone as the file
 ``data.train_files`` points at.
+
+The reward is stock verl's: ``verl.utils.reward_score.default_compute_score`` (verl 0.9.1) scores
+the seven ``searchR1_<dataset>`` names of ``SEARCH_R1_DATASETS`` with Search-R1's exact match of
+the last ``<answer> … </answer>`` against ``target``, the tag the TreePS prompts ask for. Any other
+dataset's rows score through ``verl_reward.py`` (the same rule for every ``searchR1_`` name), which
+``reward_overrides`` names in ``reward.custom_reward_function`` overrides for ``main_ppo``.
 """
 
 from __future__ import annotations
@@ -33,11 +39,39 @@ from ragfactory.atomic import atomic_path
 from ragfactory.schemas.tables import VERL_COLUMNS
 from ragfactory.tasks.export.grpo import golden_list, question_rows, root_id, tree_question
 from ragfactory.tasks.export.trajectories import tree_prompt
-from ragfactory.tasks.search.tree import group_trees, stable_id
+from ragfactory.tasks.search.tree import RowTree, group_trees, stable_id
 from ragfactory.warehouse.store import conform
 
 ABILITY = "fact-reasoning"  # Search-R1's value for its QA datasets
 REWARD_STYLE = "rule"  # exact match against ``target``, Search-R1's qa_em reward
+DATA_SOURCE_PREFIX = "searchR1_"  # the prefix of verl's Search-R1 reward names
+# The datasets verl 0.9.1's default_compute_score scores as searchR1_<name>, no user code needed.
+SEARCH_R1_DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+ANSWER_TAG = "<answer>"  # what search_r1_like_qa_em parses; every prompt must ask for it
+REWARD_MODULE = Path(__file__).with_name("verl_reward.py")
+
+
+def data_source(dataset: str | None) -> str:
+    """The verl ``data_source`` of a dataset: ``searchR1_<dataset>``."""
+    return DATA_SOURCE_PREFIX + str(dataset or "unknown")
+
+
+def reward_overrides(data_sources: Iterable[str]) -> list[str]:
+    """``main_ppo`` overrides the rows need beyond stock verl: none when every data source is one
+    verl scores, else the shipped reward module as ``custom_reward_function``."""
+    stock = {data_source(name) for name in SEARCH_R1_DATASETS}
+    if set(data_sources) <= stock:
+        return []
+    return [f"reward.custom_reward_function.path={REWARD_MODULE}",
+            "reward.custom_reward_function.name=compute_score"]
+
+
+def _user_prompt(tree: RowTree) -> str:
+    text = tree_prompt(tree)
+    if ANSWER_TAG not in text:
+        raise ValueError(f"question {tree.question_id!r}: the prompt does not ask for {ANSWER_TAG}…"
+                         "</answer>, which verl's Search-R1 reward parses")
+    return text
 
 
 def verl_rows(
@@ -52,8 +86,8 @@ def verl_rows(
             "prompt_id": stable_id("verl", tree.run_id, tree.question_id, tree.strategy),
             "run_id": tree.run_id,
             "question_id": tree.question_id,
-            "data_source": str(question.get("dataset") or "unknown"),
-            "prompt": [{"role": "user", "content": tree_prompt(tree)}],
+            "data_source": data_source(question.get("dataset")),
+            "prompt": [{"role": "user", "content": _user_prompt(tree)}],
             "ability": ABILITY,
             "reward_model": {"style": REWARD_STYLE, "ground_truth": {"target": golden_list(question)}},
             "extra_info": {
@@ -76,3 +110,11 @@ def write_verl_parquet(rows: pa.Table | Iterable[Mapping[str, Any]], path: str |
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
     return path
+
+
+def verl_command(path: str | os.PathLike) -> str:
+    """The ``main_ppo`` data overrides for the verl parquet at ``path``, with the reward overrides
+    its data sources need (none for stock verl's datasets)."""
+    sources = pq.read_table(path, columns=["data_source"]).column("data_source").to_pylist()
+    overrides = [f"data.train_files={path}", "data.prompt_key=prompt", *reward_overrides(sources)]
+    return "python -m verl.trainer.main_ppo " + " ".join(overrides)

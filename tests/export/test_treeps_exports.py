@@ -125,7 +125,7 @@ def test_verl_parquet_has_the_five_search_r1_fields(tmp_path, warehouse, nodes):
     loaded = datasets.load_dataset("parquet", data_files=str(path), split="train",
                                    cache_dir=str(tmp_path / "hf-cache"))
     row = loaded[0]
-    assert row["data_source"] == "hotpotqa" and row["ability"] == "fact-reasoning"
+    assert row["data_source"] == "searchR1_hotpotqa" and row["ability"] == "fact-reasoning"
     assert row["prompt"] == [{"role": "user", "content": initial_prompt("Capital of country 0?", "treeps_step")}]
     assert row["reward_model"] == {"style": "rule", "ground_truth": {"target": ["Paris"]}}
     root = next(n for n in nodes if n["question_id"] == "q0" and n["parent_id"] is None)

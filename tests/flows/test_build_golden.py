@@ -29,7 +29,8 @@ GOLDEN = {
     "questions": "d857112eb243e5e1", "passages": "2c452904ec52c8fb", "nodes": "b2f30cf0a8ac67a5",
     "rollouts": "79482bc431e5eb8c", "llm_calls": "c755602eeaa7bbb6", "sft_examples": "07ec417bd2d33fcf",
     "preference_pairs": "52373e21195e7f14", "trajectories": "555ec4e61b5f2268",
-    "grpo_prompts": "de7d9f4df75ecc14", "verl_prompts": "cfd9777d08496ca9",
+    # verl_prompts: data_source is verl's reward name, searchR1_<dataset> (tasks/export/verl.py)
+    "grpo_prompts": "de7d9f4df75ecc14", "verl_prompts": "b193626199ae1dfa",
     "step_labels": "44b69f948dd70c2f",
     "contamination": "e3b0c44298fc1c14",  # no row: nothing of this build is held out
 }
