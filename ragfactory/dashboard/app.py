@@ -2,7 +2,7 @@
 
 Pages (Jinja2 templates in ``templates/``): runs, the tree viewer, rewards, the SQL console,
 models and evaluations, and Train. The tree is drawn in the browser by d3 (``static/tree.js``)
-from ``/api/tree``, in columns and gzipped, so a 10,000-node tree is a ~200 KB download; a clicked node's
+from ``/api/tree``, in columns and gzipped (a 10,000-node tree: 0.6 MB); a clicked node's
 whole row, LLM call, rewards, pairs and SFT rows come from ``/api/node``, its passages from
 ``/api/passages`` on demand. Plots are Plotly (``static/plots.js``) over values the page carries.
 d3 7.9.2 and Plotly's cartesian bundle 4.1.1 are served from ``static/vendor`` (their licences
@@ -214,7 +214,8 @@ def flow_run_state(request: Request, flow_run_id: str):
 def create_app(warehouse: Warehouse, prefect_api_url: str | None = None, token: str | None = None) -> FastAPI:
     """The dashboard over ``warehouse``; Train submits to the Prefect server at ``prefect_api_url``."""
     app = FastAPI(title="ragfactory dashboard", docs_url=None, redoc_url=None, openapi_url=None)
-    app.add_middleware(GZipMiddleware, minimum_size=2048)  # a 10,000-node tree is 2 MB of JSON, ~10x less zipped
+    # a 10,000-node tree: 2.0 MB of JSON, 0.57 MB at level 1 in 26 ms (level 9: 0.46 MB in 315 ms)
+    app.add_middleware(GZipMiddleware, minimum_size=2048, compresslevel=1)
     app.add_middleware(Guard, token=token)
     app.mount("/static", StaticFiles(directory=str(PACKAGE / "static")), name="static")
     templates = Jinja2Templates(directory=str(PACKAGE / "templates"))
