@@ -82,12 +82,20 @@ def _lf_folder(wh: Warehouse, run_id: str) -> Path:
     return wh.root / "artifacts" / "llamafactory" / run_id
 
 
-def test_llamafactory_reads_the_sft_export_from_its_dataset_info(run, embedded_model, tmp_path):
+def _loaded(run, embedded_model, tmp_path, stage: str, table: str, key: str) -> tuple[dict, dict]:
+    """LLaMA-Factory's load of the ``decex_<stage>`` dataset, and the warehouse row of its first
+    example (by ``key``)."""
     wh, run_id = run
     got = run_client("llamafactory", {"folder": str(_lf_folder(wh, run_id)), "model": str(embedded_model),
-                                      "stage": "sft", "dataset": "decex_sft", "output": str(tmp_path)})
-    first = pq.read_table(_lf_folder(wh, run_id) / "decex_sft.parquet").to_pylist()[0]
-    row = query(wh, f"select * from sft_examples where example_id = '{first['example_id']}'").to_pylist()[0]
+                                      "stage": stage, "dataset": f"decex_{stage}", "output": str(tmp_path)})
+    first = pq.read_table(_lf_folder(wh, run_id) / f"decex_{stage}.parquet").to_pylist()[0]
+    [row] = query(wh, f"select * from {table} where {key} = $id", {"id": first[key]}).to_pylist()
+    return got, row
+
+
+def test_llamafactory_reads_the_sft_export_from_its_dataset_info(run, embedded_model, tmp_path):
+    wh, _ = run
+    got, row = _loaded(run, embedded_model, tmp_path, "sft", "sft_examples", "example_id")
     user, assistant = (m["content"] for m in row["messages"])
     assert got["rows"] == query(wh, "select count(*) as n from sft_examples").to_pylist()[0]["n"] == 2
     assert got["example"]["input"] == (
@@ -98,11 +106,8 @@ def test_llamafactory_reads_the_sft_export_from_its_dataset_info(run, embedded_m
 
 
 def test_llamafactory_reads_the_dpo_export_as_ranking_data(run, embedded_model, tmp_path):
-    wh, run_id = run
-    got = run_client("llamafactory", {"folder": str(_lf_folder(wh, run_id)), "model": str(embedded_model),
-                                      "stage": "dpo", "dataset": "decex_dpo", "output": str(tmp_path)})
-    first = pq.read_table(_lf_folder(wh, run_id) / "decex_dpo.parquet").to_pylist()[0]
-    row = query(wh, f"select * from preference_pairs where pair_id = '{first['pair_id']}'").to_pylist()[0]
+    wh, _ = run
+    got, row = _loaded(run, embedded_model, tmp_path, "dpo", "preference_pairs", "pair_id")
     user = row["prompt"][0]["content"]
     chosen, rejected = row["chosen"][0]["content"], row["rejected"][0]["content"]
     assert got["rows"] == query(wh, "select count(*) as n from preference_pairs").to_pylist()[0]["n"] == 2
