@@ -58,10 +58,6 @@ def _dash(request: Request) -> Dashboard:
     return request.app.state.dashboard
 
 
-def _build_ids(reader) -> list[str]:
-    return [row["run_id"] for row in reader.rows("builds")]
-
-
 router = APIRouter()
 
 
@@ -77,7 +73,7 @@ def runs_page(request: Request):
 def tree_page(request: Request, run: str | None = None, strategy: str | None = None, question: str | None = None):
     dash = _dash(request)
     with dash.reading() as reader:
-        runs = _build_ids(reader)
+        runs = queries.build_ids(reader)
         run = run or (runs[0] if runs else None)
         trees = reader.rows("tree_questions", run=run) if run else []
     if trees and not (strategy and question):
@@ -113,12 +109,11 @@ def passages_json(request: Request, ids: list[str] = Query(default=[])):
 def rewards_page(request: Request, run: str | None = None, strategy: str | None = None):
     dash, strategy = _dash(request), strategy or None
     with dash.reading() as reader:
-        builds = queries.builds(reader)
-        run = run or (builds[0]["run_id"] if builds else None)
+        runs = queries.build_ids(reader)
+        run = run or (runs[0] if runs else None)
         plots = queries.reward_plots(reader, run, strategy) if run else []
-    strategies = sorted({s["strategy"] for b in builds if b["run_id"] == run for s in b["strategies"]})
-    return dash.page(request, "rewards", runs=[b["run_id"] for b in builds], run=run, strategy=strategy,
-                     strategies=strategies, plots=plots)
+        strategies = [row["strategy"] for row in reader.rows("run_strategies", run=run)] if run else []
+    return dash.page(request, "rewards", runs=runs, run=run, strategy=strategy, strategies=strategies, plots=plots)
 
 
 @router.get("/sql", response_class=HTMLResponse)
@@ -165,7 +160,7 @@ def _train_form(request: Request, run: str | None, method: str, config_text: str
                 message: str | None = None, jobs_text: str = "{}", status_code: int = 200) -> HTMLResponse:
     dash = _dash(request)
     with dash.reading() as reader:
-        runs = _build_ids(reader)
+        runs = queries.build_ids(reader)
     run = run or (runs[0] if runs else None)
     if config_text is None:
         config_text = json.dumps(_default_config(dash.prefect, method), indent=2)

@@ -1,8 +1,9 @@
 """What the dashboard reads: the SQL files beside this module, run with parameters.
 
-Every query here is one of ``sql/*.sql`` with ``$name`` parameters bound by DuckDB; no text a
-person typed is ever put into SQL (the console is the one place a person's SQL runs, and it goes
-through ``warehouse.catalog.user_query``). Each request opens one connection over the catalog's
+Every query here is one of ``sql/*.sql`` with ``$name`` parameters bound by DuckDB
+(``export_rows`` alone names a table, taken from the method registry); no text a person typed is
+ever put into SQL (the console is the one place a person's SQL runs, and it goes through
+``warehouse.catalog.user_query``). Each request opens one connection over the catalog's
 views (``Reader``), which sees every file written up to then, and closes it: the dashboard never
 writes to the warehouse and holds nothing open between requests.
 """
@@ -87,12 +88,17 @@ def reading(warehouse: Warehouse) -> Iterator[Reader]:
         con.close()
 
 
+def build_ids(reader: Reader) -> list[str]:
+    """The builds' run ids, newest first."""
+    return [row["run_id"] for row in reader.rows("build_ids")]
+
+
 def builds(reader: Reader) -> list[dict]:
     """Every build with its per-strategy figures and export counts (the runs page)."""
     runs = reader.rows("builds")
     strategies: dict[str, list[dict]] = {}
-    for row in reader.con.sql("select * from strategy_summary").to_arrow_table().to_pylist():
-        strategies.setdefault(row["run_id"], []).append(jsonable(row))
+    for row in reader.rows("strategy_rows"):
+        strategies.setdefault(row["run_id"], []).append(row)
     exports: dict[str, dict[str, int]] = {}
     for row in reader.rows("exports"):
         exports.setdefault(row["run_id"], {})[row["export_table"]] = row["n"]

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ragfactory.dashboard.queries import STOCK_TABLES, Reader, export_rows
+from ragfactory.dashboard.queries import STOCK_TABLES, Reader, build_ids, export_rows
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 
@@ -33,9 +33,7 @@ def refusal(reader: Reader, run_id: str, method: str) -> str | None:
     tables = method_tables()
     if method not in tables:
         return f"unknown method {method!r}; known: {', '.join(tables)}"
-    found = reader.con.sql("select status from runs where run_id = $run and flow = 'build'",
-                           params={"run": run_id}).fetchall()
-    if not found:
+    if run_id not in build_ids(reader):
         return f"no build run {run_id!r} in the warehouse"
     table = tables[method]
     if export_rows(reader, run_id, table) == 0:

@@ -1,0 +1,1 @@
+select * from strategy_summary
