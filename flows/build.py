@@ -8,7 +8,8 @@ questions for one strategy) that still fails after its retries is recorded in th
 records the versions it ingested (``runs.inputs``) and expands only their questions, so builds
 with different configs into one root, even at the same time, leave each other's inputs intact. Expansion shards of every strategy run at once,
 ``search.max_concurrent_shards`` at a time: they share the worker's engine, whose calls from
-different shards merge into one batch (``tasks/llm/coalesce.py``). Once they are done, the
+different shards merge into one batch (``tasks/llm/coalesce.py``); with ``runner.kind: dask``
+they run on a Dask cluster's workers instead (``flows/runner.py``). Once they are done, the
 valuation stage (``tasks/valuate.py``) values the nodes of each expanded shard of the strategies
 the ``valuation`` section names (default: those whose plug-in asks for values), and only then
 does the export read them; a strategy whose valuation failed is not exported.
@@ -28,6 +29,7 @@ from prefect import flow, get_run_logger
 from prefect.futures import PrefectFuture
 
 from ragfactory.flows.config import BuildConfig
+from ragfactory.flows.runner import settled_state, shard_runner
 from ragfactory.flows.runs import final_state, finish, recorded_run
 from ragfactory.tasks.expand import expand_trees, plan_shards, result_storage, shard_written
 from ragfactory.tasks.index import build_indexes
@@ -79,18 +81,22 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
                                                 versions))
     ]
 
-    def submit(job: tuple[str, str, list[str]]) -> PrefectFuture:
-        strategy, name, ids = job
-        expand = expand_trees.with_options(result_storage=storage, refresh_cache=not shard_written(wh, run_id, name))
-        return expand.submit(root, run_id, config, strategy, name, ids, sources)
-
     shards, failed = [], []
-    for (_, name, _), future in _bounded(submit, planned, search.max_concurrent_shards):
-        if future.state.is_completed():
-            shards.append({**future.result(), "cached": future.state.name == "Cached"})
-        else:
-            failed.append(name)
-            errors[name] = failure_reason(name, future.state)
+    with shard_runner(config.runner, search.max_concurrent_shards) as (run_task, limit):
+        def submit(job: tuple[str, str, list[str]]) -> PrefectFuture:
+            strategy, name, ids = job
+            expand = expand_trees.with_options(result_storage=storage, refresh_cache=not shard_written(wh, run_id, name))
+            return run_task(expand, {"root": root, "run_id": run_id, "config": config, "strategy": strategy,
+                                     "shard": name, "question_ids": ids, "sources": sources})
+
+        # settled inside the block: a Dask future's state lives in its cluster, closed after it
+        for (_, name, _), future in _bounded(submit, planned, limit or len(planned) or 1):
+            state = settled_state(future)
+            if state.is_completed():
+                shards.append({**future.result(), "cached": state.name == "Cached"})
+            else:
+                failed.append(name)
+                errors[name] = failure_reason(name, state)
     return shards, failed
 
 

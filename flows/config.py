@@ -47,6 +47,39 @@ class WarehouseConfig(Section):
     )
 
 
+class RunnerConfig(Section):
+    """Where the expansion shards run (``flows/runner.py``): in the flow's process, or on a Dask
+    cluster. Not in the config hash: a shard's rows are the same wherever it ran."""
+
+    kind: Literal["local", "dask"] = Field(
+        "local", description="local: shards run in the build's process, search.max_concurrent_shards "
+        "at a time, sharing one engine; dask: each shard is a task on a Dask cluster's workers, one "
+        "engine per worker process",
+    )
+    address: str | None = Field(
+        None, description="Scheduler address of a running Dask cluster (tcp://host:8786); unset with "
+        "kind dask: a temporary local cluster of `workers` processes, closed when the stage ends",
+    )
+    workers: int = Field(2, ge=1, description="Worker processes of a temporary local cluster")
+    threads_per_worker: int = Field(
+        1, ge=1, description="Shards a worker of a temporary cluster expands at once (they share its engine)",
+    )
+    preload: list[str] = Field(
+        default_factory=list, description="Modules every worker of a temporary cluster imports when it "
+        "starts, before any shard: where plugged engines and retrievers register (a cluster at "
+        "`address` is started with `dask worker --preload <module>` instead)",
+    )
+
+    @model_validator(mode="after")
+    def _local_takes_no_cluster_settings(self) -> RunnerConfig:
+        if self.kind == "local" and self.address:
+            raise ValueError("runner.address is set but runner.kind is 'local'; set kind: dask")
+        if self.address and self.preload:
+            raise ValueError("runner.preload applies to a temporary cluster; start the workers of the "
+                             f"cluster at {self.address} with `dask worker --preload` instead")
+        return self
+
+
 class BuildConfig(Section):
     name: str = "build"
     seed: int = 0
@@ -63,6 +96,7 @@ class BuildConfig(Section):
         default_factory=ValuationSection, description="Monte-Carlo node values of the expanded trees"
     )
     export: ExportConfig = ExportConfig()
+    runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Where expansion shards run")
     allow_downloads: bool = Field(
         False, description="Let the build fetch models from a model hub; false (default): the build "
         "runs offline (HF_HUB_OFFLINE=1) and every model must be on this machine already",
@@ -78,7 +112,7 @@ class BuildConfig(Section):
 
     def config_hash(self) -> str:
         """A stable hash of everything that shapes the build's outputs (not whether it may
-        download: the same model gives the same rows either way).
+        download, nor where its shards run: the same model gives the same rows either way).
 
         Sections added after builds were made are left out at their defaults, so those builds
         keep their hash (their run ids and cached shards): ``valuation`` (a default one values
@@ -86,7 +120,7 @@ class BuildConfig(Section):
         ``search.r3`` (a build that does not set them expands no tree it did not before). Any
         other setting of them is in the hash.
         """
-        exclude: dict = {"allow_downloads": True}
+        exclude: dict = {"allow_downloads": True, "runner": True}
         if self.valuation == ValuationSection():
             exclude["valuation"] = True
         later = {"mcts": MctsConfig(), "r3": R3Config()}

@@ -47,7 +47,7 @@ def test_demo_config_hash_is_pinned():
 def test_build_config_sections_keep_their_order():
     assert list(BuildConfig.model_fields) == [
         "name", "seed", "warehouse", "datasets", "partitions", "corpus", "retrieval", "llm",
-        "search", "valuation", "export", "allow_downloads",
+        "search", "valuation", "export", "runner", "allow_downloads",
     ]
 
 

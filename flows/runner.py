@@ -1,0 +1,84 @@
+"""Where a build's expansion shards run: in the flow's process, or on a Dask cluster.
+
+``runner.kind`` in the build config picks one (``flows/config.py`` ``RunnerConfig``):
+
+- ``local`` (default): each shard is submitted to the flow's own task runner, a thread pool,
+  ``search.max_concurrent_shards`` at a time; they share the process's engine, whose calls from
+  different shards merge into one batch (``tasks/llm/coalesce.py``).
+- ``dask``: each shard is a Prefect task run on a Dask cluster through prefect-dask's
+  ``DaskTaskRunner``: the cluster at ``runner.address``, or a temporary local one of
+  ``runner.workers`` processes started for the stage and closed after it. Every shard is
+  submitted at once and the scheduler hands them to free workers. A worker process builds its
+  engine on its first shard and keeps it for the next ones (``tasks/llm/engine.py``: one engine
+  per process); its threads (``runner.threads_per_worker``) share it as local shards do.
+
+The shard task, its parameters, its cache key and its result storage are the same on both, so
+the tables, call ids and cache hits are too: a build's rows do not depend on where its shards
+ran, and ``runner`` is not in the config hash. When a worker dies mid-shard, Dask runs the
+shard again on another worker (``distributed.scheduler.allowed-failures``, 3 by default); the
+shard task rewrites every file of its shard, so the rerun leaves what an uninterrupted one would.
+
+Why Dask and not Ray: a Dask cluster is pure Python (about 5 MB installed, no native server),
+starts two local workers in seconds on a laptop, and runs Prefect tasks through prefect-dask
+with the same futures as the local runner; Ray's wheel alone is over 60 MB and its local
+cluster needs a GCS server and a raylet. Work-pool workers (one shard per flow run) would add a
+flow run per shard and need a deployment per build.
+
+Blind spots: the warehouse root and the result storage must be paths every worker can reach
+(the same machine, or a shared file system); a plugged engine or retriever must be registered in
+the workers (``runner.preload``), since a registration lives in the process that made it; and a
+shard's progress bar is drawn by its worker, not by the flow's terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prefect import Task
+from prefect.futures import PrefectFuture
+from prefect.states import Crashed, State
+
+from ragfactory.flows.config import RunnerConfig
+
+Submit = Callable[[Task, dict[str, Any]], PrefectFuture]
+
+
+@contextlib.contextmanager
+def shard_runner(runner: RunnerConfig, max_concurrent_shards: int) -> Iterator[tuple[Submit, int | None]]:
+    """(submit a task with its parameters, how many shards to keep in flight, None for all at
+    once) for the block; a temporary Dask cluster lives as long as the block."""
+    if runner.kind == "local":
+        yield (lambda task, parameters: task.submit(**parameters)), max_concurrent_shards
+        return
+    with dask_task_runner(runner) as task_runner:
+        yield task_runner.submit, None
+
+
+def dask_task_runner(config: RunnerConfig):
+    """prefect-dask's task runner for ``config``: the cluster at its address, or a temporary
+    local cluster whose scheduler and workers listen on 127.0.0.1 only."""
+    from prefect_dask import DaskTaskRunner  # imported only by a build that names it
+
+    if config.address:
+        return DaskTaskRunner(address=config.address)
+    return DaskTaskRunner(cluster_kwargs={
+        "n_workers": config.workers, "threads_per_worker": config.threads_per_worker,
+        "processes": True, "host": "127.0.0.1", "dashboard_address": None,
+        "preload": list(config.preload),
+    })
+
+
+def settled_state(future: PrefectFuture) -> State:
+    """The final state of a submitted shard, once it has one. A task run that never reached one
+    (its Dask workers died ``allowed-failures`` times: ``KilledWorker``) is Crashed, with the
+    cluster's reason as its message."""
+    future.wait()
+    state = future.state
+    if state.is_final():
+        return state
+    wrapped = getattr(future, "wrapped_future", None)
+    error = wrapped.exception() if wrapped is not None and wrapped.status == "error" else None
+    reason = f"{type(error).__name__}: {error}" if error else f"left {state.name} by its runner"
+    return Crashed(message=f"shard lost: {reason}")

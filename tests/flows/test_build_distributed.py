@@ -1,0 +1,108 @@
+"""Expansion shards on a Dask cluster (``runner.kind: dask``, ``flows/runner.py``).
+
+The same DecEx config (4 HotpotQA questions in 4 shards, the scripted engine of
+``tests/cluster_engine.py``) is built with the local runner and on a temporary cluster of two
+worker processes that the build starts: every table equals the local build's row for row, each
+worker builds its engine once, and a worker killed mid-shard leaves the same tables once Dask
+runs its shard again on the other worker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from ragfactory.flows.build import build
+from ragfactory.flows.config import BuildConfig
+from ragfactory.schemas.tables import TABLES
+from ragfactory.warehouse.store import Warehouse
+from tests.cluster_engine import ENGINE
+
+pytestmark = pytest.mark.timeout(600)
+
+RUN = "cluster-test"
+# When a row was written and by which flow run; the runs row's config (and so its hash) names the
+# warehouse root, which differs between the two builds.
+VOLATILE = {"runs": {"started_at", "finished_at", "flow_run_id", "config", "config_hash"},
+            "ingests": {"created_at"}, "llm_calls": {"created_at", "latency_ms", "cached"}}
+WORKERS = {"kind": "dask", "workers": 2, "preload": ["tests.cluster_engine"]}
+
+
+def _config(root: Path, runner: dict | None = None) -> BuildConfig:
+    return BuildConfig.model_validate({
+        "name": "cluster-test",
+        "warehouse": {"root": str(root)},
+        "datasets": [{"name": "hotpotqa", "limit": 4}],
+        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
+        "retrieval": {"dense": {"enabled": False}},
+        "llm": {"policy": {"backend": ENGINE}},
+        "search": {"strategies": ["decex"], "shard_size": 1,
+                   "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1}},
+        **({"runner": runner} if runner else {}),
+    })
+
+
+def _rows(root: Path) -> dict[str, list[str]]:
+    """Every table's rows, sorted, without the columns that only say when and where."""
+    wh, tables = Warehouse(root), {}
+    for table in TABLES:
+        rows = [r for p in wh.files(table) for r in pq.read_table(p).to_pylist()]
+        drop = VOLATILE.get(table, set())
+        tables[table] = sorted(repr(sorted((k, v) for k, v in r.items() if k not in drop)) for r in rows)
+    return tables
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory, prefect_api):
+    root = tmp_path_factory.mktemp("local") / "wh"
+    summary = build(_config(root), run_id=RUN)
+    assert summary["status"] == "completed"
+    assert [s["shard"] for s in summary["shards"]] == ["decex-0000", "decex-0001", "decex-0002", "decex-0003"]
+    return _rows(root)
+
+
+def test_a_two_worker_cluster_builds_the_local_runners_tables(local, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAGFACTORY_TEST_ENGINE_LOG", str(tmp_path))
+    root = tmp_path / "wh"
+    summary = build(_config(root, WORKERS), run_id=RUN)
+    assert summary["status"] == "completed" and summary["failed_shards"] == []
+    assert len(summary["shards"]) == 4
+    rows = _rows(root)
+    assert {t: len(r) for t, r in rows.items() if r} == {t: len(r) for t, r in local.items() if r}
+    assert rows == local
+    assert len(rows["nodes"]) > 4 * 3  # every question grew a tree, not just a root
+    # one engine per worker process, whatever number of shards it expanded
+    built = (tmp_path / "built").read_text().split()
+    assert len(built) == len(set(built)) and 1 <= len(built) <= 2
+    assert str(os.getpid()) not in built
+
+
+def test_a_worker_killed_mid_shard_leaves_the_uninterrupted_tables(local, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAGFACTORY_TEST_STALL", str(tmp_path))
+    killed: list[int] = []
+
+    def kill_the_stalled_worker():
+        marker = tmp_path / "stalled"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if marker.exists() and marker.read_text():
+                pid = int(marker.read_text())
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                return
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_the_stalled_worker, daemon=True)
+    killer.start()
+    root = tmp_path / "wh"
+    summary = build(_config(root, WORKERS), run_id=RUN)
+    killer.join(timeout=5)
+    assert killed and killed[0] != os.getpid()  # a worker died in the middle of a shard
+    assert summary["status"] == "completed" and summary["failed_shards"] == []
+    assert _rows(root) == local
