@@ -73,6 +73,40 @@ class ScriptedBackend:
         )
 
 
+class ContinuousScriptedBackend(ScriptedBackend):
+    """A ``ContinuousBackend``: each ``agenerate_batch`` call takes ``delay_s`` on the event loop,
+    and calls overlap as a server's requests do. Records the largest number of calls in flight
+    at once (``max_overlap``); ``numbered`` appends ``#<call number>`` to every reply, so two
+    calls for the same request answer differently."""
+
+    continuous = True
+
+    def __init__(self, reply: Callable[[Request, int], str] = echo_reply, delay_s: float = 0.05,
+                 numbered: bool = False, **kwargs):
+        super().__init__(reply, **kwargs)
+        self.delay_s = delay_s
+        self.numbered = numbered
+        self.in_flight = 0
+        self.max_overlap = 0
+
+    async def agenerate_batch(self, requests: list[Request]) -> list[list[Completion]]:
+        import asyncio
+
+        self.in_flight += 1
+        self.max_overlap = max(self.max_overlap, self.in_flight)
+        try:
+            await asyncio.sleep(self.delay_s)
+            answers = self.generate_batch(requests)
+        finally:
+            self.in_flight -= 1
+        if self.numbered:
+            number = len(self.batches)
+            answers = [[Completion(text=f"{c.text}#{number}", finish_reason=c.finish_reason,
+                                   prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
+                                   latency_s=c.latency_s) for c in row] for row in answers]
+        return answers
+
+
 @contextmanager
 def registered_engine(backend, name: str = SCRIPTED) -> Iterator[str]:
     """Register a test double as the engine ``name`` for the block; yields the name to configure.

@@ -20,9 +20,19 @@ Structured generation is decided per role: a request's grammar goes to the engin
 its call ids) only when its role is ``structured``; otherwise the batcher drops it, and the
 request is the free one it would have been without a grammar, cache rows included.
 
+Continuous engines (``ContinuousBackend``: an OpenAI-compatible server, vLLM's async engine)
+batch in-flight sequences at every decode step themselves, so holding a request back until every
+question waits would only idle them: a request for such an engine is handed over once the
+settle rounds pass (gather siblings still travel together), in a flush of its own that the
+batcher does not wait for, and the engine sees each question's requests as soon as they exist.
+Lock-step flushes stay for static-batch engines (transformers, vLLM's offline ``LLM``).
+
 What "waiting" cannot see: a question that fans out a model call and, beside it, a non-model
 await (a retrieval in a thread) counts as waiting once the model call is pending, so the flush
 may go without the request that follows the retrieval. Batches get smaller, results do not change.
+With both kinds of engine in one batcher, continuous requests issued while a lock-step flush
+runs are handed over when it returns. Two equal requests streamed in separate flushes are
+generated twice; the call cache keeps the first completion and both questions read it.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from ragfactory.tasks.llm.cache import CallCache, completion_from_row
-from ragfactory.tasks.llm.types import Backend, Completion, Request, call_id
+from ragfactory.tasks.llm.types import Backend, Completion, Request, call_id, is_continuous
 
 T = TypeVar("T")
 ANY_ROLE = "*"
@@ -129,6 +139,7 @@ class Batcher:
         self._delegating: Counter[object] = Counter()  # questions waiting on nested run_all
         self._submitted = 0
         self._drainer: asyncio.Task | None = None
+        self._streaming: set[asyncio.Task] = set()  # flushes to continuous engines, in flight
 
     def backend_for(self, role: str) -> Backend:
         if role in self.backends:
@@ -233,11 +244,25 @@ class Batcher:
     async def _drain(self) -> None:
         while True:
             await self._settle()
+            self._stream()
             if not self._ready():
                 return
             batch = self._pending[: self.config.max_batch_size]
             del self._pending[: len(batch)]
             await self._flush(batch)
+
+    def _stream(self) -> None:
+        """Hand every pending request of a continuous engine over now, without waiting for the
+        flush to return."""
+        streamed = [item for item in self._pending if is_continuous(self.backend_for(item.request.role))]
+        if not streamed:
+            return
+        self._pending = [item for item in self._pending if item not in streamed]
+        size = self.config.max_batch_size
+        for start in range(0, len(streamed), size):
+            task = asyncio.get_running_loop().create_task(self._flush(streamed[start : start + size]))
+            self._streaming.add(task)
+            task.add_done_callback(self._streaming.discard)
 
     async def _settle(self) -> None:
         quiet = 0
@@ -316,7 +341,10 @@ class Batcher:
             self.stats.batch_sizes.append(len(requests))
             self.stats.rows += sum(r.sampling.n for r in requests)
             try:
-                answers = await asyncio.to_thread(_generate_batch, backend, requests)
+                if is_continuous(backend):
+                    answers = await backend.agenerate_batch(requests)  # type: ignore[attr-defined]
+                else:
+                    answers = await asyncio.to_thread(_generate_batch, backend, requests)
                 _check_answers(backend, requests, answers)
             except Exception as exc:
                 failed.update((s.cid, exc) for _, chunk_slots in chunk for s in chunk_slots)

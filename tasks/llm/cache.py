@@ -114,7 +114,11 @@ class CallCache:
         sample_index: int,
         completion: Completion,
     ) -> dict:
-        """Record a fresh engine completion as a new ``llm_calls`` row and return the row."""
+        """Record a fresh engine completion as a new ``llm_calls`` row and return the row.
+
+        The first completion recorded for a call id stays: when two engine calls generated the
+        same id at once (a continuous engine takes requests from separate flushes), every
+        question reads the one row the table keeps."""
         row = {
             "call_id": cid,
             "run_id": self.run_id,
@@ -131,8 +135,7 @@ class CallCache:
             "latency_s": completion.latency_s,
             "created_at": self.clock(),
         }
-        self._used[cid] = row
-        return row
+        return self._used.setdefault(cid, row)
 
     def rows(self) -> list[dict]:
         """The shard's rows ordered by call id, so scheduling order never changes the file."""

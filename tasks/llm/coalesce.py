@@ -15,6 +15,9 @@ serving them together.
 A merged call that fails is retried call by call, so one shard's bad request fails that shard
 alone (the engine's own retries already ran inside each attempt).
 
+A continuous engine (``is_continuous``: it batches in-flight sequences itself) needs none of
+this: its calls pass straight through, ``agenerate_batch`` on the caller's event loop.
+
 What it cannot do: a call that arrives just after the engine took a batch waits for that whole
 batch to finish; a static-batch engine (transformers) only returns when its longest row ends.
 """
@@ -24,7 +27,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from ragfactory.tasks.llm.types import Backend, Completion, Request
+from ragfactory.tasks.llm.types import Backend, Completion, Request, is_continuous
 
 
 @dataclass(eq=False)
@@ -50,6 +53,7 @@ class CoalescingBackend:
         self.backend = backend
         self.gather_s = gather_s  # against an engine call of seconds, 50 ms is lost in the noise
         self.fingerprint = backend.fingerprint
+        self.continuous = is_continuous(backend)
         self.stats = CoalesceStats()
         self._waiting: list[_Call] = []
         self._busy = False
@@ -79,6 +83,10 @@ class CoalescingBackend:
         if call.error is not None:
             raise call.error
         return call.result  # type: ignore[return-value]
+
+    async def agenerate_batch(self, requests: list[Request]) -> list[list[Completion]]:
+        """A continuous engine's call, passed through (only used when ``continuous``)."""
+        return await self.backend.agenerate_batch(requests)  # type: ignore[attr-defined]
 
     def _run(self, calls: list[_Call]) -> None:
         """Generate for ``calls`` as one batch; on failure, each call alone."""

@@ -2,7 +2,8 @@
 
 The engine contract of DESIGN.md "Core contracts": one ``generate_batch`` call answers a whole
 batch, here by sending every request at once over async HTTP under a concurrency bound, so the
-server's own continuous batching sees the batch. Calls go to ``POST {base_url}/chat/completions``
+server's own continuous batching sees the batch. It is a ``ContinuousBackend`` (unless
+``continuous: false``): the batcher hands it each request as soon as a question issues it. Calls go to ``POST {base_url}/chat/completions``
 (non-streaming) with model, messages, n, temperature, top_p, max_tokens, stop and seed, and a
 constrained request's grammar as vLLM's server takes it: ``"structured_outputs": {"grammar":
 <Lark text>}`` (vLLM picks its guidance backend for llguidance's Lark; ``openai_server`` honours
@@ -28,6 +29,7 @@ that serve the same model share a cache. A remote server cannot promise identica
 from __future__ import annotations
 
 import asyncio
+import weakref
 import hashlib
 import json
 import os
@@ -57,6 +59,9 @@ class OpenAIConfig:
     max_retries: int = 5  # with backoff this waits ~30 s in all before giving up
     backoff_s: float = 0.5  # first retry delay; doubles each attempt
     backoff_max_s: float = 20.0  # cap per delay, also on a server's Retry-After
+    # Hand each request over as soon as a question issues it (the server batches in-flight
+    # sequences at every step); false: the batcher's lock-step batches, one call at a time.
+    continuous: bool = True
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -152,6 +157,9 @@ class OpenAIBackend:
         self._api_key = os.environ.get(config.api_key_env) or None
         self._transport = transport
         self._rng = rng or random.Random()
+        self.continuous = config.continuous
+        # One bound per event loop (a shard's batcher runs one): its concurrent calls share it.
+        self._limits: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
         c = self.config
@@ -171,10 +179,14 @@ class OpenAIBackend:
             return pool.submit(asyncio.run, self.agenerate_batch(requests)).result()
 
     async def agenerate_batch(self, requests: list[Request]) -> list[list[Completion]]:
-        """All requests concurrently, at most ``max_concurrency`` in flight."""
+        """All requests concurrently; at most ``max_concurrency`` in flight on this event loop,
+        whatever number of calls it makes at once."""
         if not requests:
             return []
-        semaphore = asyncio.Semaphore(self.config.max_concurrency)
+        loop = asyncio.get_running_loop()
+        semaphore = self._limits.get(loop)
+        if semaphore is None:
+            semaphore = self._limits[loop] = asyncio.Semaphore(self.config.max_concurrency)
         try:
             # A TaskGroup cancels the rest of the batch as soon as one request gives up.
             async with self._client() as client, asyncio.TaskGroup() as group:

@@ -141,6 +141,23 @@ class Backend(Protocol):
     def generate_batch(self, requests: list[Request]) -> list[list[Completion]]: ...
 
 
+class ContinuousBackend(Backend, Protocol):
+    """An engine that schedules its sequences itself (continuous batching: an OpenAI-compatible
+    server such as ``vllm serve``, vLLM's async engine): at every decode step it batches whatever
+    is in flight, so a request is best handed over the moment a question issues it rather than
+    held back to form a batch. ``continuous`` says it wants that; the batcher then awaits
+    ``agenerate_batch`` on its own event loop, many calls at once (``tasks/llm/batcher.py``)."""
+
+    continuous: bool
+
+    async def agenerate_batch(self, requests: list[Request]) -> list[list[Completion]]: ...
+
+
+def is_continuous(backend: object) -> bool:
+    """Whether ``backend`` takes requests as they come (``ContinuousBackend``)."""
+    return bool(getattr(backend, "continuous", False)) and hasattr(backend, "agenerate_batch")
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How a backend retries a failed engine call before raising it to the shard task."""

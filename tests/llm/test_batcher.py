@@ -10,7 +10,7 @@ import pytest
 from ragfactory.tasks.llm.batcher import Batcher, BatcherConfig
 from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.types import Request
-from tests.fakes import ScriptedBackend
+from tests.fakes import ContinuousScriptedBackend, ScriptedBackend
 
 
 def ask(text: str, **sampling) -> Request:
@@ -252,3 +252,74 @@ def test_a_free_role_drops_the_grammar_before_the_engine_and_the_call_id():
     assert [r.sampling.grammar for r in batch] == [grammar, None]
     keys = sorted(json.loads(row["sampling"]).get("grammar", {}).get("name", "-") for row in cache.rows())
     assert keys == ["-", "g"]
+
+
+def test_a_continuous_engine_gets_requests_without_waiting_for_a_busy_question():
+    """The lock-step case above, with a continuous engine: the three ready requests go at once,
+    the busy question's follows alone when it exists."""
+    backend = ContinuousScriptedBackend(delay_s=0.01)
+    batcher = Batcher(backend)
+
+    async def slow_question():
+        await asyncio.sleep(0.05)
+        return await batcher.generate(ask("slow"))
+
+    async def main():
+        jobs = [slow_question] + [lambda q=q: batcher.generate(ask(f"q{q}")) for q in range(3)]
+        return await batcher.run_all(jobs, max_in_flight=4)
+
+    results = asyncio.run(main())
+    assert [[r.messages[-1].content for r in b] for b in backend.batches] == [["q0", "q1", "q2"], ["slow"]]
+    assert [r[0].text for r in results] == ["slow|seed=0|sample=0"] + [f"q{q}|seed=0|sample=0" for q in range(3)]
+
+
+def test_a_continuous_engine_takes_a_new_request_while_another_call_runs():
+    """q0 asks at 0 s and its call takes 0.1 s; q1 asks at 0.02 s: two calls overlap, and q1's
+    answer comes back before q0's."""
+    backend = ContinuousScriptedBackend(delay_s=0.1)
+    batcher = Batcher(backend)
+    order = []
+
+    async def question(q: int, after: float):
+        await asyncio.sleep(after)
+        [completion] = await batcher.generate(ask(f"q{q}"))
+        order.append(q)
+        return completion.text
+
+    async def main():
+        return await batcher.run_all([lambda: question(0, 0.0), lambda: question(1, 0.02)], max_in_flight=2)
+
+    assert asyncio.run(main()) == ["q0|seed=0|sample=0", "q1|seed=0|sample=0"]
+    assert backend.max_overlap == 2 and batcher.stats.engine_calls == 2
+    assert order == [0, 1]  # same delay: q0's call, started first, ends first
+
+
+def test_equal_requests_streamed_apart_read_the_first_completion():
+    """Two questions ask the same thing 0.02 s apart: the engine answers '#1' then '#2'; both read
+    '#1', the one row the call cache keeps."""
+    backend = ContinuousScriptedBackend(delay_s=0.05, numbered=True)
+    cache = CallCache("r")
+    batcher = Batcher(backend, cache)
+
+    async def question(after: float):
+        await asyncio.sleep(after)
+        [completion] = await batcher.generate(ask("same", seed=3))
+        return completion.text
+
+    async def main():
+        return await batcher.run_all([lambda: question(0.0), lambda: question(0.02)], max_in_flight=2)
+
+    assert asyncio.run(main()) == ["same|seed=3|sample=0#1", "same|seed=3|sample=0#1"]
+    assert len(backend.batches) == 2
+    assert [row["text"] for row in cache.rows()] == ["same|seed=3|sample=0#1"]
+
+
+def test_the_shared_engine_pool_passes_a_continuous_engine_through():
+    from ragfactory.tasks.llm.coalesce import CoalescingBackend
+
+    backend = ContinuousScriptedBackend(delay_s=0.0)
+    shared = CoalescingBackend(backend)
+    assert shared.continuous and not CoalescingBackend(ScriptedBackend()).continuous
+    batcher = Batcher(shared)
+    asyncio.run(batcher.run_all([lambda: batcher.generate(ask("a"))], max_in_flight=1))
+    assert backend.max_overlap == 1 and shared.stats.calls == 0  # through agenerate_batch
