@@ -33,6 +33,7 @@ shard's progress bar is drawn by its worker, not by the flow's terminal.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -66,8 +67,17 @@ def dask_task_runner(config: RunnerConfig):
     return DaskTaskRunner(cluster_kwargs={
         "n_workers": config.workers, "threads_per_worker": config.threads_per_worker,
         "processes": True, "host": "127.0.0.1", "dashboard_address": None,
-        "preload": list(config.preload),
+        "preload": list(config.preload), "env": worker_env(config.workers),
     })
+
+
+def worker_env(workers: int) -> dict[str, str]:
+    """The environment of a temporary cluster's workers: this machine's cores shared out among
+    them (torch and BLAS size their thread pools from ``OMP_NUM_THREADS``), so that four workers
+    on four cores run four single-threaded engines rather than sixteen threads fighting over four
+    cores. A value already set in the environment wins."""
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    return {name: os.environ.get(name, str(threads)) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 
 
 def settled_state(future: PrefectFuture) -> State:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from prefect.states import Completed, Running
 from pydantic import ValidationError
@@ -62,3 +64,16 @@ def test_a_settled_shard_keeps_its_state():
     done = Completed(name="Cached")
     assert settled_state(LostFuture(None, done)) is done
     assert settled_state(LostFuture(None)).message == "shard lost: left Running by its runner"
+
+
+def test_a_temporary_clusters_workers_share_the_cores(monkeypatch):
+    from ragfactory.flows.runner import worker_env
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    cores = os.cpu_count() or 1
+    assert worker_env(cores) == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    assert worker_env(cores * 3)["OMP_NUM_THREADS"] == "1"  # never 0
+    assert worker_env(1)["OMP_NUM_THREADS"] == str(cores)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert worker_env(cores)["OMP_NUM_THREADS"] == "3"
