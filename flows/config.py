@@ -65,18 +65,15 @@ class RunnerConfig(Section):
         1, ge=1, description="Shards a worker of a temporary cluster expands at once (they share its engine)",
     )
     preload: list[str] = Field(
-        default_factory=list, description="Modules every worker of a temporary cluster imports when it "
-        "starts, before any shard: where plugged engines and retrievers register (a cluster at "
-        "`address` is started with `dask worker --preload <module>` instead)",
+        default_factory=list, description="Modules the build's process and every worker of a temporary "
+        "cluster import before any shard: where plugged engines and retrievers register (start the "
+        "workers of a cluster at `address` with `dask worker --preload <module>`)",
     )
 
     @model_validator(mode="after")
     def _local_takes_no_cluster_settings(self) -> RunnerConfig:
         if self.kind == "local" and self.address:
             raise ValueError("runner.address is set but runner.kind is 'local'; set kind: dask")
-        if self.address and self.preload:
-            raise ValueError("runner.preload applies to a temporary cluster; start the workers of the "
-                             f"cluster at {self.address} with `dask worker --preload` instead")
         return self
 
 

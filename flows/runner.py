@@ -25,9 +25,11 @@ cluster needs a GCS server and a raylet. Work-pool workers (one shard per flow r
 flow run per shard and need a deployment per build.
 
 Blind spots: the warehouse root and the result storage must be paths every worker can reach
-(the same machine, or a shared file system); a plugged engine or retriever must be registered in
-the workers (``runner.preload``), since a registration lives in the process that made it; and a
-shard's progress bar is drawn by its worker, not by the flow's terminal.
+(the same machine, or a shared file system); the workers of a cluster at an address need
+``PREFECT_API_URL`` in their environment (a temporary cluster is given this process's) and the
+``runner.preload`` modules (``dask worker --preload``), since an engine or retriever registration
+lives in the process that made it; and a shard's progress bar is drawn by its worker, not by the
+flow's terminal.
 """
 
 from __future__ import annotations
@@ -67,8 +69,19 @@ def dask_task_runner(config: RunnerConfig):
     return DaskTaskRunner(cluster_kwargs={
         "n_workers": config.workers, "threads_per_worker": config.threads_per_worker,
         "processes": True, "host": "127.0.0.1", "dashboard_address": None,
-        "preload": list(config.preload), "env": worker_env(config.workers),
+        "preload": list(config.preload), "env": {**worker_env(config.workers), **prefect_env()},
     })
+
+
+def prefect_env() -> dict[str, str]:
+    """The Prefect API this process talks to, for workers it starts: without it a worker would
+    start an ephemeral server of its own and its task runs would land there (a build run from
+    the command line, with no server configured, uses one started for this process alone). A
+    cluster at an address must have ``PREFECT_API_URL`` in its workers' environment already."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return {"PREFECT_API_URL": str(client.api_url).rstrip("/")}
 
 
 def worker_env(workers: int) -> dict[str, str]:
@@ -92,3 +105,4 @@ def settled_state(future: PrefectFuture) -> State:
     error = wrapped.exception() if wrapped is not None and wrapped.status == "error" else None
     reason = f"{type(error).__name__}: {error}" if error else f"left {state.name} by its runner"
     return Crashed(message=f"shard lost: {reason}")
+

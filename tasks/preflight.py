@@ -15,6 +15,7 @@ flow again as its first step.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -55,6 +56,18 @@ def apply_network_policy(allow_downloads: bool) -> None:
         constants.HF_HUB_OFFLINE = True
 
 
+def preload_problems(modules: list[str]) -> list[str]:
+    """Import ``runner.preload`` here, as the workers will, so that the engines and retrievers
+    they register are known to the checks that follow; one problem per module that fails."""
+    problems = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            problems.append(f"runner.preload: cannot import {module!r}: {exc}")
+    return problems
+
+
 def check_build(config: BuildConfig, wh: Warehouse, policy_model: str | None = None) -> None:
     """Raise :class:`PreflightError` naming every input file that is missing and every model
     that does not resolve locally (``policy_model`` overrides the config's policy model)."""
@@ -68,6 +81,7 @@ def check_build(config: BuildConfig, wh: Warehouse, policy_model: str | None = N
     for field, role in roles.items():
         spec = policy_model if policy_model and field == "llm.policy.model" else role.model
         problems += _role_problems(field, role, spec, wh, config.allow_downloads)
+    problems += preload_problems(config.runner.preload)
     problems += engine_problems(config.llm)
     encoders = {}
     if config.retrieval.dense.enabled:

@@ -19,13 +19,21 @@ def test_the_runner_is_not_in_the_config_hash():
     assert local.config_hash() != BuildConfig(name="y").config_hash()
 
 
-def test_an_address_needs_kind_dask_and_takes_no_preload():
+def test_an_address_needs_kind_dask():
     with pytest.raises(ValidationError, match="runner.address is set but runner.kind is 'local'"):
         RunnerConfig(address="tcp://127.0.0.1:8786")
-    with pytest.raises(ValidationError, match="dask worker --preload"):
-        RunnerConfig(kind="dask", address="tcp://127.0.0.1:8786", preload=["my.engines"])
     with pytest.raises(ValidationError, match="kind"):
         RunnerConfig(kind="ray")
+
+
+def test_the_preflight_imports_the_preload_modules_and_names_a_missing_one():
+    from ragfactory.tasks.llm.registry import backend_entry
+    from ragfactory.tasks.preflight import preload_problems
+
+    assert preload_problems(["tests.cluster_engine"]) == []
+    assert backend_entry("scripted:cluster").shared
+    assert preload_problems(["tests.no_such_module"]) == [
+        "runner.preload: cannot import 'tests.no_such_module': No module named 'tests.no_such_module'"]
 
 
 class LostFuture:

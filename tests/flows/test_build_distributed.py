@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from ragfactory.flows.build import build
 from ragfactory.flows.config import BuildConfig
@@ -32,6 +35,7 @@ RUN = "cluster-test"
 VOLATILE = {"runs": {"started_at", "finished_at", "flow_run_id", "config", "config_hash"},
             "ingests": {"created_at"}, "llm_calls": {"created_at", "latency_ms", "cached"}}
 WORKERS = {"kind": "dask", "workers": 2, "preload": ["tests.cluster_engine"]}
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _config(root: Path, runner: dict | None = None) -> BuildConfig:
@@ -106,3 +110,17 @@ def test_a_worker_killed_mid_shard_leaves_the_uninterrupted_tables(local, tmp_pa
     assert killed and killed[0] != os.getpid()  # a worker died in the middle of a shard
     assert summary["status"] == "completed" and summary["failed_shards"] == []
     assert _rows(root) == local
+
+
+def test_the_command_line_build_gives_its_workers_its_own_prefect_server(local, tmp_path):
+    """``ragfactory build`` with no Prefect server configured starts one for its process; the
+    workers it starts report their task runs there instead of each starting a server."""
+    config = _config(tmp_path / "wh", WORKERS).model_dump(mode="json")
+    (tmp_path / "build.yaml").write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    done = subprocess.run([sys.executable, "-m", "ragfactory.cli", "build", "--config", str(tmp_path / "build.yaml"),
+                           "--run-id", RUN], cwd=REPO, env=env, capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "ephemeral Prefect API server" not in done.stdout + done.stderr
+    assert _rows(tmp_path / "wh") == local
