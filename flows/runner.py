@@ -35,6 +35,7 @@ flow's terminal.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -69,6 +70,7 @@ def dask_task_runner(config: RunnerConfig):
     return DaskTaskRunner(cluster_kwargs={
         "n_workers": config.workers, "threads_per_worker": config.threads_per_worker,
         "processes": True, "host": "127.0.0.1", "dashboard_address": None,
+        "silence_logs": logging.ERROR,  # not the cluster's start and close, line by line, in the build's log
         "preload": list(config.preload), "env": {**worker_env(config.workers), **prefect_env()},
     })
 
