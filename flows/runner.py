@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -61,7 +62,7 @@ def shard_runner(runner: RunnerConfig, max_concurrent_shards: int) -> Iterator[t
     if runner.kind == "local":
         yield (lambda task, parameters: task.submit(**parameters)), max_concurrent_shards
         return
-    with dask_task_runner(runner) as task_runner:
+    with importable_in_workers(runner.preload), dask_task_runner(runner) as task_runner:
         yield task_runner.submit, None
 
 
@@ -78,6 +79,34 @@ def dask_task_runner(config: RunnerConfig):
         "silence_logs": logging.ERROR,  # not the cluster's start and close, line by line, in the build's log
         "preload": list(config.preload), "env": {**worker_env(config.workers), **prefect_env()},
     })
+
+
+@contextlib.contextmanager
+def importable_in_workers(preload: list[str]) -> Iterator[None]:
+    """The folder each ``runner.preload`` module's top package was loaded from put on
+    ``sys.path`` for the block (the preflight has imported them), so that a temporary cluster's
+    worker process imports them as the build did: Dask spawns workers, and a spawned process
+    starts with its parent's ``sys.path``. A package found otherwise than through ``sys.path``
+    (a test suite's root under pytest's importlib mode, a path hook) would not be found there.
+    Restored afterwards."""
+    before = list(sys.path)
+    sys.path.extend(root for name in preload for root in _loaded_from(name.partition(".")[0])
+                    if root not in sys.path)
+    try:
+        yield
+    finally:
+        sys.path[:] = before
+
+
+def _loaded_from(top: str) -> list[str]:
+    """The folders that hold the already imported top-level module or package ``top``."""
+    module = sys.modules.get(top)
+    if module is None:
+        return []
+    if hasattr(module, "__path__"):  # a package, namespace packages included
+        return [os.path.dirname(os.path.abspath(p)) for p in module.__path__]
+    file = getattr(module, "__file__", None)
+    return [os.path.dirname(os.path.abspath(file))] if file else []
 
 
 def prefect_env() -> dict[str, str]:

@@ -1,8 +1,9 @@
 """The scripted DecEx engine of the distributed-build tests, registered on import.
 
 A Dask worker imports this module when it starts (``runner.preload``), as a deployment's worker
-imports the module that registers its plugged engine; the test process imports it too, so the
-local build of the same config uses the same engine. Registered like a real engine (shared: one
+imports the module that registers its plugged engine; the test process registers it too, for
+the length of the distributed tests only (``register``), so the local build of the same config
+uses the same engine and no other test sees it. Registered like a real engine (shared: one
 per process, behind the coalescing pool), so a worker builds it once whatever number of shards
 it expands.
 
@@ -53,4 +54,8 @@ def _build(role, cache_dir):
     return StallingBackend(decex_policy(GOLD))
 
 
-register_backend(ENGINE, _build, replace=True)
+def register() -> None:
+    register_backend(ENGINE, _build, replace=True)
+
+
+register()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 
 import pytest
 from prefect.states import Completed, Running
@@ -27,11 +29,15 @@ def test_an_address_needs_kind_dask():
 
 
 def test_the_preflight_imports_the_preload_modules_and_names_a_missing_one():
-    from ragfactory.tasks.llm.registry import backend_entry
+    from ragfactory.tasks.llm.registry import unregister_backend
     from ragfactory.tasks.preflight import preload_problems
 
-    assert preload_problems(["tests.cluster_engine"]) == []
-    assert backend_entry("scripted:cluster").shared
+    try:
+        assert preload_problems(["tests.cluster_engine"]) == []
+        assert "tests.cluster_engine" in sys.modules
+    finally:
+        with contextlib.suppress(ValueError):  # registered by the import: no other test may see it
+            unregister_backend("scripted:cluster")
     assert preload_problems(["tests.no_such_module"]) == [
         "runner.preload: cannot import 'tests.no_such_module': No module named 'tests.no_such_module'"]
 
@@ -85,3 +91,20 @@ def test_a_temporary_clusters_workers_share_the_cores(monkeypatch):
     assert worker_env(1)["OMP_NUM_THREADS"] == str(cores)
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert worker_env(cores)["OMP_NUM_THREADS"] == "3"
+
+
+def test_a_preload_package_loaded_from_off_the_path_is_on_it_for_the_cluster_only(tmp_path, monkeypatch):
+    """A namespace package pytest's importlib mode loaded without its root on sys.path: the
+    spawned workers copy sys.path, so its root must be there while the cluster starts."""
+    import types
+
+    from ragfactory.flows.runner import importable_in_workers
+
+    package = types.ModuleType("offpath_suite")
+    package.__path__ = [str(tmp_path / "suite" / "offpath_suite")]
+    monkeypatch.setitem(sys.modules, "offpath_suite", package)
+    before = list(sys.path)
+    with importable_in_workers(["offpath_suite.engine", "json"]):
+        assert str(tmp_path / "suite") in sys.path
+        assert sys.path[:len(before)] == before
+    assert sys.path == before

@@ -25,7 +25,6 @@ from ragfactory.flows.build import build
 from ragfactory.flows.config import BuildConfig
 from ragfactory.schemas.tables import TABLES
 from ragfactory.warehouse.store import Warehouse
-from tests.cluster_engine import ENGINE
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -34,6 +33,7 @@ RUN = "cluster-test"
 # warehouse root, which differs between the two builds.
 VOLATILE = {"runs": {"started_at", "finished_at", "flow_run_id", "config", "config_hash"},
             "ingests": {"created_at"}, "llm_calls": {"created_at", "latency_ms", "cached"}}
+ENGINE = "scripted:cluster"  # registered by tests/cluster_engine.py
 WORKERS = {"kind": "dask", "workers": 2, "preload": ["tests.cluster_engine"]}
 REPO = Path(__file__).resolve().parents[2]
 
@@ -60,6 +60,18 @@ def _rows(root: Path) -> dict[str, list[str]]:
         drop = VOLATILE.get(table, set())
         tables[table] = sorted(repr(sorted((k, v) for k, v in r.items() if k not in drop)) for r in rows)
     return tables
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _registered():
+    """The cluster engine in this process for this module's tests, and gone after them."""
+    import importlib
+
+    from ragfactory.tasks.llm.registry import unregister_backend
+
+    importlib.import_module("tests.cluster_engine").register()
+    yield
+    unregister_backend(ENGINE)
 
 
 @pytest.fixture(scope="module")
