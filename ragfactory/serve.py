@@ -275,12 +275,15 @@ def _bring_up(stack: Stack, timezone: str | None, pools: Iterable[str], echo,
     return True
 
 
-def serve(port: int = 4200, root: Path | None = None, timezone: str | None = None,
+def serve(port: int = 4200, root: str | Path | None = None, timezone: str | None = None,
           pools: Iterable[str] = ("cpu",), prefect_home: Path | None = None,
           log_dir: Path | None = None, echo=print, dashboard_port: int | None = 8765) -> None:
     """Start the whole stack, print the UI and dashboard addresses, and stop it all on Ctrl-C or
     SIGTERM. ``dashboard_port`` None or 0: no dashboard."""
     pools = list(pools)
+    if isinstance(root, str) and "://" in root:
+        raise StackError(f"--root {root}: the stack serves a local warehouse (its workers' home); "
+                         "deployed flows write to an object store through their config's warehouse.root")
     if not port_is_free(port):
         raise StackError(f"127.0.0.1:{port} is in use (another Prefect server?); pick one with --port")
     if dashboard_port and not port_is_free(dashboard_port):

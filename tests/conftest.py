@@ -65,3 +65,45 @@ def prefect_api(tmp_path_factory):
 
     with prefect_test_harness(server_startup_timeout=180):
         yield
+
+
+class S3Server:
+    """A real S3-compatible server (moto's server mode) on 127.0.0.1, for the session: ``env``
+    is what a client needs (credentials and endpoint), ``bucket`` makes a fresh bucket."""
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+        self.env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "ragfactory-test",
+                    "AWS_SECRET_ACCESS_KEY": "ragfactory-test", "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def client(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                            aws_access_key_id="ragfactory-test", aws_secret_access_key="ragfactory-test")
+
+    def bucket(self, name: str) -> str:
+        """A new, empty bucket; its ``s3://`` URI."""
+        self.client().create_bucket(Bucket=name)
+        return f"s3://{name}"
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield S3Server(f"http://{host}:{port}")
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """The session's S3 server, with this process's AWS settings pointing at it for the test."""
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    return s3_server

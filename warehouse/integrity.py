@@ -37,8 +37,9 @@ needs — one shard replaced whole by its one writer, never two writers of one f
 inputs, the one shared shard kind, merge under a lock, ``warehouse.locks``) — is met by
 rename-commits plus these entries, and every Parquet reader still reads the folders as they are.
 A table format becomes the better answer when writers share shards across machines (an object
-store has no rename and no flock): the scale-out work should adopt one there, keeping these
-entries' checks (``check``, ``quick_damage``) as the layer that says a file is what was written.
+store has no rename and no flock). An object-store warehouse (``warehouse.objectstore``) keeps
+one writer per shard, so whole-object PUTs plus these entries are enough there too: the entries
+travel with the shards and a mirror checks every object against its entry as it pulls it.
 """
 
 from __future__ import annotations

@@ -26,8 +26,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ragfactory.schemas.tables import TABLES, table_spec
-from ragfactory.warehouse.integrity import commit_shard
+from ragfactory.warehouse.integrity import commit_shard, manifest_path
 from ragfactory.warehouse.locks import exclusive, lock_path
+from ragfactory.warehouse.objectstore import ObjectStore, Pulled, is_remote, mirror_of
 
 ROOT_ENV = "RAGFACTORY_HOME"
 DEFAULT_ROOT = Path("~/.ragfactory")
@@ -82,13 +83,34 @@ def conform(table_name: str, data: pa.Table | Iterable[Mapping]) -> pa.Table:
 
 
 class Warehouse:
-    """Parquet tables under one root directory, plus the DuckDB catalog file that views them."""
+    """Parquet tables under one root directory, plus the DuckDB catalog file that views them.
+
+    The root may be an object store's URI (``s3://bucket/prefix``): ``root`` is then its local
+    mirror, every committed shard is uploaded as it is written, and ``pull`` brings the mirror
+    up to the store (``warehouse.objectstore``). ``location`` is what to hand another process
+    (a task, a worker) so that it opens the same warehouse.
+    """
 
     def __init__(self, root: str | os.PathLike | None = None):
-        self.root = Path(root).expanduser().resolve() if root else default_root().resolve()
+        self.store: ObjectStore | None = None
+        if is_remote(root):
+            mirror = mirror_of(str(root).rstrip("/"), default_root().resolve())
+            self.store = ObjectStore(str(root), mirror)
+            self.root = mirror
+        else:
+            self.root = Path(root).expanduser().resolve() if root else default_root().resolve()
 
     def __repr__(self) -> str:
-        return f"Warehouse({str(self.root)!r})"
+        return f"Warehouse({self.location!r})"
+
+    @property
+    def location(self) -> str:
+        """The root as given to open this warehouse again: the store's URI, or the folder."""
+        return self.store.uri if self.store else str(self.root)
+
+    def pull(self, progress=None) -> Pulled | None:
+        """Bring a store's mirror up to the store (None for a local warehouse)."""
+        return self.store.pull(progress) if self.store else None
 
     @property
     def catalog_path(self) -> Path:
@@ -144,6 +166,14 @@ class Warehouse:
         path.parent.mkdir(parents=True, exist_ok=True)
         with commit_shard(self.root, path, rows.num_rows) as staged:
             pq.write_table(rows, staged, compression="zstd")
+        if self.store:
+            try:
+                self.store.push(path)
+            except BaseException:
+                # Not in the store: not recorded here either, so the shard counts as unwritten
+                # (a rerun writes it again) rather than done on this machine only.
+                manifest_path(self.root, path).unlink(missing_ok=True)
+                raise
         return path
 
     def merge(

@@ -47,7 +47,7 @@ def build(
         fail(str(exc))
     if root is not None:
         cfg = cfg.model_copy(update={"warehouse": cfg.warehouse.model_copy(update={"root": str(root)})})
-    wh = open_warehouse(Path(cfg.warehouse.root) if cfg.warehouse.root else None)
+    wh = open_warehouse(cfg.warehouse.root or None)
     apply_network_policy(cfg.allow_downloads)
     preflight(lambda: check_build(cfg, wh), prefix=f"{config}: ")
     cleanup = prefect_local_defaults()

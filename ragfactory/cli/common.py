@@ -48,17 +48,29 @@ def main(
 
 
 RootOption = Annotated[
-    Path | None,
-    typer.Option("--root", help="Warehouse root (default: $RAGFACTORY_HOME, else ~/.ragfactory)"),
+    str | None,
+    typer.Option("--root", help="Warehouse root: a folder, or an object store's URI such as "
+                 "s3://bucket/prefix (default: $RAGFACTORY_HOME, else ~/.ragfactory)"),
 ]
 
 
-def open_warehouse(root: Path | None):
+def open_warehouse(root: str | Path | None):
     """The warehouse at ``root`` (default: $RAGFACTORY_HOME, else ~/.ragfactory); imported here so
-    that only the commands that use it load the warehouse code."""
+    that only the commands that use it load the warehouse code. An object store's mirror is
+    brought up to the store first, with a line saying what came down."""
+    from ragfactory.warehouse.objectstore import ObjectStoreError
     from ragfactory.warehouse.store import Warehouse
 
-    return Warehouse(root)
+    try:
+        wh = Warehouse(root)
+        if wh.store is not None:
+            pulled = wh.pull()
+    except (ObjectStoreError, ValueError) as exc:
+        fail(str(exc))
+    if wh.store is not None:  # on stderr: a query's csv or json on stdout stays clean
+        typer.echo(f"mirror of {wh.location} at {wh.root}: {pulled.downloaded} shard(s) downloaded, "
+                   f"{pulled.current} current", err=True)
+    return wh
 
 
 def fail(message: str) -> None:

@@ -214,6 +214,6 @@ def _repair(wh, problems, stamp: str) -> None:
         console.print(f"rebuilding: runs {', '.join(plan['runs']) or '-'}; ingest {', '.join(plan['ingest']) or '-'}",
                       soft_wrap=True)
         cleanup = prefect_local_defaults()
-        result = run_flow(lambda: repair_flow(str(wh.root), plan["runs"], plan["ingest"], return_state=True), cleanup)
+        result = run_flow(lambda: repair_flow(wh.location, plan["runs"], plan["ingest"], return_state=True), cleanup)
         for run_id, status in result["runs"].items():
             console.print(f"run {run_id}: {status}", soft_wrap=True)

@@ -1,0 +1,114 @@
+"""A warehouse in an object store: shards uploaded whole with their entries, mirrors that pull
+and check them, against a real S3-compatible server on 127.0.0.1 (``s3`` fixture)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ragfactory.warehouse.integrity import is_intact, manifest_path
+from ragfactory.warehouse.objectstore import ObjectStoreError, Pulled, mirror_of
+from ragfactory.warehouse.store import Warehouse
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _nodes(run_id: str, n: int, value: float = 0.5) -> list[dict]:
+    return [{"node_id": f"{run_id}-{i}", "run_id": run_id, "question_id": "q1", "path": str(i), "depth": 1,
+             "kind": "answer", "value": value, "passage_ids": ["p1"]} for i in range(n)]
+
+
+def _machine(tmp_path: Path, name: str, monkeypatch) -> Path:
+    """Another machine's home: its own mirrors."""
+    home = tmp_path / name
+    monkeypatch.setenv("RAGFACTORY_HOME", str(home))
+    return home
+
+
+def _keys(s3, bucket: str) -> list[str]:
+    listed = s3.client().list_objects_v2(Bucket=bucket).get("Contents", [])
+    return sorted(item["Key"] for item in listed)
+
+
+def test_the_mirror_of_a_store_is_under_the_home_and_a_bucket_is_needed(tmp_path):
+    assert mirror_of("s3://team/warehouses/nightly", tmp_path) == tmp_path / "mirrors" / "s3" / "team" / "warehouses" / "nightly"
+    with pytest.raises(ValueError, match=r"warehouse root 's3://': name a bucket"):
+        mirror_of("s3://", tmp_path)
+    with pytest.raises(ValueError, match=r"name a bucket"):
+        mirror_of("s3://team/../other", tmp_path)
+
+
+def test_a_shard_is_uploaded_with_its_entry_and_another_machine_pulls_it(s3, tmp_path, monkeypatch):
+    uri = s3.bucket("written") + "/wh"
+    home_a = _machine(tmp_path, "a", monkeypatch)
+    wh = Warehouse(uri)
+    assert wh.root == home_a.resolve() / "mirrors" / "s3" / "written" / "wh" and wh.location == "s3://written/wh"
+    wh.write("nodes", _nodes("r1", 3), shard="s0")
+    assert _keys(s3, "written") == ["wh/_manifest/nodes/run_id=r1/s0.parquet.json", "wh/nodes/run_id=r1/s0.parquet"]
+    entry = json.loads(s3.client().get_object(Bucket="written", Key="wh/_manifest/nodes/run_id=r1/s0.parquet.json")["Body"].read())
+    assert entry["path"] == "nodes/run_id=r1/s0.parquet" and entry["rows"] == 3
+
+    _machine(tmp_path, "b", monkeypatch)
+    other = Warehouse(uri)
+    assert other.read("nodes").num_rows == 0  # nothing until it pulls
+    assert other.pull() == Pulled(downloaded=1, current=0)
+    assert other.read("nodes").to_pylist() == wh.read("nodes").to_pylist()
+    assert is_intact(other.root, other.files("nodes")[0])
+    assert other.pull() == Pulled(downloaded=0, current=1)
+
+    wh.write("nodes", _nodes("r1", 2, value=1.0), shard="s0")  # a rerun replaces the shard
+    assert other.pull() == Pulled(downloaded=1, current=0)
+    assert other.read("nodes").column("value").to_pylist() == [1.0, 1.0]
+
+
+def test_an_object_changed_in_the_store_is_refused_by_name_and_the_mirror_keeps_its_copy(s3, tmp_path, monkeypatch):
+    uri = s3.bucket("tampered") + "/wh"
+    _machine(tmp_path, "a", monkeypatch)
+    Warehouse(uri).write("nodes", _nodes("r1", 3), shard="s0")
+    _machine(tmp_path, "b", monkeypatch)
+    mirror = Warehouse(uri)
+    mirror.pull()
+    s3.client().put_object(Bucket="tampered", Key="wh/_manifest/nodes/run_id=r1/s0.parquet.json",
+                           Body=json.dumps({"version": 1, "path": "nodes/run_id=r1/s0.parquet", "rows": 9,
+                                            "bytes": 1, "sha256": "0" * 64}).encode())
+    with pytest.raises(ObjectStoreError, match=r"s3://tampered/wh: nodes/run_id=r1/s0.parquet is not the object "
+                                               r"that was written \(\d+ bytes, sha256 [0-9a-f]{12}…; recorded 1 bytes"):
+        mirror.pull()
+    assert mirror.read("nodes").num_rows == 3 and is_intact(mirror.root, mirror.files("nodes")[0])
+
+
+def test_a_recorded_object_missing_from_the_store_is_named(s3, tmp_path, monkeypatch):
+    uri = s3.bucket("missing") + "/wh"
+    _machine(tmp_path, "a", monkeypatch)
+    Warehouse(uri).write("nodes", _nodes("r1", 1), shard="s0")
+    s3.client().delete_object(Bucket="missing", Key="wh/nodes/run_id=r1/s0.parquet")
+    _machine(tmp_path, "b", monkeypatch)
+    with pytest.raises(ObjectStoreError, match=r"nodes/run_id=r1/s0.parquet is recorded but not in the store"):
+        Warehouse(uri).pull()
+
+
+def test_a_shard_the_store_refused_is_not_recorded_on_this_machine_either(s3, tmp_path, monkeypatch):
+    _machine(tmp_path, "a", monkeypatch)
+    wh = Warehouse("s3://no-such-bucket/wh")
+    with pytest.raises(ObjectStoreError, match=r"s3://no-such-bucket/wh: cannot upload nodes/run_id=r1/s0.parquet"):
+        wh.write("nodes", _nodes("r1", 1), shard="s0")
+    path = wh.shard_path("nodes", {"run_id": "r1"}, "s0")
+    assert not manifest_path(wh.root, path).exists() and not is_intact(wh.root, path)
+
+
+def test_ragfactory_sql_on_an_s3_root_pulls_and_answers(s3, tmp_path, monkeypatch):
+    uri = s3.bucket("queried") + "/wh"
+    _machine(tmp_path, "a", monkeypatch)
+    Warehouse(uri).write("nodes", _nodes("r1", 3), shard="s0")
+    env = {**os.environ, **s3.env, "RAGFACTORY_HOME": str(tmp_path / "laptop")}
+    done = subprocess.run([sys.executable, "-m", "ragfactory.cli", "sql", "--root", uri,
+                           "select count(*) as n, count(distinct node_id) as ids from nodes", "--format", "csv"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == '"n","ids"\n3,3\n'
+    assert f"mirror of s3://queried/wh at {tmp_path / 'laptop'}" in done.stderr and "1 shard(s) downloaded, 0 current" in done.stderr
