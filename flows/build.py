@@ -201,7 +201,10 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
     missing input file or a model not on this machine fails before any run is recorded.
     """
     wh = Warehouse(config.warehouse.root)
-    root = str(wh.root)
+    root = wh.location  # an object store's URI, so that every task and worker uploads to it
+    if pulled := wh.pull():
+        get_run_logger().info("mirror of %s: %d shard(s) downloaded, %d current",
+                              root, pulled.downloaded, pulled.current)
     apply_network_policy(config.allow_downloads)
     check_build(config, wh, policy_model)
     config = with_policy_model(config, wh, policy_model)

@@ -36,7 +36,7 @@ from ragfactory.warehouse.store import Warehouse
 
 def evaluate_model(wh: Warehouse, config: EvalConfig) -> dict:
     """One model through every dataset of the config: its evals rows, runs row and summary."""
-    root = str(wh.root)
+    root = wh.location
     plan = plan_evaluation(root, config)
     for name in plan["ingest"]:
         ingest_dataset(root, DatasetConfig(name=name))

@@ -29,8 +29,8 @@ with the same futures as the local runner; Ray's wheel alone is over 60 MB and i
 cluster needs a GCS server and a raylet. Work-pool workers (one shard per flow run) would add a
 flow run per shard and need a deployment per build.
 
-Blind spots: the warehouse root and the result storage must be paths every worker can reach
-(the same machine, or a shared file system); the workers of a cluster at an address need
+Blind spots: the warehouse root and the result storage must be ones every worker can reach
+(the same machine, a shared file system, or an object store: ``warehouse.objectstore``); the workers of a cluster at an address need
 ``PREFECT_API_URL`` in their environment (a temporary cluster is given this process's) and the
 ``runner.preload`` modules (``dask worker --preload``), since an engine or retriever registration
 lives in the process that made it; and a shard's progress bar is drawn by its worker, not by the

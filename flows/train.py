@@ -25,7 +25,7 @@ def train(config: TrainConfig) -> dict:
     runs offline unless ``config.allow_downloads``.
     """
     wh = Warehouse(config.warehouse.root)
-    root = str(wh.root)
+    root = wh.location
     apply_network_policy(config.allow_downloads)
     check_training(config, wh)
     planned = plan_model(root, config)

@@ -27,6 +27,7 @@ from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.shard import expand_shard, split_shards
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.integrity import is_intact
+from ragfactory.warehouse.objectstore import is_remote
 from ragfactory.warehouse.store import Warehouse
 
 QUESTIONS_SQL = """
@@ -105,17 +106,29 @@ def shard_cache_key(context: TaskRunContext | None, parameters: dict) -> str:
         "config": config.config_hash(), "run_id": parameters["run_id"],
         "strategy": parameters["strategy"], "shard": parameters["shard"],
         "questions": list(parameters["question_ids"]), "sources": sorted(parameters["sources"]),
-        "root": str(Path(parameters["root"]).resolve()), "schema": SCHEMA_VERSION,
+        "root": _root_key(parameters["root"]), "schema": SCHEMA_VERSION,
     }, sort_keys=True)
     return "expand-" + hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
-def result_storage(wh: Warehouse) -> Path | str:
+def _root_key(root: str) -> str:
+    """A warehouse root as the same string on every machine: a store's URI, a resolved folder."""
+    return root.rstrip("/") if is_remote(root) else str(Path(root).resolve())
+
+
+def result_storage(wh: Warehouse):
     """Where shard results persist: ``$RAGFACTORY_RESULT_STORAGE`` (a folder, or a Prefect
-    storage block slug such as ``s3-bucket/ragfactory`` that several workers share), else a
-    folder beside the warehouse's data."""
+    storage block slug such as ``s3-bucket/ragfactory`` that several workers share), else beside
+    the warehouse's data: ``_results/`` in its object store (so a rerun on any machine finds
+    the shards any machine finished), or a folder under a local root's artifacts."""
     configured = os.environ.get(RESULT_STORAGE_ENV, "").strip()
     if not configured:
+        if wh.store is not None:  # a block saved on the build's Prefect server, which workers resolve
+            from prefect.filesystems import RemoteFileSystem
+
+            name = "ragfactory-results-" + hashlib.sha256(wh.location.encode()).hexdigest()[:16]
+            RemoteFileSystem(basepath=f"{wh.location}/_results").save(name, overwrite=True)
+            return f"remote-file-system/{name}"
         return wh.artifacts_dir("prefect-results")
     if configured.startswith(("/", "~", ".")):
         return Path(configured).expanduser()

@@ -12,11 +12,13 @@ Two switches, read from the environment a worker inherits:
 - ``RAGFACTORY_TEST_ENGINE_LOG``: a folder; each construction appends ``<pid>`` to ``built``.
 - ``RAGFACTORY_TEST_STALL``: a folder; the first engine call of the whole cluster claims
   ``stalled`` (exclusive create), writes its process id there and waits, so that a test can kill
-  that worker mid-shard.
+  that worker mid-shard. With ``RAGFACTORY_TEST_STALL_AFTER`` (a glob pattern) too, the first
+  call made once a file matches it: a build killed after some shards were committed.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import time
 from pathlib import Path
@@ -35,7 +37,8 @@ class StallingBackend(ScriptedBackend):
 
     def generate_batch(self, requests):
         stall = os.environ.get("RAGFACTORY_TEST_STALL")
-        if stall:
+        after = os.environ.get("RAGFACTORY_TEST_STALL_AFTER")
+        if stall and (not after or glob.glob(after)):
             try:
                 fd = os.open(Path(stall) / "stalled", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileExistsError:

@@ -4,11 +4,13 @@ The same DecEx config (4 HotpotQA questions in 4 shards, the scripted engine of
 ``tests/cluster_engine.py``) is built with the local runner and on a temporary cluster of two
 worker processes that the build starts: every table equals the local build's row for row, each
 worker builds its engine once, and a worker killed mid-shard leaves the same tables once Dask
-runs its shard again on the other worker.
+runs its shard again on the other worker. Built into an S3 server and killed mid-way, then rerun
+from another machine's mirror, it leaves the same tables too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -136,3 +138,54 @@ def test_the_command_line_build_gives_its_workers_its_own_prefect_server(local, 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "ephemeral Prefect API server" not in done.stdout + done.stderr
     assert _rows(tmp_path / "wh") == local
+
+
+def test_a_build_into_an_object_store_killed_and_rerun_elsewhere_leaves_the_local_tables(local, tmp_path, s3, monkeypatch):
+    """``ragfactory build`` into ``s3://`` on one worker, killed (build, cluster and all) once a
+    shard is committed; rerun from another machine's mirror, it skips what the store holds and
+    ends with the local build's tables, each row once, read back through ``ragfactory sql``."""
+    uri = s3.bucket("nightly") + "/wh"
+    one_worker = {"kind": "dask", "workers": 1, "preload": ["tests.cluster_engine"]}
+    (tmp_path / "first.yaml").write_text(yaml.safe_dump(_config(uri, one_worker).model_dump(mode="json")))
+    in_process = {"kind": "local", "preload": ["tests.cluster_engine"]}
+    (tmp_path / "rerun.yaml").write_text(yaml.safe_dump(_config(uri, in_process).model_dump(mode="json")))
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")} | s3.env
+    base["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    first_home = tmp_path / "machine-a"
+    committed = first_home / "mirrors" / "s3" / "nightly" / "wh" / "nodes" / f"run_id={RUN}" / "*.parquet"
+    env = base | {"RAGFACTORY_HOME": str(first_home), "RAGFACTORY_TEST_STALL": str(tmp_path),
+                  "RAGFACTORY_TEST_STALL_AFTER": str(committed)}
+    command = [sys.executable, "-m", "ragfactory.cli", "build", "--run-id", RUN, "--config"]
+    with open(tmp_path / "first.log", "w") as log:
+        first = subprocess.Popen([*command, str(tmp_path / "first.yaml")], cwd=REPO, env=env, stdout=log,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+        deadline, marker = time.monotonic() + 300, tmp_path / "stalled"
+        try:
+            while time.monotonic() < deadline and first.poll() is None and not (marker.exists() and marker.read_text()):
+                time.sleep(0.2)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # ended by itself: the assertion below says how
+                os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    assert marker.exists(), (tmp_path / "first.log").read_text()[-3000:]
+    client = s3.client()
+    stored = {o["Key"]: o["LastModified"] for o in client.list_objects_v2(Bucket="nightly")["Contents"]
+              if o["Key"].startswith(f"wh/nodes/run_id={RUN}/")}
+    assert 1 <= len(stored) < 4  # killed mid-way: some shards in the store, not all
+
+    rerun = subprocess.run([*command, str(tmp_path / "rerun.yaml")], cwd=REPO, capture_output=True, text=True,
+                           env=base | {"RAGFACTORY_HOME": str(tmp_path / "machine-b")}, timeout=500)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    after = {o["Key"]: o["LastModified"] for o in client.list_objects_v2(Bucket="nightly")["Contents"]
+             if o["Key"].startswith(f"wh/nodes/run_id={RUN}/")}
+    assert len(after) == 4 and {k: after[k] for k in stored} == stored  # what the store held was not redone
+
+    monkeypatch.setenv("RAGFACTORY_HOME", str(tmp_path / "machine-c"))
+    Warehouse(uri).pull()
+    assert _rows(uri) == local
+    counted = subprocess.run([sys.executable, "-m", "ragfactory.cli", "sql", "--root", uri, "--format", "csv",
+                              "select count(*) as n, count(distinct node_id) as ids from nodes"],
+                             cwd=REPO, env=base | {"RAGFACTORY_HOME": str(tmp_path / "laptop")},
+                             capture_output=True, text=True, timeout=300)
+    assert counted.returncode == 0, counted.stderr
+    assert counted.stdout == f'"n","ids"\n{len(local["nodes"])},{len(local["nodes"])}\n'
