@@ -30,7 +30,7 @@ from prefect.futures import PrefectFuture
 
 from ragfactory.flows.config import BuildConfig
 from ragfactory.flows.runner import settled_state, shard_runner
-from ragfactory.flows.runs import final_state, finish, recorded_run
+from ragfactory.flows.runs import final_state, finish, opened_warehouse, recorded_run
 from ragfactory.tasks.expand import expand_trees, plan_shards, result_storage, shard_written
 from ragfactory.tasks.index import build_indexes
 from ragfactory.tasks.ingest import backfill_question_partitions, ingest_corpus, ingest_dataset
@@ -200,11 +200,8 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
     id, or ``latest:<name>``. The whole config is checked first (``tasks/preflight.py``): a
     missing input file or a model not on this machine fails before any run is recorded.
     """
-    wh = Warehouse(config.warehouse.root)
+    wh = opened_warehouse(config.warehouse.root)
     root = wh.location  # an object store's URI, so that every task and worker uploads to it
-    if pulled := wh.pull():
-        get_run_logger().info("mirror of %s: %d shard(s) downloaded, %d current",
-                              root, pulled.downloaded, pulled.current)
     apply_network_policy(config.allow_downloads)
     check_build(config, wh, policy_model)
     config = with_policy_model(config, wh, policy_model)

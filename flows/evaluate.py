@@ -18,7 +18,7 @@ from prefect import flow, get_run_logger
 from prefect.states import State
 
 from ragfactory.flows.config import EvalConfig
-from ragfactory.flows.runs import final_state, finish, recorded_run
+from ragfactory.flows.runs import final_state, finish, opened_warehouse, recorded_run
 from ragfactory.tasks.data.config import DatasetConfig, PartitionConfig
 from ragfactory.tasks.evaluate import (
     compare_evaluations,
@@ -72,7 +72,7 @@ def evaluate(config: EvalConfig) -> dict | State:
     modes too, and ``eval_compare`` gets the paired comparison (``comparison`` in the result).
     Both models must resolve on this machine (``tasks/preflight.py``) before anything runs.
     """
-    wh = Warehouse(config.warehouse.root)
+    wh = opened_warehouse(config.warehouse.root)
     apply_network_policy(config.allow_downloads)
     check_evaluation(config, wh)
     summary = evaluate_model(wh, config)

@@ -13,11 +13,22 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 
+from prefect import get_run_logger
 from prefect.runtime import flow_run
 from prefect.states import Failed, State
 
 from ragfactory.warehouse.runs import RunHold, holding_run, mark_abandoned_runs, now
 from ragfactory.warehouse.store import Warehouse
+
+
+def opened_warehouse(root: str | None) -> Warehouse:
+    """The flow's warehouse; one in an object store has its mirror pulled first (what other
+    machines committed since), with a log line saying what came down."""
+    wh = Warehouse(root)
+    if pulled := wh.pull():
+        get_run_logger().info("mirror of %s: %d shard(s) downloaded, %d current",
+                              wh.location, pulled.downloaded, pulled.current)
+    return wh
 
 
 @contextlib.contextmanager

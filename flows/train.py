@@ -11,10 +11,10 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from ragfactory.flows.config import TrainConfig
+from ragfactory.flows.runs import opened_warehouse
 from ragfactory.tasks.preflight import apply_network_policy, check_training
 from ragfactory.tasks.train import plan_model, train_model, write_model
 from ragfactory.warehouse.catalog import refresh_catalog
-from ragfactory.warehouse.store import Warehouse
 
 
 @flow(name="train", log_prints=True)
@@ -24,7 +24,7 @@ def train(config: TrainConfig) -> dict:
     The base model must resolve on this machine first (``tasks/preflight.py``); the training
     runs offline unless ``config.allow_downloads``.
     """
-    wh = Warehouse(config.warehouse.root)
+    wh = opened_warehouse(config.warehouse.root)
     root = wh.location
     apply_network_policy(config.allow_downloads)
     check_training(config, wh)

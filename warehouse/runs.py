@@ -21,6 +21,7 @@ import datetime as dt
 import json
 import os
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 
@@ -185,6 +186,9 @@ def interrupt_held_runs(reason: str) -> list[str]:
 def mark_abandoned_runs(warehouse: Warehouse) -> list[str]:
     """Rewrite as ``abandoned`` each ``running`` row whose lock no live process holds; their ids.
 
+    In a warehouse shared through an object store, only the runs this machine held: a lock is a
+    local file, so another machine's live run would look abandoned from here.
+
     The row is re-read while this process holds the lock, so a run that ended meanwhile keeps its
     state and a build of it that starts now waits (``holding_run``'s ``wait_s``). A root this
     process cannot write (read-only) or whose runs cannot be read is left as it is: ``ragfactory
@@ -206,10 +210,12 @@ def _abandon(warehouse: Warehouse, run_id: str) -> bool:
     try:
         if not try_lock(fd):
             return False
+        holder = read_holder(fd)
+        if warehouse.store is not None and holder.get("host") != socket.gethostname():
+            return False  # held on another machine sharing the store: its lock is not here to test
         rows = warehouse.read("runs", run_id=run_id).to_pylist()
         if not rows or rows[0]["status"] != "running":
             return False
-        holder = read_holder(fd)
         error = f"abandoned: no live process holds it (last holder {describe(holder)})"
         warehouse.write("runs", [rows[0] | {"status": "abandoned", "finished_at": now(), "error": error}],
                         shard=RUN_SHARD)

@@ -112,3 +112,21 @@ def test_ragfactory_sql_on_an_s3_root_pulls_and_answers(s3, tmp_path, monkeypatc
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout == '"n","ids"\n3,3\n'
     assert f"mirror of s3://queried/wh at {tmp_path / 'laptop'}" in done.stderr and "1 shard(s) downloaded, 0 current" in done.stderr
+
+
+def test_a_run_another_machine_holds_is_not_abandoned_from_here(s3, tmp_path, monkeypatch):
+    from ragfactory.warehouse.runs import holding_run, mark_abandoned_runs, now
+
+    uri = s3.bucket("held") + "/wh"
+    _machine(tmp_path, "a", monkeypatch)
+    first = Warehouse(uri)
+    with holding_run(first, run_id="nightly", flow="build", config={}, config_hash="x", started_at=now()) as hold:
+        _machine(tmp_path, "b", monkeypatch)
+        other = Warehouse(uri)
+        other.pull()
+        assert other.read("runs").to_pylist()[0]["status"] == "running"
+        assert mark_abandoned_runs(other) == []  # its lock is on machine a, not here
+        assert other.read("runs").to_pylist()[0]["status"] == "running"
+        hold.record("completed")
+    other.pull()
+    assert other.read("runs").to_pylist()[0]["status"] == "completed"
