@@ -47,7 +47,7 @@ class Dashboard:
     templates: Jinja2Templates
 
     def page(self, request: Request, name: str, status_code: int = 200, **context) -> HTMLResponse:
-        context |= {"pages": PAGES, "root": str(self.warehouse.root), "prefect": self.prefect}
+        context |= {"pages": PAGES, "root": self.warehouse.location, "prefect": self.prefect}
         return self.templates.TemplateResponse(request, f"{name}.html", context, status_code=status_code)
 
     def reading(self):
@@ -182,7 +182,7 @@ def train_submit(request: Request, run: str = Form(...), method: str = Form(...)
                            "--prefect-api or through `ragfactory serve`", job_variables, 503)
     try:
         overrides = parse_json_object("config", config)
-        overrides.setdefault("warehouse", {"root": str(dash.warehouse.root)})
+        overrides.setdefault("warehouse", {"root": dash.warehouse.location})
         parameters = train_config(method, run, overrides)
         flow_run_id = dash.prefect.submit(method, parameters, parse_json_object("job variables", job_variables))
     except ValueError as exc:
