@@ -240,7 +240,11 @@ class Warehouse:
         parts = [conform(table, pq.read_table(path)) for path in files]
         rows = pa.concat_tables(parts)
         for column, value in equals.items():
-            rows = rows.filter(pc.equal(rows.column(column), value))
+            keep = pc.equal(rows.column(column), value)
+            # Most asks are of a partition the folders already pruned to: every row matches, and
+            # filtering would only copy the whole table (half the time of a 10 M-row read).
+            if pc.all(keep, skip_nulls=False).as_py() is not True:
+                rows = rows.filter(keep)
         return rows
 
     def tables(self) -> list[str]:

@@ -136,6 +136,13 @@ def test_read_filters_and_prunes_partitions(warehouse):
     assert warehouse.read("nodes", node_id="r1-0").column("run_id").to_pylist() == ["r1"]
 
 
+def test_read_of_a_partition_whose_folder_two_values_share_keeps_only_the_value_asked(warehouse):
+    warehouse.write("nodes", _nodes("r/2", 2), shard="s0")
+    warehouse.write("nodes", _nodes("r_2", 3), shard="s1")  # the same folder, run_id=r_2
+    assert warehouse.read("nodes", run_id="r/2").column("node_id").to_pylist() == ["r/2-0", "r/2-1"]
+    assert warehouse.read("nodes", run_id="r_2").num_rows == 3
+
+
 def _question(qid: str, text: str, partition: str | None = "train") -> dict:
     return {"question_id": qid, "dataset": "d", "question": text, "partition": partition, "sample_key": 0.5}
 
