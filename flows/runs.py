@@ -26,8 +26,7 @@ def opened_warehouse(root: str | None) -> Warehouse:
     machines committed since), with a log line saying what came down."""
     wh = Warehouse(root)
     if pulled := wh.pull():
-        get_run_logger().info("mirror of %s: %d shard(s) downloaded, %d current",
-                              wh.location, pulled.downloaded, pulled.current)
+        get_run_logger().info("mirror of %s: %s", wh.location, pulled)
     return wh
 
 

@@ -280,8 +280,10 @@ def serve(port: int = 4200, root: str | Path | None = None, timezone: str | None
           log_dir: Path | None = None, echo=print, dashboard_port: int | None = 8765) -> None:
     """Start the whole stack, print the UI and dashboard addresses, and stop it all on Ctrl-C or
     SIGTERM. ``dashboard_port`` None or 0: no dashboard."""
+    from ragfactory.warehouse.objectstore import is_remote
+
     pools = list(pools)
-    if isinstance(root, str) and "://" in root:
+    if is_remote(root):
         raise StackError(f"--root {root}: the stack serves a local warehouse (its workers' home); "
                          "deployed flows write to an object store through their config's warehouse.root")
     if not port_is_free(port):

@@ -27,7 +27,6 @@ from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.shard import expand_shard, split_shards
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.integrity import is_intact
-from ragfactory.warehouse.objectstore import is_remote
 from ragfactory.warehouse.store import Warehouse
 
 QUESTIONS_SQL = """
@@ -106,14 +105,9 @@ def shard_cache_key(context: TaskRunContext | None, parameters: dict) -> str:
         "config": config.config_hash(), "run_id": parameters["run_id"],
         "strategy": parameters["strategy"], "shard": parameters["shard"],
         "questions": list(parameters["question_ids"]), "sources": sorted(parameters["sources"]),
-        "root": _root_key(parameters["root"]), "schema": SCHEMA_VERSION,
+        "root": Warehouse(parameters["root"]).location, "schema": SCHEMA_VERSION,
     }, sort_keys=True)
     return "expand-" + hashlib.sha256(payload.encode()).hexdigest()[:32]
-
-
-def _root_key(root: str) -> str:
-    """A warehouse root as the same string on every machine: a store's URI, a resolved folder."""
-    return root.rstrip("/") if is_remote(root) else str(Path(root).resolve())
 
 
 def result_storage(wh: Warehouse):

@@ -108,9 +108,9 @@ class Warehouse:
         """The root as given to open this warehouse again: the store's URI, or the folder."""
         return self.store.uri if self.store else str(self.root)
 
-    def pull(self, progress=None) -> Pulled | None:
+    def pull(self) -> Pulled | None:
         """Bring a store's mirror up to the store (None for a local warehouse)."""
-        return self.store.pull(progress) if self.store else None
+        return self.store.pull() if self.store else None
 
     @property
     def catalog_path(self) -> Path:

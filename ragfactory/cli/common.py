@@ -68,8 +68,7 @@ def open_warehouse(root: str | Path | None):
     except (ObjectStoreError, ValueError) as exc:
         fail(str(exc))
     if wh.store is not None:  # on stderr: a query's csv or json on stdout stays clean
-        typer.echo(f"mirror of {wh.location} at {wh.root}: {pulled.downloaded} shard(s) downloaded, "
-                   f"{pulled.current} current", err=True)
+        typer.echo(f"mirror of {wh.location} at {wh.root}: {pulled}", err=True)
     return wh
 
 
