@@ -37,7 +37,7 @@ from ragfactory.tasks.llm.coalesce import CoalescingBackend
 from ragfactory.tasks.llm.config import LLMConfig, LLMRoleConfig
 from ragfactory.tasks.llm.embedded import resolve_model
 from ragfactory.tasks.llm.registry import backend_entry, register_backend
-from ragfactory.tasks.llm.types import Backend, Completion, Request, RetryPolicy
+from ragfactory.tasks.llm.types import Backend, Completion, Request, RetryPolicy, is_continuous
 
 ROLES = ("policy", "judge")
 # The engines this process built, by settings and cache folder: a process-wide pool, as a
@@ -60,8 +60,16 @@ class RetryingBackend:
     def __repr__(self) -> str:
         return f"RetryingBackend({self.backend!r}, attempts={self.policy.attempts})"
 
+    @property
+    def continuous(self) -> bool:
+        """A continuous engine stays one behind its retries (``agenerate_batch``)."""
+        return is_continuous(self.backend)
+
     def generate_batch(self, requests: list[Request]) -> list[list[Completion]]:
         return self.policy.call(self.backend.generate_batch, requests, sleep=self.sleep)
+
+    async def agenerate_batch(self, requests: list[Request]) -> list[list[Completion]]:
+        return await self.policy.acall(self.backend.agenerate_batch, requests)  # type: ignore[attr-defined]
 
 
 def retry_policy(role: LLMRoleConfig) -> RetryPolicy:
@@ -85,7 +93,8 @@ def transformers_backend(role: LLMRoleConfig, cache_dir: Path | None) -> Backend
 
 
 def vllm_backend(role: LLMRoleConfig, cache_dir: Path | None) -> Backend:
-    """vLLM in this process; its module is imported only here, so CPU workers never import vllm."""
+    """vLLM in this process: its async engine (continuous batching) unless the options say
+    ``continuous: false``; its module is imported only here, so CPU workers never import vllm."""
     module = importlib.import_module("ragfactory.tasks.llm.vllm_backend")
     fields = {
         "model": resolve_model(role.model, cache_dir),
@@ -93,7 +102,8 @@ def vllm_backend(role: LLMRoleConfig, cache_dir: Path | None) -> Backend:
         "max_num_seqs": role.max_batch_size,
     }
     config = _build(module.VLLMConfig, fields, role.options, "vllm")
-    return RetryingBackend(module.VLLMBackend(config), retry_policy(role))
+    engine = module.VLLMAsyncBackend if config.continuous else module.VLLMBackend
+    return RetryingBackend(engine(config), retry_policy(role))
 
 
 def openai_backend(role: LLMRoleConfig, cache_dir: Path | None) -> Backend:

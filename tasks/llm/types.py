@@ -7,10 +7,11 @@ A ``Request`` is chat messages plus sampling parameters; a backend answers it wi
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -184,4 +185,15 @@ class RetryPolicy:
                 if retry == self.attempts - 1:
                     raise
                 sleep(self.delay(retry))
+        raise AssertionError("unreachable")
+
+    async def acall(self, fn: Callable[..., Awaitable[T]], *args) -> T:
+        """``await fn(*args)``, retried as ``call`` does, waiting without blocking the loop."""
+        for retry in range(self.attempts):
+            try:
+                return await fn(*args)
+            except self.retry_on:
+                if retry == self.attempts - 1:
+                    raise
+                await asyncio.sleep(self.delay(retry))
         raise AssertionError("unreachable")

