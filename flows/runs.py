@@ -11,7 +11,8 @@ done), and returns ``final_state(summary)``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from uuid import UUID
 
 from prefect import get_run_logger
 from prefect.runtime import flow_run
@@ -30,11 +31,34 @@ def opened_warehouse(root: str | None) -> Warehouse:
     return wh
 
 
+def flow_run_ended(flow_run_id: str) -> str | None:
+    """The name of the final state Prefect flow run ``flow_run_id`` ended in; None while it
+    runs, or when the Prefect server this process talks to cannot say (it does not know that
+    flow run, or cannot be reached): a run on another machine is judged by what its flow run
+    says on the server the machines share (``warehouse.runs.mark_abandoned_runs``)."""
+    from prefect.client.orchestration import get_client
+
+    try:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(UUID(flow_run_id)).state
+    except Exception:  # noqa: BLE001 - unknown here is "cannot say", never "ended"
+        return None
+    return state.name if state is not None and state.is_final() else None
+
+
+def shared_flow_runs() -> Callable[[str], str | None] | None:
+    """``flow_run_ended`` where this process talks to a Prefect server (``PREFECT_API_URL``);
+    None otherwise, so a command never starts a temporary server just to ask."""
+    from prefect.settings import PREFECT_API_URL
+
+    return flow_run_ended if PREFECT_API_URL.value() else None
+
+
 @contextlib.contextmanager
 def recorded_run(wh: Warehouse, *, run_id: str, flow: str, config: dict, config_hash: str,
                  warnings: Sequence[str] = ()) -> Iterator[RunHold]:
     """Hold run ``run_id`` of ``flow`` for the block, its ``runs`` row ``running`` meanwhile."""
-    mark_abandoned_runs(wh)
+    mark_abandoned_runs(wh, ended=flow_run_ended)
     run = {"run_id": run_id, "flow": flow, "config": config, "config_hash": config_hash,
            "started_at": now(), "warnings": list(warnings), "flow_run_id": flow_run.get_id()}
     with holding_run(wh, **run) as hold:

@@ -11,7 +11,9 @@ SIGKILL, out of memory, machine lost). A run is ``running`` only while a process
 (``warehouse/runlock.py``): ``holding_run`` takes it before writing ``running``, and
 ``mark_abandoned_runs`` rewrites the ``running`` rows whose lock is free. A view cannot test a
 lock, so the rewrite happens in the next process that looks: a build, an evaluation,
-``ragfactory tables`` and ``ragfactory check``.
+``ragfactory tables`` and ``ragfactory check``. In a warehouse shared through an object store,
+a run another machine holds is judged by its Prefect flow run instead (``ended``): abandoned
+once that flow run has ended (a worker reports a killed flow run ``Crashed``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ragfactory.schemas.tables import SCHEMA_VERSION
 from ragfactory.warehouse.runlock import (
@@ -152,7 +154,7 @@ def holding_run(warehouse: Warehouse, wait_s: float = 10.0, **run) -> Iterator[R
         if not lock_within(fd, wait_s):
             raise RunBusy(f"run {run['run_id']} is running in {describe(read_holder(fd))} "
                           f"(lock {path}): wait for it to end, or stop that process")
-        write_holder(fd)
+        write_holder(fd, run_started_at=_stamp(run.get("started_at")))
         with _HELD_LOCK:
             _HELD[str(path)] = hold
         hold.record("running")
@@ -183,11 +185,32 @@ def interrupt_held_runs(reason: str) -> list[str]:
     return [hold.run["run_id"] for hold in holds if hold.interrupt(reason)]
 
 
-def mark_abandoned_runs(warehouse: Warehouse) -> list[str]:
+# A run's Prefect flow run id -> the name of the final state it ended in, None while it runs or
+# where nothing is known of it (no shared Prefect server).
+FlowRunEnded = Callable[[str], "str | None"]
+
+
+def _stamp(value: object) -> str:
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
+    return str(value)
+
+
+def _held_here(holder: dict, row: dict) -> bool:
+    """Whether this machine's lock file names the holder of this very row: a run of the same id
+    held here before, and since on another machine, leaves a lock file here that does not."""
+    if holder.get("host") != socket.gethostname():
+        return False
+    return holder.get("run_started_at", _stamp(row["started_at"])) == _stamp(row["started_at"])
+
+
+def mark_abandoned_runs(warehouse: Warehouse, ended: FlowRunEnded | None = None) -> list[str]:
     """Rewrite as ``abandoned`` each ``running`` row whose lock no live process holds; their ids.
 
-    In a warehouse shared through an object store, only the runs this machine held: a lock is a
-    local file, so another machine's live run would look abandoned from here.
+    In a warehouse shared through an object store, a lock is a local file, so another machine's
+    live run would look abandoned from here: a run held on another machine is abandoned only
+    when ``ended`` says its flow run has ended (``flows.runs.flow_run_ended`` asks the Prefect
+    server the machines share); without ``ended`` it is left as it is.
 
     The row is re-read while this process holds the lock, so a run that ended meanwhile keeps its
     state and a build of it that starts now waits (``holding_run``'s ``wait_s``). A root this
@@ -198,10 +221,10 @@ def mark_abandoned_runs(warehouse: Warehouse) -> list[str]:
         running = [row["run_id"] for row in warehouse.read("runs").to_pylist() if row["status"] == "running"]
     except Exception:  # noqa: BLE001 - a damaged runs file is check's to report, not ours to crash on
         return []
-    return [run_id for run_id in running if _abandon(warehouse, run_id)]
+    return [run_id for run_id in running if _abandon(warehouse, run_id, ended)]
 
 
-def _abandon(warehouse: Warehouse, run_id: str) -> bool:
+def _abandon(warehouse: Warehouse, run_id: str, ended: FlowRunEnded | None) -> bool:
     path = lock_path(warehouse.root, run_id)
     try:
         fd = open_lock(path)
@@ -211,12 +234,16 @@ def _abandon(warehouse: Warehouse, run_id: str) -> bool:
         if not try_lock(fd):
             return False
         holder = read_holder(fd)
-        if warehouse.store is not None and holder.get("host") != socket.gethostname():
-            return False  # held on another machine sharing the store: its lock is not here to test
         rows = warehouse.read("runs", run_id=run_id).to_pylist()
         if not rows or rows[0]["status"] != "running":
             return False
         error = f"abandoned: no live process holds it (last holder {describe(holder)})"
+        if warehouse.store is not None and not _held_here(holder, rows[0]):
+            # Held on another machine sharing the store: its lock is not here to test.
+            state = ended(rows[0]["flow_run_id"]) if ended and rows[0].get("flow_run_id") else None
+            if state is None:
+                return False
+            error = f"abandoned: its Prefect flow run {rows[0]['flow_run_id']} ended {state}"
         warehouse.write("runs", [rows[0] | {"status": "abandoned", "finished_at": now(), "error": error}],
                         shard=RUN_SHARD)
         return True

@@ -66,12 +66,13 @@ def tables(root: RootOption = None) -> None:
 
     Example: `ragfactory tables --root /data/ragfactory`
     """
+    from ragfactory.flows.runs import shared_flow_runs
     from ragfactory.warehouse.runs import mark_abandoned_runs
 
     wh = open_warehouse(root)
     if not wh.root.is_dir():
         fail(f"no warehouse at {wh.root} (build one with `ragfactory build --config <file>`)")
-    mark_abandoned_runs(wh)
+    mark_abandoned_runs(wh, ended=shared_flow_runs() if wh.store else None)
     refreshed = _refresh_catalog(wh)
     view, damaged = _table_counts(wh)
     console.print(view)
@@ -148,12 +149,13 @@ def check_command(
     Example: `ragfactory check --root /data/ragfactory` then `ragfactory check --repair --root /data/ragfactory`
     """
     from ragfactory.warehouse.integrity import check
+    from ragfactory.flows.runs import shared_flow_runs
     from ragfactory.warehouse.runs import mark_abandoned_runs
 
     wh = open_warehouse(root)
     if not wh.root.is_dir():
         fail(f"no warehouse at {wh.root}")
-    mark_abandoned_runs(wh)
+    mark_abandoned_runs(wh, ended=shared_flow_runs() if wh.store else None)
     problems = check(wh)
     _print_problems(problems)
     if adopt:

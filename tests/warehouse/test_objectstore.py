@@ -130,3 +130,35 @@ def test_a_run_another_machine_holds_is_not_abandoned_from_here(s3, tmp_path, mo
         hold.record("completed")
     other.pull()
     assert other.read("runs").to_pylist()[0]["status"] == "completed"
+
+
+FLOW_RUN = "2f7c1c8e-5d1a-4b7e-9a43-0c6d2b1e8f10"
+
+
+def test_a_run_another_machine_held_is_abandoned_once_its_flow_run_ended(s3, tmp_path, monkeypatch):
+    """Machine b ran "nightly" an hour ago (its lock file names that run); machine a runs it now
+    and is killed. b's old lock file does not make a's run look held here, and a's run is
+    abandoned only when the Prefect server the machines share says its flow run ended."""
+    import datetime as dt
+
+    from ragfactory.warehouse.runs import holding_run, mark_abandoned_runs, now
+
+    uri = s3.bucket("crashed") + "/wh"
+    run = {"run_id": "nightly", "flow": "build", "config": {}, "config_hash": "x"}
+    _machine(tmp_path, "b", monkeypatch)
+    with holding_run(Warehouse(uri), started_at=now() - dt.timedelta(hours=1), **run) as earlier:
+        earlier.record("completed")
+    _machine(tmp_path, "a", monkeypatch)
+    with holding_run(Warehouse(uri), started_at=now(), flow_run_id=FLOW_RUN, **run):
+        _machine(tmp_path, "b", monkeypatch)
+        other = Warehouse(uri)
+        other.pull()
+        assert mark_abandoned_runs(other) == []  # b's lock file names b's own, earlier run
+        assert mark_abandoned_runs(other, ended={}.get) == []  # the server knows nothing of it
+        assert mark_abandoned_runs(other, ended={FLOW_RUN: "Crashed"}.get) == ["nightly"]
+    [row] = other.read("runs").to_pylist()
+    assert (row["status"], row["error"]) == ("abandoned", f"abandoned: its Prefect flow run {FLOW_RUN} ended Crashed")
+    _machine(tmp_path, "c", monkeypatch)
+    third = Warehouse(uri)
+    third.pull()
+    assert third.read("runs").to_pylist()[0]["status"] == "abandoned"  # pushed to the store
