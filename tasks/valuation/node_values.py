@@ -14,7 +14,8 @@ no advantage. Nodes with no leaf below (pruned search children) get ``visits`` 0
 
 The same function serves every strategy whose nodes are linked by ``parent_id``: DecEx trees
 (answer and rollout_leaf leaves) as well as TreePS ones. It works on whole columns: node and
-parent ids are matched once by hash (``pyarrow.compute.index_in``), then the leaves' rewards
+parent ids are hashed once, together (``pyarrow.compute.dictionary_encode``: one code per
+distinct id, which also finds a repeated node id), then the leaves' rewards
 climb one level per pass with ``numpy.bincount``, so the work is (leaves × depth), not a
 recursion per node. Output columns: ``visits`` = |L(n)|, ``value`` = V(n), ``advantage`` = A(n).
 """
@@ -110,7 +111,6 @@ def compute_node_values(table: pa.Table, config: ValuationConfig = ValuationConf
 
 def _values(table: pa.Table, config: ValuationConfig) -> NodeValues:
     node_ids = table.column("node_id")
-    _check_unique(node_ids)
     parent = _parent_index(node_ids, table.column("parent_id"))
     leaf_index, rewards = _leaves(table, config)
     levels = _level_bound(table)
@@ -149,22 +149,34 @@ def assign_node_values(nodes: Sequence[Node], config: ValuationConfig = Valuatio
         node.advantage = None if np.isnan(result.advantage[i]) else float(result.advantage[i])
 
 
-def _check_unique(node_ids: pa.ChunkedArray) -> None:
-    counts = pc.value_counts(node_ids)
-    repeated = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))
-    if len(repeated):
-        raise ValueError(f"node_id {repeated[0].as_py()!r} appears more than once in the nodes table")
-
-
 def _parent_index(node_ids: pa.ChunkedArray, parent_ids: pa.ChunkedArray) -> np.ndarray:
-    """Row index of each row's parent, -1 for a root; an unknown parent is an error."""
-    found = pc.index_in(parent_ids, value_set=node_ids.combine_chunks())
-    lost = pc.and_(pc.is_valid(parent_ids), pc.is_null(found))
-    if pc.any(lost).as_py():
-        row = int(pc.index(lost, True).as_py())
+    """Row index of each row's parent, -1 for a root; a repeated node id, a missing one or an
+    unknown parent is an error naming the node.
+
+    One hash pass over both columns: ``dictionary_encode`` gives every distinct id a code, so
+    code -> row is an array, filled from the node ids, and a parent is found by its code.
+    """
+    n = len(node_ids)
+    if node_ids.null_count:
+        row = int(pc.index(pc.is_null(node_ids), True).as_py())
+        raise ValueError(f"row {row} of the nodes table has no node_id")
+    both = pa.chunked_array([*node_ids.chunks, *parent_ids.cast(node_ids.type).chunks], node_ids.type)
+    encoded = pc.dictionary_encode(both).combine_chunks()
+    codes = pc.fill_null(encoded.indices, -1).to_numpy().astype(np.int64)
+    node_codes, parent_codes = codes[:n], codes[n:]
+    seen = np.bincount(node_codes, minlength=len(encoded.dictionary))
+    if n and seen.max() > 1:
+        repeated = encoded.dictionary[int(np.argmax(seen > 1))].as_py()
+        raise ValueError(f"node_id {repeated!r} appears more than once in the nodes table")
+    row_of = np.full(len(encoded.dictionary) + 1, -1, dtype=np.int64)  # the last: a null parent
+    row_of[node_codes] = np.arange(n)
+    parent = row_of[parent_codes]  # code -1 reads the last slot: -1
+    lost = (parent_codes >= 0) & (parent < 0)
+    if lost.any():
+        row = int(np.argmax(lost))
         raise ValueError(f"node {node_ids[row].as_py()!r} has parent_id "
                          f"{parent_ids[row].as_py()!r}, which is not in the nodes table")
-    return found.fill_null(-1).to_numpy().astype(np.int64)
+    return parent
 
 
 def _leaves(table: pa.Table, config: ValuationConfig) -> tuple[np.ndarray, np.ndarray]:

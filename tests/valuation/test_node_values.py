@@ -245,3 +245,22 @@ def test_a_leaf_without_the_metric_is_named():
 def test_config_refuses_an_unknown_metric():
     with pytest.raises(ValueError, match="ValuationConfig.metric"):
         ValuationConfig(metric="bleu")
+
+
+def test_a_repeated_or_missing_node_id_is_named():
+    rows = hand_tree()
+    repeated = rows[3]["node_id"]
+    with pytest.raises(ValueError, match=f"node_id '{repeated}' appears more than once"):
+        estimate_node_values(as_table([*rows, dict(rows[3])]))
+    rows[2]["node_id"] = None
+    with pytest.raises(ValueError, match="row 2 of the nodes table has no node_id"):
+        estimate_node_values(as_table(rows))
+
+
+def test_a_table_in_many_chunks_is_valued_as_one():
+    """A table read back from many shards arrives in chunks; ids are matched across them (a
+    parent in one chunk, its children in another)."""
+    table = as_table(hand_tree())
+    chunked = pa.concat_tables([table.slice(0, 2), table.slice(2, 3), table.slice(5)])
+    assert chunked.column("node_id").num_chunks == 3
+    assert by_path(estimate_node_values(chunked)) == by_path(estimate_node_values(table))
