@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import hashlib
 import itertools
 import json
@@ -220,10 +221,13 @@ class VLLMAsyncBackend:
     def _engine_loop(self) -> asyncio.AbstractEventLoop:
         with self._started:
             if self._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="vllm-async-engine", daemon=True).start()
                 if self._engine is None:
                     self._engine = build_async_engine(self.config)
+                    # Stopped at exit while the interpreter is whole; left to AsyncLLM.__del__,
+                    # the engine's shutdown fails in interpreter teardown.
+                    atexit.register(self.close)
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="vllm-async-engine", daemon=True).start()
                 self._loop = loop
             return self._loop
 
