@@ -102,8 +102,11 @@ def vllm_backend(role: LLMRoleConfig, cache_dir: Path | None) -> Backend:
         "max_num_seqs": role.max_batch_size,
     }
     config = _build(module.VLLMConfig, fields, role.options, "vllm")
-    engine = module.VLLMAsyncBackend if config.continuous else module.VLLMBackend
-    return RetryingBackend(engine(config), retry_policy(role))
+    if config.continuous:
+        engine = importlib.import_module("ragfactory.tasks.llm.vllm_async").VLLMAsyncBackend(config)
+    else:
+        engine = module.VLLMBackend(config)
+    return RetryingBackend(engine, retry_policy(role))
 
 
 def openai_backend(role: LLMRoleConfig, cache_dir: Path | None) -> Backend:

@@ -26,8 +26,8 @@ from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
 from ragfactory.tasks.search.parsing import parse_termination
 from ragfactory.tasks.search.apex.plan_format import parse_plan
 from ragfactory.tasks.search.treeps.steps import parse_step
+from ragfactory.tasks.llm.vllm_async import VLLMAsyncBackend
 from ragfactory.tasks.llm.vllm_backend import (
-    VLLMAsyncBackend,
     VLLMBackend,
     VLLMConfig,
     read_requests,
