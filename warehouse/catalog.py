@@ -16,6 +16,7 @@ duckdb CLI (``duckdb -readonly catalog.duckdb``), the unrestricted way in.
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 from pathlib import Path
 
@@ -25,14 +26,16 @@ import pyarrow as pa
 from ragfactory.atomic import atomic_path
 from ragfactory.schemas.tables import TABLES
 from ragfactory.warehouse.confined import close, confined_duckdb, refusal
-from ragfactory.warehouse.guard import ReadRefused, Refused, WriteRefused, check_read_only, parser_connection
+from ragfactory.warehouse.guard import (
+    ReadRefused, Refused, WriteRefused, check_read_only, literal_paths, parser_connection, walk_tree,
+)
 from ragfactory.warehouse.integrity import damaged_files, first_line
-from ragfactory.warehouse.readonly_fs import PROTOCOL, warehouse_url
+from ragfactory.warehouse.readonly_fs import PREFIX, PROTOCOL, warehouse_url
 from ragfactory.warehouse.store import Warehouse
 
 __all__ = [
     "ReadRefused", "Refused", "WriteRefused", "check_read_only", "confined_connection", "connect",
-    "create_views", "query", "refresh_catalog", "sql_views", "table_view_sql", "user_query",
+    "create_views", "query", "refresh_catalog", "sql_views", "table_view_sql", "tables_read", "user_query",
 ]
 
 def sql_views() -> dict[str, str]:
@@ -43,6 +46,44 @@ def sql_views() -> dict[str, str]:
         if entry.name.endswith(".sql"):
             views[entry.name[:-4]] = entry.read_text(encoding="utf-8").strip().rstrip(";")
     return views
+
+
+def tables_read(sql: str) -> set[str] | None:
+    """The warehouse tables ``sql`` reads: through their views, through the shipped views that
+    read them, or as ``warehouse://<table>/…`` files. None when that cannot be told (a statement
+    the parser does not take or describe, a reader whose path the query computes): then every
+    table may be read. A mirror pulls only these before the query (``ragfactory sql``)."""
+    views = sql_views()
+    names, paths = set(), set()
+    try:
+        for statement in parser_connection().extract_statements(sql):
+            tree = json.loads(parser_connection().execute(
+                "select json_serialize_sql($q)", {"q": statement.query}).fetchall()[0][0])
+            if tree.get("error"):
+                return None
+            for node in walk_tree(tree):
+                if node.get("type") == "BASE_TABLE":
+                    names.add(str(node.get("table_name", "")))
+                elif node.get("type") == "TABLE_FUNCTION":
+                    listed = literal_paths(node.get("function") or {})
+                    if listed is None:
+                        return None
+                    paths.update(listed)
+    except duckdb.Error:
+        return None
+    read = {path[len(PREFIX):].split("/", 1)[0] for path in paths if path.startswith(PREFIX)}
+    seen: set[str] = set()
+    while names - seen:
+        name = (names - seen).pop()
+        seen.add(name)
+        if name in TABLES:
+            read.add(name)
+        elif name in views:
+            found = tables_read(views[name])
+            if found is None:
+                return None
+            read |= found
+    return {table for table in read if table in TABLES}
 
 
 def _quote(path: str) -> str:

@@ -157,7 +157,7 @@ def _serialized(query: str, con: duckdb.DuckDBPyConnection) -> dict:
 
 
 def _check_functions(tree, fs) -> None:
-    for node in _walk(tree):
+    for node in walk_tree(tree):
         if node.get("type") == "BASE_TABLE" and _is_path(str(node.get("table_name", ""))):
             # `from 'file.csv'` is a reader in disguise (DuckDB's replacement scan)
             _check_paths("from", [node["table_name"]], fs)
@@ -166,7 +166,7 @@ def _check_functions(tree, fs) -> None:
         function = node.get("function") or {}
         name = str(function.get("function_name", "")).lower()
         if name in READERS:
-            _check_paths(name, _literal_paths(function), fs)
+            _check_paths(name, literal_paths(function), fs)
         elif name not in GENERATORS and not name.startswith(INTROSPECTION_PREFIXES):
             raise ReadRefused(
                 f"refused: table function {name}() does not run here; only file readers over "
@@ -199,17 +199,17 @@ def _check_paths(reader: str, paths: list[str] | None, fs) -> None:
             raise ReadRefused(f"refused: {call}: {exc}") from exc
 
 
-def _walk(node):
+def walk_tree(node):
     if isinstance(node, dict):
         yield node
         for value in node.values():
-            yield from _walk(value)
+            yield from walk_tree(value)
     elif isinstance(node, list):
         for value in node:
-            yield from _walk(value)
+            yield from walk_tree(value)
 
 
-def _literal_paths(function: dict) -> list[str] | None:
+def literal_paths(function: dict) -> list[str] | None:
     """A reader's literal path or literal list of paths; None when the query computes it."""
     arguments = function.get("arguments") or []
     if not arguments:

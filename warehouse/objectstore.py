@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,9 +77,11 @@ class Pulled:
 
     downloaded: int
     current: int
+    tables: tuple[str, ...] | None = None  # the tables pulled; None: all of them
 
     def __str__(self) -> str:
-        return f"{self.downloaded} shard(s) downloaded, {self.current} current"
+        of = f" of {', '.join(self.tables) or 'no table'}" if self.tables is not None else ""
+        return f"{self.downloaded} shard(s){of} downloaded, {self.current} current"
 
 
 class ObjectStore:
@@ -120,9 +123,10 @@ class ObjectStore:
         except (OSError, ValueError) as exc:
             raise ObjectStoreError(f"{self.uri}: cannot upload {path.relative_to(self.root).as_posix()}: {exc}") from exc
 
-    def pull(self) -> Pulled:
+    def pull(self, tables: Iterable[str] | None = None) -> Pulled:
         """Bring the mirror up to the store: every recorded shard the mirror lacks or holds with
-        other bytes is downloaded, checked against its entry and renamed into place."""
+        other bytes is downloaded, checked against its entry and renamed into place. ``tables``
+        limits that to those tables' shards (a query that reads two tables needs no others)."""
         prefix = f"{self.base}/{MANIFEST_DIR}"
         self.fs.invalidate_cache()  # listings cached earlier miss what other machines wrote since
         try:
@@ -132,9 +136,12 @@ class ObjectStore:
         except OSError as exc:
             raise ObjectStoreError(f"{self.uri}: cannot list the store: {exc}") from exc
         keys = sorted(k for k in listed if k.endswith(MANIFEST_SUFFIX))
+        if tables is not None:
+            tables = tuple(sorted(set(tables)))
+            keys = [k for k in keys if k[len(prefix) + 1:].split("/", 1)[0] in tables]
         with ThreadPoolExecutor(_PARALLEL) as pool:
             downloaded = sum(pool.map(lambda key: self._pull_one(key, listed[key]), keys))
-        return Pulled(downloaded=downloaded, current=len(keys) - downloaded)
+        return Pulled(downloaded=downloaded, current=len(keys) - downloaded, tables=tables)
 
     def _pull_one(self, key: str, listing: dict) -> bool:
         """Mirror one entry and its shard; whether the shard was downloaded."""

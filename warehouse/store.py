@@ -108,9 +108,10 @@ class Warehouse:
         """The root as given to open this warehouse again: the store's URI, or the folder."""
         return self.store.uri if self.store else str(self.root)
 
-    def pull(self) -> Pulled | None:
-        """Bring a store's mirror up to the store (None for a local warehouse)."""
-        return self.store.pull() if self.store else None
+    def pull(self, tables: Iterable[str] | None = None) -> Pulled | None:
+        """Bring a store's mirror up to the store, or only ``tables`` of it (None for a local
+        warehouse)."""
+        return self.store.pull(tables) if self.store else None
 
     @property
     def catalog_path(self) -> Path:

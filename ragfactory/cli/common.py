@@ -7,7 +7,7 @@ import datetime as dt
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -54,17 +54,18 @@ RootOption = Annotated[
 ]
 
 
-def open_warehouse(root: str | Path | None):
+def open_warehouse(root: str | Path | None, tables: Iterable[str] | None = None):
     """The warehouse at ``root`` (default: $RAGFACTORY_HOME, else ~/.ragfactory); imported here so
     that only the commands that use it load the warehouse code. An object store's mirror is
-    brought up to the store first, with a line saying what came down."""
+    brought up to the store first (only ``tables`` of it, when given), with a line saying what
+    came down."""
     from ragfactory.warehouse.objectstore import ObjectStoreError
     from ragfactory.warehouse.store import Warehouse
 
     try:
         wh = Warehouse(root)
         if wh.store is not None:
-            pulled = wh.pull()
+            pulled = wh.pull(tables)
     except (ObjectStoreError, ValueError) as exc:
         fail(str(exc))
     if wh.store is not None:  # on stderr: a query's csv or json on stdout stays clean

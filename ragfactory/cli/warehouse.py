@@ -35,17 +35,19 @@ def sql(
     warehouse/sql/. The query reads the warehouse and nothing else: files only as
     `warehouse://<path under the root>` (e.g. `read_parquet('warehouse://questions/*/*.parquet')`),
     no writes, settings, attachments or extensions. `duckdb -readonly <root>/catalog.duckdb` is
-    the unrestricted way in.
+    the unrestricted way in. On an object store's root, the mirror pulls only the tables the
+    query reads.
 
     Example: `ragfactory sql "select dataset, count(*) from questions group by 1" --format csv`
     """
-    from ragfactory.warehouse.catalog import Refused, user_query as run_query
+    from ragfactory.warehouse.catalog import Refused, tables_read, user_query as run_query
     from ragfactory.warehouse.guard import first_line
 
     if fmt not in {"table", "csv", "json"}:
         fail(f"--format must be table, csv or json, not {fmt!r}")
+    wh = open_warehouse(root, tables=tables_read(query))  # a mirror pulls what the query reads
     try:
-        result = run_query(open_warehouse(root), query)
+        result = run_query(wh, query)
     except Refused as exc:
         fail(str(exc))
     except Exception as exc:  # duckdb errors carry the useful message in their first line

@@ -6,7 +6,9 @@ import duckdb
 import pytest
 
 from ragfactory.schemas.tables import TABLES
-from ragfactory.warehouse.catalog import WriteRefused, check_read_only, query, refresh_catalog, sql_views
+from ragfactory.warehouse.catalog import (
+    WriteRefused, check_read_only, query, refresh_catalog, sql_views, tables_read,
+)
 
 
 def _question(dataset: str, i: int) -> dict:
@@ -92,3 +94,26 @@ def test_queries_from_many_threads_at_once_each_parse_on_their_own_connection(wa
 
     with ThreadPoolExecutor(max_workers=6) as pool:
         assert sorted(pool.map(one, range(6))) == list(range(6))
+
+
+@pytest.mark.parametrize(
+    ("sql", "tables"),
+    [
+        ("select count(*) from nodes", {"nodes"}),
+        # a CTE's name is not a table; a join reads both sides
+        ("with x as (select * from nodes) select * from x join runs using (run_id)", {"nodes", "runs"}),
+        # shipped views read their tables: questions_per_dataset counts questions and rejects
+        ("select * from questions_per_dataset", {"questions", "rejects"}),
+        ("select * from treeps_tree", {"nodes"}),
+        ("select count(*) from read_parquet('warehouse://questions/*/*.parquet')", {"questions"}),
+        ("select * from read_parquet(['warehouse://nodes/a.parquet', 'warehouse://rollouts/b.parquet'])",
+         {"nodes", "rollouts"}),
+        ("select 1; select count(*) from llm_calls", {"llm_calls"}),
+        ("select 42", set()),
+        # cannot be told: every table may be read
+        ("select * from read_parquet('warehouse://' || 'nodes/x.parquet')", None),
+        ("selec nothing", None),
+    ],
+)
+def test_the_tables_a_query_reads(sql, tables):
+    assert tables_read(sql) == tables

@@ -111,7 +111,36 @@ def test_ragfactory_sql_on_an_s3_root_pulls_and_answers(s3, tmp_path, monkeypatc
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout == '"n","ids"\n3,3\n'
-    assert f"mirror of s3://queried/wh at {tmp_path / 'laptop'}" in done.stderr and "1 shard(s) downloaded, 0 current" in done.stderr
+    assert f"mirror of s3://queried/wh at {tmp_path / 'laptop'}" in done.stderr and "1 shard(s) of nodes downloaded, 0 current" in done.stderr
+
+
+def test_ragfactory_sql_pulls_only_the_tables_its_query_reads(s3, tmp_path, monkeypatch):
+    """A laptop asking for a count of nodes downloads no question; asking a shipped view that
+    reads questions (questions_per_dataset) then downloads that table, and only it."""
+    uri = s3.bucket("partial") + "/wh"
+    _machine(tmp_path, "a", monkeypatch)
+    wh = Warehouse(uri)
+    wh.write("nodes", _nodes("r1", 2), shard="s0")
+    wh.write("nodes", _nodes("r2", 1), shard="s0")
+    wh.write("questions", [{"question_id": "q1", "dataset": "hotpotqa", "split": "dev", "question": "Who?",
+                            "golden_answers": ["Ann"]}], shard="s0")
+    env = {**os.environ, **s3.env, "RAGFACTORY_HOME": str(tmp_path / "laptop")}
+
+    def ask(query: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "ragfactory.cli", "sql", "--root", uri, query, "--format", "csv"],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
+    first = ask("select count(*) as n from nodes")
+    assert first.stdout == '"n"\n3\n' and "2 shard(s) of nodes downloaded, 0 current" in first.stderr
+    _machine(tmp_path, "laptop", monkeypatch)
+    laptop = Warehouse(uri)  # the laptop's mirror, as it stands (no pull)
+    assert laptop.files("questions") == [] and len(laptop.files("nodes")) == 2
+    second = ask("select dataset, n_questions from questions_per_dataset")
+    assert second.stdout == '"dataset","n_questions"\n"hotpotqa",1\n'
+    assert "1 shard(s) of questions, rejects downloaded, 0 current" in second.stderr
+    assert len(laptop.files("questions")) == 1
 
 
 def test_a_run_another_machine_holds_is_not_abandoned_from_here(s3, tmp_path, monkeypatch):
