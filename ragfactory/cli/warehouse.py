@@ -22,6 +22,20 @@ from ragfactory.cli.common import (
 )
 
 
+def _mark_abandoned_runs(wh) -> None:
+    """``mark_abandoned_runs`` for ``tables`` and ``check``. Runs another machine holds exist
+    only in an object store's warehouse, and only there is Prefect asked about them (through
+    ``flows.runs``, whose import costs seconds that a local warehouse's commands do not pay)."""
+    from ragfactory.warehouse.runs import mark_abandoned_runs
+
+    ended = None
+    if wh.store is not None:
+        from ragfactory.flows.runs import shared_flow_runs
+
+        ended = shared_flow_runs()
+    mark_abandoned_runs(wh, ended=ended)
+
+
 # ignore_unknown_options: a query may open with a `--` comment, which click would take for an option
 @app.command(context_settings={"ignore_unknown_options": True})
 def sql(
@@ -68,13 +82,10 @@ def tables(root: RootOption = None) -> None:
 
     Example: `ragfactory tables --root /data/ragfactory`
     """
-    from ragfactory.flows.runs import shared_flow_runs
-    from ragfactory.warehouse.runs import mark_abandoned_runs
-
     wh = open_warehouse(root)
     if not wh.root.is_dir():
         fail(f"no warehouse at {wh.root} (build one with `ragfactory build --config <file>`)")
-    mark_abandoned_runs(wh, ended=shared_flow_runs() if wh.store else None)
+    _mark_abandoned_runs(wh)
     refreshed = _refresh_catalog(wh)
     view, damaged = _table_counts(wh)
     console.print(view)
@@ -151,13 +162,11 @@ def check_command(
     Example: `ragfactory check --root /data/ragfactory` then `ragfactory check --repair --root /data/ragfactory`
     """
     from ragfactory.warehouse.integrity import check
-    from ragfactory.flows.runs import shared_flow_runs
-    from ragfactory.warehouse.runs import mark_abandoned_runs
 
     wh = open_warehouse(root)
     if not wh.root.is_dir():
         fail(f"no warehouse at {wh.root}")
-    mark_abandoned_runs(wh, ended=shared_flow_runs() if wh.store else None)
+    _mark_abandoned_runs(wh)
     problems = check(wh)
     _print_problems(problems)
     if adopt:
