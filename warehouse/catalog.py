@@ -16,7 +16,6 @@ duckdb CLI (``duckdb -readonly catalog.duckdb``), the unrestricted way in.
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 from pathlib import Path
 
@@ -27,7 +26,8 @@ from ragfactory.atomic import atomic_path
 from ragfactory.schemas.tables import TABLES
 from ragfactory.warehouse.confined import close, confined_duckdb, refusal
 from ragfactory.warehouse.guard import (
-    ReadRefused, Refused, WriteRefused, check_read_only, literal_paths, parser_connection, walk_tree,
+    ReadRefused, Refused, WriteRefused, check_read_only, literal_paths, parser_connection, serialized_tree,
+    walk_tree,
 )
 from ragfactory.warehouse.integrity import damaged_files, first_line
 from ragfactory.warehouse.readonly_fs import PREFIX, PROTOCOL, warehouse_url
@@ -54,11 +54,28 @@ def tables_read(sql: str) -> set[str] | None:
     the parser does not take or describe, a reader whose path the query computes): then every
     table may be read. A mirror pulls only these before the query (``ragfactory sql``)."""
     views = sql_views()
+    read: set[str] = set()
+    pending, seen = [sql], set()
+    while pending:
+        found = _references(pending.pop())
+        if found is None:
+            return None
+        names, paths = found
+        read |= {path[len(PREFIX):].split("/", 1)[0] for path in paths if path.startswith(PREFIX)}
+        read |= names & TABLES.keys()
+        pending += [views[name] for name in names - seen if name in views]
+        seen |= names
+    return read & TABLES.keys()
+
+
+def _references(sql: str) -> tuple[set[str], set[str]] | None:
+    """The table names and the literal reader paths in ``sql``'s statements; None when the
+    parser cannot describe one of them or a reader's path is computed."""
     names, paths = set(), set()
+    con = parser_connection()
     try:
-        for statement in parser_connection().extract_statements(sql):
-            tree = json.loads(parser_connection().execute(
-                "select json_serialize_sql($q)", {"q": statement.query}).fetchall()[0][0])
+        for statement in con.extract_statements(sql):
+            tree = serialized_tree(statement.query, con)
             if tree.get("error"):
                 return None
             for node in walk_tree(tree):
@@ -71,19 +88,7 @@ def tables_read(sql: str) -> set[str] | None:
                     paths.update(listed)
     except duckdb.Error:
         return None
-    read = {path[len(PREFIX):].split("/", 1)[0] for path in paths if path.startswith(PREFIX)}
-    seen: set[str] = set()
-    while names - seen:
-        name = (names - seen).pop()
-        seen.add(name)
-        if name in TABLES:
-            read.add(name)
-        elif name in views:
-            found = tables_read(views[name])
-            if found is None:
-                return None
-            read |= found
-    return {table for table in read if table in TABLES}
+    return names, paths
 
 
 def _quote(path: str) -> str:

@@ -148,8 +148,14 @@ def _words(text: str) -> tuple[list[int], list[str]]:
     return [start for start, _ in kept], [word for _, word in kept]
 
 
+def serialized_tree(query: str, con: duckdb.DuckDBPyConnection) -> dict:
+    """DuckDB's parse tree of a SELECT (``json_serialize_sql``); ``error`` is set in it when the
+    parser cannot describe the statement."""
+    return json.loads(con.execute("select json_serialize_sql($q)", {"q": query}).fetchall()[0][0])
+
+
 def _serialized(query: str, con: duckdb.DuckDBPyConnection) -> dict:
-    tree = json.loads(con.execute("select json_serialize_sql($q)", {"q": query}).fetchall()[0][0])
+    tree = serialized_tree(query, con)
     if tree.get("error"):
         # The parser called it a SELECT but cannot describe it: what it would run is unknown.
         raise ReadRefused(f"refused: a statement the parser cannot describe ({tree.get('error_message')})")
