@@ -9,6 +9,16 @@ keeps the smallest head of the sorted distribution whose mass reaches it; every 
 ``max_tokens`` and stop strings (checked on the decoded tail, cut from the text, OpenAI-style);
 finished rows leave the batch so long answers do not hold short ones back.
 
+Memory is bounded per decode chunk, not only by its row count: a chunk's KV cache holds every
+row's padded width (the chunk's longest prompt plus its longest ``max_tokens``), so rows join a
+chunk only while ``rows x width`` stays within the token slots ``kv_cache_mb`` buys at the model's
+bytes per token (``kv_bytes_per_token``), and its prefill, whose attention scores grow with
+``rows x width^2``, goes through the model in groups of at most ``prefill_tokens`` padded tokens.
+A chunk's cache is released before the next one starts, so an engine call of any size holds one
+chunk's memory. SmolLM2-135M in float32 stores 46,080 bytes per token: the default 384 MB is
+8,738 slots, eight rows of a 1,000-token prompt with 72 new tokens. A row longer than the whole
+budget decodes alone.
+
 What cannot be promised: batched float math (padding, another batch width) can change logits in
 the last bits, so a row's text equals the same row decoded alone only up to numerical ties. For
 greedy decoding that means exactly equal but for near-tied logits; a sampled row shares its
@@ -23,6 +33,7 @@ and the decode-loop version; the device is left out, as CPU and GPU compute the 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import threading
 import time
@@ -30,6 +41,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragfactory.memory import tune_allocator
+from ragfactory.tasks.llm.decode_memory import (
+    decode_chunks,
+    joined_cache,
+    kv_bytes_per_token,
+    kv_token_slots,
+)
 from ragfactory.tasks.llm.types import Completion, Grammar, Request
 
 DECODE_VERSION = "rowseed-v1"  # bump when the decode loop changes what it samples
@@ -42,6 +60,8 @@ class TransformersSettings:
     device: str | None = None  # None: cuda when available, else cpu
     dtype: str = "auto"  # auto: float32 on CPU (bf16 matmuls are slow there), bfloat16 on GPU
     max_batch_size: int = 32  # rows per forward pass; ~33 tok/s at 32 rows on 2 CPU cores
+    kv_cache_mb: float = 384.0  # KV cache of one decode chunk: what a worker beside others can spare
+    prefill_tokens: int = 4096  # padded prompt tokens per prefill pass: bounds the attention scores
     stop_tail_tokens: int = 8  # extra tokens decoded beyond the longest stop string's length
 
 
@@ -78,6 +98,7 @@ class TransformersBackend:
         self._eos_ids: frozenset[int] = frozenset()
         self._pad_id = 0
         self._masks = None  # GrammarMasks, built with the first constrained row
+        self._cache_arg = "cache"  # the name forward() gives the KV cache, read at load
         self._lock = threading.Lock()  # one model, called from batcher threads of several roles
 
     def __repr__(self) -> str:
@@ -93,6 +114,7 @@ class TransformersBackend:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
+        tune_allocator()  # freed KV blocks leave the process instead of fragmenting its heap
         tokenizer = AutoTokenizer.from_pretrained(self.model_ref)
         dtype = getattr(torch, self.dtype)
         bar = hf_logging.is_progress_bar_enabled()
@@ -109,6 +131,9 @@ class TransformersBackend:
         pad = tokenizer.pad_token_id
         self._pad_id = pad if pad is not None else min(self._eos_ids)
         self._tokenizer, self._model = tokenizer, model.to(self.device).eval()
+        # transformers renamed forward's past_key_values to cache (5.x warns on the old name)
+        params = inspect.signature(type(model).forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
 
     def generate_batch(self, requests: list[Request]) -> list[list[Completion]]:
         import torch
@@ -118,13 +143,19 @@ class TransformersBackend:
             rows = [row for i, request in enumerate(requests) for row in _rows(i, request, self)]
             # Similar prompt lengths share a forward pass: less padding, same per-row results.
             order = sorted(rows, key=lambda r: len(r.prompt))
-            size = self.settings.max_batch_size
-            for start in range(0, len(order), size):
-                self._decode(order[start : start + size])
+            slots = kv_token_slots(self.settings.kv_cache_mb, self.kv_token_bytes)
+            for chunk in decode_chunks(order, self.settings.max_batch_size, slots):
+                self._decode(chunk)
         answers: list[list[Completion | None]] = [[None] * r.sampling.n for r in requests]
         for row in rows:
             answers[row.request_index][row.sample_index] = self._completion(row)
         return answers  # type: ignore[return-value]
+
+    @property
+    def kv_token_bytes(self) -> int:
+        """Bytes one token takes in the KV cache of the loaded model (keys and values, every layer)."""
+        self.load()
+        return kv_bytes_per_token(self._model.config, self.dtype)
 
     def encode_prompt(self, request: Request) -> list[int]:
         """Token ids of the chat-templated prompt, ending with the assistant turn's header."""
@@ -167,7 +198,8 @@ class TransformersBackend:
             mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)
             logits = self._model(
                 input_ids=tokens[:, None], attention_mask=mask,
-                position_ids=mask.sum(-1, keepdim=True) - 1, past_key_values=cache, use_cache=True,
+                position_ids=mask.sum(-1, keepdim=True) - 1, use_cache=True,
+                **{self._cache_arg: cache},
             ).logits[:, -1, :]
 
     def _prefill(self, rows: list[_Row]):
@@ -175,10 +207,11 @@ class TransformersBackend:
 
         Each distinct prompt goes through the model once and its cache is copied to every row
         that shares it (the ``n`` samples of a request, identical requests): prefill is most of
-        an engine call's work on CPU, and a request's samples all read the same prompt.
+        an engine call's work on CPU, and a request's samples all read the same prompt. Prompts
+        go through in groups of ``prefill_tokens`` padded tokens, each padded to the chunk's
+        width, and the groups' caches are joined along the batch.
         """
         import torch
-        from transformers import DynamicCache
 
         distinct: dict[tuple[int, ...], int] = {}
         index = [distinct.setdefault(tuple(r.prompt), len(distinct)) for r in rows]
@@ -190,16 +223,27 @@ class TransformersBackend:
             ids[b, width - len(prompt) :] = torch.tensor(prompt)
             mask[b, width - len(prompt) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
-        cache = DynamicCache(config=self._model.config)
-        logits = self._model(
-            input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
-        ).logits[:, -1, :]
+        group = max(1, self.settings.prefill_tokens // width)
+        parts = [self._prefill_group(ids[g : g + group], mask[g : g + group])
+                 for g in range(0, len(prompts), group)]
+        logits, cache = torch.cat([p[0] for p in parts]), joined_cache(
+            [p[1] for p in parts], self._model.config)
+        del parts
         if len(prompts) < len(rows):
             rows_of = torch.tensor(index, device=self.device)
             cache.batch_select_indices(rows_of)
             logits, mask = logits[rows_of], mask[rows_of]
         return logits, mask, cache
+
+    def _prefill_group(self, ids, mask):
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self._model.config)
+        logits = self._model(
+            input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+            use_cache=True, logits_to_keep=1, **{self._cache_arg: cache},
+        ).logits[:, -1, :]
+        return logits, cache
 
     def _start_matchers(self, rows: list[_Row]) -> None:
         if any(r.grammar is not None for r in rows) and self._masks is None:
@@ -251,7 +295,6 @@ class TransformersBackend:
             completion_tokens=len(row.tokens),
             latency_s=row.latency_s,
         )
-
 
 def sample_tokens(logits, temperatures: list[float], top_ps: list[float], generators: list):
     """One token per row: greedy at temperature 0, else sampled with the row's own generator.
