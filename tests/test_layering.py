@@ -75,6 +75,8 @@ PARTS = {
     "ragfactory.plugins": "Common",
     # write to a temporary sibling, then rename into place: the warehouse and the tasks share it
     "ragfactory.atomic": "Common",
+    # the allocator's settings and the peak resident memory: engines and commands share them
+    "ragfactory.memory": "Common",
     "ragfactory.data": "Data",
     "ragfactory.schemas": "Schemas",
     "ragfactory.warehouse": "Warehouse",

@@ -64,6 +64,7 @@ def build(
 def print_build_summary(summary: dict) -> None:
     """What a build run left in the warehouse: rows per table, rejects, partitions, contaminated
     training rows, warnings, search trees per strategy, cache use, indexes and the run's status."""
+    from ragfactory.memory import peak_rss_mb
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse
 
@@ -95,6 +96,8 @@ def print_build_summary(summary: dict) -> None:
     if summary["failed_shards"]:
         console.print(f"[red]failed shards:[/red] {', '.join(summary['failed_shards'])}")
     console.print(f"status: {summary['status']}")
+    own, child = peak_rss_mb()
+    console.print(f"peak memory: {own:,.0f} MB (this process), {child:,.0f} MB (its largest child process)")
     console.print(f"catalog: {summary['catalog']}")
     console.print('try: ragfactory sql "select dataset, count(*) from questions group by 1"')
 

@@ -43,6 +43,9 @@ def main(
         "--debug", help="Print the traceback of a failure on screen too (it always goes to the run's log)")] = False,
 ) -> None:
     """ragfactory: build process-supervised training data for agentic RAG, then query it."""
+    from ragfactory.memory import tune_allocator
+
+    tune_allocator()  # before any engine allocates: large freed blocks go back to the system
     if debug:  # the environment, not a global: a flow run in a subprocess or worker sees it too
         os.environ[DEBUG_ENV] = "1"
 
