@@ -9,15 +9,10 @@ keeps the smallest head of the sorted distribution whose mass reaches it; every 
 ``max_tokens`` and stop strings (checked on the decoded tail, cut from the text, OpenAI-style);
 finished rows leave the batch so long answers do not hold short ones back.
 
-Memory is bounded per decode chunk, not only by its row count: a chunk's KV cache holds every
-row's padded width (the chunk's longest prompt plus its longest ``max_tokens``), so rows join a
-chunk only while ``rows x width`` stays within the token slots ``kv_cache_mb`` buys at the model's
-bytes per token (``kv_bytes_per_token``), and its prefill, whose attention scores grow with
-``rows x width^2``, goes through the model in groups of at most ``prefill_tokens`` padded tokens.
-A chunk's cache is released before the next one starts, so an engine call of any size holds one
-chunk's memory. SmolLM2-135M in float32 stores 46,080 bytes per token: the default 384 MB is
-8,738 slots, eight rows of a 1,000-token prompt with 72 new tokens. A row longer than the whole
-budget decodes alone.
+Memory is bounded per decode chunk, not only by its row count: rows join a chunk while its KV
+cache (rows x padded width x bytes per token) fits ``kv_cache_mb``, and its prefill goes through
+the model in groups of ``prefill_tokens`` padded tokens (``tasks/llm/decode_memory.py``), so an
+engine call of any size holds one chunk's memory.
 
 What cannot be promised: batched float math (padding, another batch width) can change logits in
 the last bits, so a row's text equals the same row decoded alone only up to numerical ties. For
@@ -63,6 +58,11 @@ class TransformersSettings:
     kv_cache_mb: float = 384.0  # KV cache of one decode chunk: what a worker beside others can spare
     prefill_tokens: int = 4096  # padded prompt tokens per prefill pass: bounds the attention scores
     stop_tail_tokens: int = 8  # extra tokens decoded beyond the longest stop string's length
+
+    def __post_init__(self):
+        if not self.kv_cache_mb > 0 or self.prefill_tokens < 1:
+            raise ValueError(f"transformers options kv_cache_mb must be > 0 and prefill_tokens >= 1, "
+                             f"got {self.kv_cache_mb} and {self.prefill_tokens}")
 
 
 @dataclass

@@ -61,3 +61,11 @@ def test_the_longest_max_tokens_widens_every_row():
 def test_a_row_wider_than_the_budget_decodes_alone(slots):
     assert widths(decode_chunks(rows(200, 300), max_rows=8, slots=slots)) == [[200], [300]]
     assert decode_chunks([], 8, slots) == []
+
+
+@pytest.mark.parametrize("options", [{"kv_cache_mb": 0}, {"prefill_tokens": 0}])
+def test_a_budget_that_holds_nothing_is_refused_by_name(options):
+    from ragfactory.tasks.llm.transformers_backend import TransformersSettings
+
+    with pytest.raises(ValueError, match="kv_cache_mb must be > 0 and prefill_tokens >= 1"):
+        TransformersSettings(**options)
