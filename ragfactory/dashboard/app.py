@@ -78,7 +78,9 @@ def tree_page(request: Request, run: str | None = None, strategy: str | None = N
         trees = reader.rows("tree_questions", run=run) if run else []
     if trees and not (strategy and question):
         strategy, question = trees[0]["strategy"], trees[0]["question_id"]
-    return dash.page(request, "tree", runs=runs, run=run, trees=trees, strategy=strategy, question=question)
+    text = next((t["question"] for t in trees if t["question_id"] == question), None)
+    return dash.page(request, "tree", runs=runs, run=run, trees=trees, strategy=strategy, question=question,
+                     question_text=text)
 
 
 @router.get("/api/tree")
@@ -106,14 +108,16 @@ def passages_json(request: Request, ids: list[str] = Query(default=[])):
 
 
 @router.get("/rewards", response_class=HTMLResponse)
-def rewards_page(request: Request, run: str | None = None, strategy: str | None = None):
-    dash, strategy = _dash(request), strategy or None
+def rewards_page(request: Request, run: str | None = None, split: str = "none"):
+    dash = _dash(request)
+    split = split if split in queries.SPLITS else "none"
     with dash.reading() as reader:
         runs = queries.build_ids(reader)
         run = run or (runs[0] if runs else None)
-        plots = queries.reward_plots(reader, run, strategy) if run else []
+        plots = queries.reward_plots(reader, run, split) if run else []
         strategies = [row["strategy"] for row in reader.rows("run_strategies", run=run)] if run else []
-    return dash.page(request, "rewards", runs=runs, run=run, strategy=strategy, strategies=strategies, plots=plots)
+    return dash.page(request, "rewards", runs=runs, run=run, split=split, splits=queries.SPLITS,
+                     strategies=strategies, plots=plots)
 
 
 @router.get("/sql", response_class=HTMLResponse)

@@ -132,14 +132,30 @@ def test_user_text_is_bound_as_a_parameter_never_spliced_into_sql(client):
 
 def test_rewards_page_plots_values_with_their_sql(client):
     page = client.get("/rewards", params={"run": "b-full"}).text
-    assert 'id="plot-node_values"' in page and "2 values" in page  # n1 and n2 have values
-    assert "where run_id = &#39;b-full&#39; and (null is null or strategy = null) and value is not null" in page
+    assert 'id="plot-node_values"' in page and "2 values · 1 strategy" in page  # n1 and n2 have values
+    assert "where n.run_id = $run and n.value is not null" in page  # the SQL as it ran
+    assert "<code>$run = \"b-full\"</code>" in page  # with its bound parameter
+    assert "strategy = null" not in page
     assert 'id="plot-pair_gaps"' in page and 'id="plot-sepr_f1"' not in page  # no plan scores here
 
 
+def test_rewards_split_by_outcome_and_depth(client):
+    """The question's kept answers: none (n1 and n2 are not leaves): every value is 'no answer'."""
+    page = client.get("/rewards", params={"run": "b-full", "split": "outcome"}).text
+    assert _figure(page, "node_values") == {"decex": {"no answer": [0.25, 1.0]}}
+    page = client.get("/rewards", params={"run": "b-full", "split": "depth"}).text
+    assert _figure(page, "node_values") == {"decex": {"depth 1": [0.25, 1.0]}}
+
+
+def _figure(page: str, key: str) -> dict:
+    """A reward panel's series, each group's values sorted (rows come in no set order)."""
+    figure = json.loads(page.split(f'id="plot-{key}" data-figure=\'')[1].split("'")[0])
+    return {s: {g: sorted(v) for g, v in groups.items()} for s, groups in figure["series"].items()}
+
+
 def test_literal_sql_quotes_what_it_writes_in():
-    text = literal_sql("reward_pair_gaps", {"run": "it's", "strategy": None})
-    assert "run_id = 'it''s'" in text and "(null is null or strategy = null)" in text
+    text = literal_sql("reward_pair_gaps", {"run": "it's"})
+    assert "p.run_id = 'it''s'" in text and "$" not in text
 
 
 def test_sql_console_runs_a_read_and_downloads_it_as_csv(client):
