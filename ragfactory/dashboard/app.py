@@ -15,6 +15,7 @@ only on the Train page's submit.
 from __future__ import annotations
 
 import csv
+import decimal
 import io
 import json
 from dataclasses import dataclass
@@ -129,7 +130,10 @@ def sql_page(request: Request, q: str = ""):
             result = _console(dash.warehouse, q)
         except ValueError as exc:
             error, status = str(exc), 400
-    return dash.page(request, "sql", q=q, result=result, error=error, limit=CONSOLE_ROWS, status_code=status)
+    with dash.reading() as reader:
+        relations = queries.schema(reader)
+    return dash.page(request, "sql", q=q, result=result, error=error, limit=CONSOLE_ROWS, relations=relations,
+                     status_code=status)
 
 
 @router.get("/sql.csv")
@@ -238,14 +242,13 @@ def _default_config(prefect: Prefect | None, method: str) -> dict:
 def _console(warehouse: Warehouse, sql: str, limit: int | None = CONSOLE_ROWS) -> dict:
     """A person's query through the confined catalog: columns and rows (ValueError: why not)."""
     from ragfactory.warehouse.catalog import Refused, user_query
-    from ragfactory.warehouse.guard import first_line
 
     try:
         table = user_query(warehouse, sql)
     except Refused as exc:
         raise ValueError(str(exc)) from None
-    except Exception as exc:  # noqa: BLE001 - duckdb errors carry the useful message in their first line
-        raise ValueError(f"query failed: {first_line(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 - the whole of DuckDB's message: candidates, LINE and caret
+        raise ValueError(f"query failed: {str(exc).strip() or type(exc).__name__}") from None
     shown = table if limit is None else table.slice(0, limit)
     rows = [[_cell(v) for v in row.values()] for row in shown.to_pylist()]
     return {"columns": table.column_names, "rows": rows, "n_rows": table.num_rows}
@@ -259,8 +262,12 @@ def _when(value: str | None) -> str:
 
 
 def _cell(value) -> str | int | float | None:
+    """A console cell: numbers as numbers (a HUGEINT sum arrives as an integral Decimal), nested
+    values as JSON."""
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
     return json.dumps(queries.jsonable(value), default=str)
 
 

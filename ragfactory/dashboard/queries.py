@@ -225,6 +225,18 @@ def _reward_plot(reader: Reader, plot: RewardPlot, run: str, split: str) -> dict
             "params": params, "literal": _written_in(text, params)}
 
 
+def schema(reader: Reader) -> list[dict]:
+    """The warehouse's tables, then its views, each with its columns (name, type)."""
+    from ragfactory.schemas.tables import TABLES
+
+    relations: dict[str, dict] = {}
+    for row in reader.rows("schema", tables=sorted(TABLES)):
+        relation = relations.setdefault(row["table_name"], {"name": row["table_name"], "is_table": row["is_table"],
+                                                             "columns": []})
+        relation["columns"].append({"name": row["column_name"], "type": row["data_type"]})
+    return list(relations.values())
+
+
 def export_rows(reader: Reader, run: str, table: str) -> int:
     """Rows of one export table in one build; ``table`` comes from the method registry, never
     from a request (a table name cannot be a bound parameter)."""
