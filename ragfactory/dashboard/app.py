@@ -67,7 +67,10 @@ def runs_page(request: Request):
     dash = _dash(request)
     with dash.reading() as reader:
         builds = queries.builds(reader)
-    return dash.page(request, "runs", builds=builds)
+    ids = [b["flow_run_id"] for b in builds if b.get("flow_run_id")]
+    # None: no server to ask (or it did not answer); else the flow runs it still holds
+    existing = dash.prefect.existing_flow_runs(ids) if dash.prefect and ids else None
+    return dash.page(request, "runs", builds=builds, existing=existing)
 
 
 @router.get("/tree", response_class=HTMLResponse)
@@ -223,6 +226,7 @@ def create_app(warehouse: Warehouse, prefect_api_url: str | None = None, token: 
     app.mount("/static", StaticFiles(directory=str(PACKAGE / "static")), name="static")
     templates = Jinja2Templates(directory=str(PACKAGE / "templates"))
     templates.env.filters["when"] = _when
+    templates.env.filters["duration"] = _duration
     app.state.dashboard = Dashboard(warehouse, Prefect(prefect_api_url) if prefect_api_url else None, templates)
     app.include_router(router)
     return app
@@ -259,6 +263,16 @@ def _when(value: str | None) -> str:
     if not value:
         return ""
     return value.replace("T", " ")[:19] + (" UTC" if value.endswith("+00:00") else "")
+
+
+def _duration(seconds: float | None) -> str:
+    """Seconds as ``1 h 02 min``, ``3 min 05 s`` or ``42.0 s``."""
+    if seconds is None:
+        return "unfinished"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes >= 60:
+        return f"{minutes // 60} h {minutes % 60:02d} min"
+    return f"{minutes} min {secs:02d} s" if minutes else f"{seconds:.1f} s"
 
 
 def _cell(value) -> str | int | float | None:

@@ -123,8 +123,11 @@ def builds(reader: Reader) -> list[dict]:
     exports: dict[str, dict[str, int]] = {}
     for row in reader.rows("exports"):
         exports.setdefault(row["run_id"], {})[row["export_table"]] = row["n"]
-    return [run | {"strategies": strategies.get(run["run_id"], []), "exports": exports.get(run["run_id"], {})}
-            for run in runs]
+    tokens: dict[str, list[dict]] = {}
+    for row in reader.rows("run_tokens"):
+        tokens.setdefault(row["run_id"], []).append(row)
+    return [run | {"strategies": strategies.get(run["run_id"], []), "exports": exports.get(run["run_id"], {}),
+                   "tokens": tokens.get(run["run_id"], [])} for run in runs]
 
 
 def tree(reader: Reader, run: str, strategy: str, question: str) -> dict:
