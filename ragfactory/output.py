@@ -41,7 +41,15 @@ def print_arrow(table: pa.Table, console: Console, title: str | None = None, fmt
         view.add_column(Text(name))
     for row in table.to_pylist():  # Text, not str: "[b]" in the data is data, not rich markup
         view.add_row(*(Text(cell(v)) for v in row.values()))
+    if not console.is_terminal:  # a log: the table's own width, so no column name is cut to ``n_quest…``
+        console = Console(file=console.file, width=max(console.width, _natural_width(console, view)))
     console.print(view)
+
+
+def _natural_width(console: Console, view: Table) -> int:
+    from rich.measure import Measurement
+
+    return Measurement.get(console, console.options.update_width(100_000), view).maximum
 
 
 def csv_ready(table: pa.Table) -> pa.Table:

@@ -45,6 +45,9 @@ def main(
     """ragfactory: build process-supervised training data for agentic RAG, then query it."""
     if debug:  # the environment, not a global: a flow run in a subprocess or worker sees it too
         os.environ[DEBUG_ENV] = "1"
+    from ragfactory.progress import quiet_bars_in_logs
+
+    quiet_bars_in_logs()  # before any command imports transformers or tqdm
 
 
 RootOption = Annotated[
