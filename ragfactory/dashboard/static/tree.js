@@ -158,9 +158,9 @@
       const join = nodes.selectAll('g.node').data(drawn.all, keyOf).join(enter => {
         const node = enter.append('g');
         node.append('title');
-        node.append('circle').attr('r', 5).on('click', (ev, d) => { toggle(d); update(false); });
+        node.append('circle').attr('r', 5).on('click', (ev, d) => { toggle(d); update(false); reveal(d); });
         node.append('text').attr('x', TEXT_X).attr('dy', '0.32em')
-          .on('click', (ev, d) => { if (d.chain) { toggle(d); update(false); } else if (d.node.i >= 0) select(d.node); });
+          .on('click', (ev, d) => { if (d.chain) { toggle(d); update(false); reveal(d); } else if (d.node.i >= 0) select(d.node); });
         return node;
       });
       join.attr('class', d => nodeClass(cols, d) + (d.node && d.node.folded && d.node.kids.length ? ' folded' : ''))
@@ -186,6 +186,13 @@
       const path = drawn.all.filter(e => e.node && onPath(e.node));
       if (!inView(path)) fit(path);  // zoom to the path only when part of it is out of view
       showNode(node.id);
+    }
+    function reveal(toggled) {
+      // what a click unfolded comes into view (from the clicked node on), as far as it fits
+      const from = toggled.chain ? drawn.all.find(e => e.node === toggled.owner) : drawn.all.find(e => e.node === toggled.node);
+      if (!from) return;
+      const shown = flatten(from, []);
+      if (!inView(shown)) fit(shown);
     }
     function onPath(n) { for (let cur = selected; cur; cur = cur.parent) if (cur === n) return true; return false; }
     function markPath() {
