@@ -47,9 +47,11 @@ def dashboard(five_strategies):
     from ragfactory.dashboard.app import create_app
     from ragfactory.serve import free_port
 
+    from prefect.settings import PREFECT_API_URL
+
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(Warehouse(five_strategies)), host="127.0.0.1", port=port,
-                                           log_level="warning"))
+    app = create_app(Warehouse(five_strategies), prefect_api_url=PREFECT_API_URL.value())  # the build's server
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -166,10 +168,31 @@ def test_sql_page_shows_a_multi_line_duckdb_error_whole(dashboard, browser, tmp_
     _shoot(browser, "sql", tmp_path)
 
 
-def test_runs_page_shows_the_build(dashboard, browser, tmp_path):
+def test_runs_page_links_the_flow_run_its_server_holds(five_strategies, dashboard, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
+    [flow_run_id] = query(Warehouse(five_strategies), "select flow_run_id from runs where run_id = $run",
+                          {"run": RUN_ID}).column("flow_run_id").to_pylist()
     browser.get(dashboard)
     section = _wait(browser).until(lambda d: d.find_element(By.ID, f"run-{RUN_ID}"))
     assert "completed" in section.text and all(s in section.text for s in STRATEGIES)
+    link = section.find_element(By.CSS_SELECTOR, "a.flow-run-link").get_attribute("href")
+    assert link.endswith(f"/runs/flow-run/{flow_run_id}")
     _shoot(browser, "runs", tmp_path)
+
+
+def test_a_flow_run_its_server_no_longer_holds_is_not_linked(five_strategies, dashboard):
+    """Last in the module: it adds a build row whose flow run lived on another (temporary) server."""
+    import datetime as dt
+
+    import httpx
+
+    from ragfactory.warehouse.runs import record_run
+
+    gone = "5f0e1d2c-3b4a-4958-8776-655443322110"
+    record_run(Warehouse(five_strategies), "dash-gone", "build", "completed", {}, "h",
+               dt.datetime(2026, 11, 2, tzinfo=dt.timezone.utc), flow_run_id=gone)
+    page = httpx.get(dashboard, timeout=30).text
+    section = page[page.index('id="run-dash-gone"'):]
+    assert f"flow run {gone} ran on a temporary Prefect server" in section
+    assert f"/runs/flow-run/{gone}" not in page
