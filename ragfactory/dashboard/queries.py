@@ -11,6 +11,7 @@ writes to the warehouse and holds nothing open between requests.
 from __future__ import annotations
 
 import contextlib
+import decimal
 import json
 import math
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from ragfactory.dashboard import fates
 from ragfactory.warehouse.store import Warehouse
 
 STOCK_TABLES = {"sft": "sft_examples", "dpo": "preference_pairs", "grpo": "grpo_prompts"}
@@ -30,9 +32,14 @@ def sql_text(name: str) -> str:
 
 
 def literal_sql(name: str, params: dict) -> str:
-    """The query with its parameters written in as literals: shown to a person, to copy into the
-    console or ``ragfactory sql``; never executed by the dashboard (which binds them)."""
-    text = "\n".join(line for line in sql_text(name).splitlines() if not line.startswith("--"))
+    """``sql/<name>.sql`` with its parameters written in as literals (``_written_in``)."""
+    return _written_in(sql_text(name), params)
+
+
+def _written_in(text: str, params: dict) -> str:
+    """The query with its parameters written in as literals, for the console or ``ragfactory
+    sql`` (which bind none); never executed by the dashboard, which binds them."""
+    text = "\n".join(line for line in text.splitlines() if not line.strip().startswith("--"))
     for key in sorted(params, key=len, reverse=True):
         text = text.replace(f"${key}", _literal(params[key]))
     return text
@@ -48,10 +55,20 @@ def _literal(value) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+SAFE_INTEGER = 2**53 - 1  # JavaScript's largest exact integer: a 64-bit seed is past it
+
+
 def jsonable(value):
-    """A DuckDB value as JSON: NaN and infinities become None, timestamps ISO text."""
+    """A DuckDB value as JSON: NaN and infinities become None, timestamps ISO text, integers past
+    2^53 their decimal text (a browser would round them), integral decimals (HUGEINT sums) ints."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) <= SAFE_INTEGER else str(value)
+    if isinstance(value, decimal.Decimal):
+        return jsonable(int(value)) if value == value.to_integral_value() else float(value)
     if isinstance(value, dict):
         return {k: jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -70,6 +87,10 @@ class Reader:
     def rows(self, name: str, **params) -> list[dict]:
         table = self.con.sql(sql_text(name), params=params or None).to_arrow_table()
         return [jsonable(row) for row in table.to_pylist()]
+
+    def query(self, text: str, params: dict) -> list[dict]:
+        """Rows of a query this module composed from the SQL files (never a person's text)."""
+        return [jsonable(row) for row in self.con.sql(text, params=params).to_arrow_table().to_pylist()]
 
     def columns(self, name: str, **params) -> dict[str, list]:
         table = self.con.sql(sql_text(name), params=params or None).to_arrow_table()
@@ -102,8 +123,11 @@ def builds(reader: Reader) -> list[dict]:
     exports: dict[str, dict[str, int]] = {}
     for row in reader.rows("exports"):
         exports.setdefault(row["run_id"], {})[row["export_table"]] = row["n"]
-    return [run | {"strategies": strategies.get(run["run_id"], []), "exports": exports.get(run["run_id"], {})}
-            for run in runs]
+    tokens: dict[str, list[dict]] = {}
+    for row in reader.rows("run_tokens"):
+        tokens.setdefault(row["run_id"], []).append(row)
+    return [run | {"strategies": strategies.get(run["run_id"], []), "exports": exports.get(run["run_id"], {}),
+                   "tokens": tokens.get(run["run_id"], [])} for run in runs]
 
 
 def tree(reader: Reader, run: str, strategy: str, question: str) -> dict:
@@ -120,21 +144,32 @@ def node_detail(reader: Reader, run: str, node_id: str) -> dict | None:
     if not found:
         return None
     node = found[0]
-    try:
-        node["parsed"] = json.loads(node["parsed"]) if node.get("parsed") else None
-    except json.JSONDecodeError:
-        pass  # shown as the text it is
+    node["parsed"] = _parsed(node.get("parsed"))
+    siblings = reader.rows("node_siblings", run=run, parent=node["parent_id"], node=node_id) \
+        if node.get("parent_id") else []
+    for sibling in siblings:
+        sibling["parsed"] = _parsed(sibling.get("parsed"))
     call = reader.rows("node_call", run=run, call=node["llm_call_id"]) if node.get("llm_call_id") else []
     if call and call[0].get("sampling"):
         call[0]["sampling"] = json.loads(call[0]["sampling"])
     return {
         "node": node,
+        "status": fates.status(node),
+        "fate": fates.fate(node, siblings),
         "llm_call": call[0] if call else None,
         "rewards": reader.rows("node_rewards", run=run, node=node_id),
         "rollouts": reader.rows("node_rollouts", run=run, node=node_id),
         "pairs": reader.rows("node_pairs", run=run, node=node_id),
         "sft_examples": reader.rows("node_sft", run=run, node=node_id),
     }
+
+
+def _parsed(text):
+    """A node's parsed fields as a dict; text that is not JSON is shown as the text it is."""
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return text
 
 
 def passages(reader: Reader, ids: list[str]) -> list[dict]:
@@ -145,31 +180,64 @@ def passages(reader: Reader, ids: list[str]) -> list[dict]:
 class RewardPlot:
     key: str
     title: str
-    column: str  # the plotted value; ``strategy`` names the trace
+    sql: str  # sql/<sql>.sql, read after the ``outcomes`` CTE; columns strategy, depth, outcome, value
+    params: tuple = ()  # extra bound parameters, as (name, value) pairs
 
 
 REWARD_PLOTS = (
-    RewardPlot("node_values", "Node values (Monte-Carlo)", "value"),
-    RewardPlot("advantages", "Advantages", "advantage"),
-    RewardPlot("leaf_rewards", "Leaf rewards", "reward"),
-    RewardPlot("pair_gaps", "Preference pair value gaps", "gap"),
-    RewardPlot("sepr_f1", "SEPR plan F1", "f1"),
-    RewardPlot("process", "Process rewards (scaled)", "scaled"),
+    RewardPlot("node_values", "Node values (Monte-Carlo)", "reward_node_values"),
+    RewardPlot("advantages", "Advantages", "reward_advantages"),
+    RewardPlot("leaf_rewards", "Leaf rewards", "reward_leaf_rewards"),
+    RewardPlot("pair_gaps", "Preference pair value gaps", "reward_pair_gaps"),
+    RewardPlot("sepr_f1", "SEPR plan F1", "reward_sepr_f1"),
 )
+SPLITS = ("none", "depth", "outcome")  # how each strategy's values split into stacked series
 
 
-def reward_plots(reader: Reader, run: str, strategy: str | None) -> list[dict]:
-    """Each reward plot's values per strategy, with the SQL behind it (parameters written in)."""
-    params = {"run": run, "strategy": strategy}
-    plots = []
-    for plot in REWARD_PLOTS:
-        name = f"reward_{plot.key}"
-        series: dict[str, list[float]] = {}
-        for row in reader.rows(name, **params):
-            series.setdefault(row["strategy"], []).append(row[plot.column])
-        plots.append({"key": plot.key, "title": plot.title, "column": plot.column, "series": series,
-                      "n": sum(len(v) for v in series.values()), "sql": literal_sql(name, params)})
-    return plots
+def reward_sql(name: str) -> str:
+    """A reward plot's SQL as it runs: the trees' final outcomes as a CTE, then the plot's query."""
+    return f"with outcomes as (\n{_indented(sql_text('reward_outcomes'))}\n)\n{sql_text(name)}"
+
+
+def _indented(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+def reward_plots(reader: Reader, run: str, split: str = "none") -> list[dict]:
+    """One panel per label source (each plot above, then each named reward of the rewards
+    table), each with its values per strategy (small multiples) and per split group, and the
+    SQL exactly as it ran with its bound parameters."""
+    plots = list(REWARD_PLOTS)
+    for row in reader.rows("reward_names", run=run):
+        what = "scaled" if row["scaled"] else "raw"
+        plots.append(RewardPlot(f"reward_{row['name']}", f"Reward: {row['name']} ({what})", "reward_process",
+                                (("name", row["name"]),)))
+    return [_reward_plot(reader, plot, run, split) for plot in plots]
+
+
+def _reward_plot(reader: Reader, plot: RewardPlot, run: str, split: str) -> dict:
+    params = {"run": run, **dict(plot.params)}
+    text = reward_sql(plot.sql)
+    series: dict[str, dict[str, list[float]]] = {}
+    for row in reader.query(text, params):
+        group = "all" if split == "none" else f"{split} {row[split]}" if split == "depth" else str(row[split])
+        series.setdefault(row["strategy"], {}).setdefault(group, []).append(row["value"])
+    return {"key": plot.key, "title": plot.title, "series": series,
+            "n": sum(len(v) for groups in series.values() for v in groups.values()),
+            "sql": "\n".join(line for line in text.splitlines() if not line.strip().startswith("--")),
+            "params": params, "literal": _written_in(text, params)}
+
+
+def schema(reader: Reader) -> list[dict]:
+    """The warehouse's tables, then its views, each with its columns (name, type)."""
+    from ragfactory.schemas.tables import TABLES
+
+    relations: dict[str, dict] = {}
+    for row in reader.rows("schema", tables=sorted(TABLES)):
+        relation = relations.setdefault(row["table_name"], {"name": row["table_name"], "is_table": row["is_table"],
+                                                             "columns": []})
+        relation["columns"].append({"name": row["column_name"], "type": row["data_type"]})
+    return list(relations.values())
 
 
 def export_rows(reader: Reader, run: str, table: str) -> int:

@@ -86,6 +86,24 @@ class Prefect:
 
         return SyncPrefectClient(self.api_url)
 
+    def existing_flow_runs(self, ids: list[str]) -> set[str] | None:
+        """Which of the flow runs ``ids`` this server holds (a build run by a temporary server,
+        as ``ragfactory build`` starts, is on none); None when the server did not answer."""
+        from uuid import UUID
+
+        import httpx
+        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+        wanted = [UUID(i) for i in ids if _is_uuid(i)]
+        if not wanted:
+            return set()
+        try:
+            with self._client() as client:
+                found = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=wanted)))
+        except (httpx.HTTPError, OSError):
+            return None
+        return {str(run.id) for run in found}
+
     def default_config(self, method: str) -> dict[str, Any]:
         """The deployment's own ``config`` parameter (what its Run button would send)."""
         with self._client() as client:
@@ -122,3 +140,13 @@ class Prefect:
         return {"id": flow_run_id, "name": flow_run.name, "state": state.name if state else "Pending",
                 "type": kind, "message": state.message if state else None, "final": kind in FINAL_STATES,
                 "url": self.flow_run_url(flow_run_id)}
+
+
+def _is_uuid(text: str) -> bool:
+    from uuid import UUID
+
+    try:
+        UUID(text)
+    except ValueError:
+        return False
+    return True

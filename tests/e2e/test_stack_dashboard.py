@@ -7,8 +7,9 @@ reading the stack's warehouse and submitting to its server). A person's steps: o
 node of a DecEx tree and read its value; see the reward plots; start a DPO training from the
 Train page and watch it reach Completed; be told why a build without pairs cannot train DPO.
 
-``RAGFACTORY_UPDATE_SCREENSHOTS=1`` (or ``make screenshots``) copies each page's screenshot to
-docs/images/ for the README.
+``RAGFACTORY_UPDATE_SCREENSHOTS=1`` (or ``make screenshots``) copies the Models and Train pages'
+screenshots to docs/images/ for the README (the runs, tree, rewards and SQL pages' come from the
+five-strategy build of tests/dashboard/test_browser.py).
 """
 
 from __future__ import annotations
@@ -78,7 +79,6 @@ def test_runs_page_lists_the_nightly_build(running, first_build, dashboard, brow
     browser.get(dashboard)
     section = _wait(browser).until(lambda d: d.find_element(By.ID, f"run-{run_id}"))
     assert "completed" in section.text and "decex" in section.text
-    _shoot(browser, running, "runs")
 
 
 def test_tree_viewer_shows_a_pruned_nodes_value(running, first_build, dashboard, browser):
@@ -97,7 +97,6 @@ def test_tree_viewer_shows_a_pruned_nodes_value(running, first_build, dashboard,
     _wait(browser).until(lambda d: d.find_element(By.ID, "details").get_attribute("data-node-id") == pruned["node_id"])
     assert float(browser.find_element(By.ID, "detail-value").text) == round(pruned["value"], 4)
     assert browser.find_element(By.ID, "detail-status").text == "pruned"
-    _shoot(browser, running, "tree")
 
 
 def test_rewards_page_draws_the_value_distribution_with_its_sql(running, first_build, dashboard, browser):
@@ -110,7 +109,6 @@ def test_rewards_page_draws_the_value_distribution_with_its_sql(running, first_b
     assert bars, "the node value histogram has no trace"
     sql = browser.find_element(By.ID, "sql-node_values").get_attribute("textContent")
     assert f"where run_id = '{run_id}'" in sql
-    _shoot(browser, running, "rewards")
 
 
 def test_train_page_starts_dpo_and_follows_it_to_completed(running, first_build, dashboard, browser):
@@ -158,7 +156,6 @@ def test_sql_page_shows_a_result_table(running, first_build, dashboard, browser)
 
     browser.get(f"{dashboard}/sql?q=select+strategy,+kind,+count(*)+as+n+from+nodes+group+by+all+order+by+all")
     assert _wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#result tbody tr"))
-    _shoot(browser, running, "sql")
 
 
 def test_train_page_refuses_a_build_without_pairs(running, first_build, dashboard, browser):

@@ -12,6 +12,7 @@ with calls as (
 )
 select
     runs.* exclude (config, inputs),
+    epoch(runs.finished_at) - epoch(runs.started_at) as duration_s,
     coalesce(calls.n_llm_calls, 0) as n_llm_calls,
     coalesce(calls.n_cache_hits, 0) as n_cache_hits
 from runs

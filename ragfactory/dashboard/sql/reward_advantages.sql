@@ -1,3 +1,5 @@
-select strategy, advantage
-from nodes
-where run_id = $run and ($strategy is null or strategy = $strategy) and advantage is not null
+-- Advantages: a node's value minus its parent's (TreePS-RAG's process signal).
+select n.strategy, n.depth, o.outcome, n.advantage as value
+from nodes n
+join outcomes o on o.strategy = n.strategy and o.question_id = n.question_id
+where n.run_id = $run and n.advantage is not null

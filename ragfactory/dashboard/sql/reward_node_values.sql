@@ -1,3 +1,5 @@
-select strategy, value
-from nodes
-where run_id = $run and ($strategy is null or strategy = $strategy) and value is not null
+-- Node values: DecEx rollout means (Eq. 1), TreePS and MCTS backed-up values, APEX answers.
+select n.strategy, n.depth, o.outcome, n.value
+from nodes n
+join outcomes o on o.strategy = n.strategy and o.question_id = n.question_id
+where n.run_id = $run and n.value is not null
