@@ -110,4 +110,4 @@ $(CLIENTS_STAMP):
 	touch $(CLIENTS_STAMP)
 
 test-clients: $(STAMP) $(CLIENTS_STAMP)
-	$(BIN)/pytest -q -m clients tests/export/test_trainer_clients.py
+	$(BIN)/pytest -q -m clients tests/export/test_trainer_clients.py tests/rewards/test_flashrag_agreement.py
