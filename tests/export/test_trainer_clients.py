@@ -182,12 +182,15 @@ def test_openrlhf_parses_the_docs_flags_and_its_datasets_keep_every_row(run, emb
 
 
 def test_every_export_folder_loads_with_each_venvs_datasets(run, tmp_path):
-    wh, _ = run
-    targets = export_targets(wh)
+    wh, run_id = run
+    mixed = Warehouse(tmp_path / "mixed")  # a folder where one strategy exported no rows
+    mixed.write("sft_examples", query(wh, "select * from sft_examples"), "decex")
+    mixed.write("sft_examples", [], "mute", partition={"run_id": run_id})
+    targets = export_targets(wh) + export_targets(mixed)
     rows = [sum(pq.read_metadata(f).num_rows for f in ([t] if t.is_file() else sorted(t.glob("*.parquet"))))
             for t in targets]
     got = run_client("load_folders", {"targets": [str(t) for t in targets], "cache": str(tmp_path / "hf"),
                                       "output": str(tmp_path)})
     assert got["version"] == "4.0.0" and got["rows"] == rows
-    assert len(targets) == 9 and all(rows)  # 6 exported tables, a verl file, LLaMA-Factory's SFT and DPO
+    assert len(targets) == 10 and all(rows)  # 6 exported tables, a verl file, LLaMA-Factory's SFT and DPO
     assert unloadable(wh) == ([], 9)  # and with the factory's own datasets
