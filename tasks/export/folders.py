@@ -29,6 +29,7 @@ class Unloadable:
 
     path: Path
     detail: str
+    empty: bool = False  # holds no rows: nothing to train on, rather than broken
 
     def __str__(self) -> str:
         return f"{self.path}: {self.detail}"
@@ -50,21 +51,39 @@ def _rows(target: Path) -> int:
     return sum(pq.read_metadata(path).num_rows for path in files)
 
 
+def _why(exc: BaseException) -> str:
+    """The first line of the innermost cause (``datasets`` wraps the reader's error in its own)."""
+    while exc.__cause__ or exc.__context__:
+        exc = exc.__cause__ or exc.__context__
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
 def unloadable(wh: Warehouse) -> tuple[list[Unloadable], int]:
     """The export targets ``datasets.load_dataset`` refuses (empty ones reported, not loaded), and
     how many loaded."""
     import datasets  # the trainers' loader; imported here because only this check needs it
 
+    quiet = datasets.utils.are_progress_bars_disabled()
+    datasets.disable_progress_bars()  # a check prints its findings, not a bar per folder
+    try:
+        return _load_all(wh, datasets.load_dataset)
+    finally:
+        if not quiet:
+            datasets.enable_progress_bars()
+
+
+def _load_all(wh: Warehouse, load_dataset) -> tuple[list[Unloadable], int]:
     problems, loaded = [], 0
     with tempfile.TemporaryDirectory(prefix="ragfactory-load-") as cache:
         for target in export_targets(wh):
             if _rows(target) == 0:
-                problems.append(Unloadable(target, "no rows: nothing for a trainer to load"))
+                problems.append(Unloadable(target, "no rows: nothing for a trainer to load", empty=True))
                 continue
             files = str(target) if target.is_file() else str(target / "*.parquet")
             try:
-                datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=cache)
+                load_dataset("parquet", data_files=files, split="train", cache_dir=cache)
                 loaded += 1
             except Exception as exc:  # noqa: BLE001 - whatever stops the trainers' loader is the finding
-                problems.append(Unloadable(target, (str(exc).strip().splitlines() or [type(exc).__name__])[0]))
+                problems.append(Unloadable(target, _why(exc)))
     return problems, loaded

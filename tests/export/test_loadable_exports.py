@@ -93,3 +93,36 @@ def test_a_strategy_that_exports_nothing_leaves_every_folder_loadable(tmp_path, 
         (f"preference_pairs/{run}", "no rows: nothing for a trainer to load")]
     assert n_loaded == 2
     assert check(wh) == []  # the empty shards are recorded like any other
+
+
+def _example(run_id: str, n: int) -> dict:
+    return {"example_id": f"e{n}", "run_id": run_id, "question_id": f"q{n}", "strategy": "toy",
+            "messages": [{"role": "user", "content": f"question {n}"}, {"role": "assistant", "content": "Paris"}]}
+
+
+def test_check_exports_finds_the_empty_row_group_a_warehouse_wrote_before(tmp_path):
+    """``ragfactory check --exports`` on a folder holding a shard of one row group of 0 rows (as
+    pyarrow's write_table made them), recorded in the manifest: the integrity check passes, the
+    export check names the folder datasets refuses; once the shard is rewritten, both pass."""
+    from typer.testing import CliRunner
+
+    from ragfactory.cli import app
+    from ragfactory.schemas.tables import table_spec
+    from ragfactory.warehouse.integrity import adopt
+
+    wh = Warehouse(tmp_path)
+    wh.write("sft_examples", [_example("r", 1), _example("r", 2)], "toy")
+    old = wh.shard_path("sft_examples", {"run_id": "r"}, "mute")
+    pq.write_table(table_spec("sft_examples").schema.empty_table(), old)
+    adopt(wh, check(wh))
+    runner = CliRunner()
+    result = runner.invoke(app, ["check", "--exports", "--root", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("ok: every shard file")
+    assert lines[1].startswith(f"unloadable: {tmp_path / 'sft_examples' / 'run_id=r'}: ")
+    assert "BatchSize must be greater than 0" in lines[1]
+    wh.write("sft_examples", [], "mute", partition={"run_id": "r"})
+    fixed = runner.invoke(app, ["check", "--exports", "--root", str(tmp_path)])
+    assert fixed.exit_code == 0, fixed.output
+    assert fixed.output.splitlines()[1:] == ["ok: 1 export folder(s) and file(s) load with datasets.load_dataset"]
