@@ -104,9 +104,12 @@ $(CLIENTS_STAMP):
 	$(CLIENTS_PIP) --no-deps verl==0.9.1 llamafactory==0.9.5 torchaudio==2.11.0
 	$(CLIENTS_PIP) torch==2.13.0 transformers==5.5.4 "datasets>=2.16,<=4.0.0" "trl>=0.18,<=0.24.0" \
 		"peft>=0.18,<=0.18.1" "accelerate>=1.3,<=1.11.0" ray "tensordict>=0.8,<=0.10.0,!=0.9.0" \
-		omegaconf pillow pandas sentencepiece tiktoken protobuf einops fire "tyro<0.9" pyyaml scipy
+		omegaconf pillow pandas sentencepiece tiktoken protobuf einops fire "tyro<0.9" pyyaml scipy \
+		hydra-core codetiming sympy pylatexenc
+	# OpenRLHF's argument parsers and dataset classes, FlashRAG's metrics: without their GPU stacks.
+	$(CLIENTS_PIP) --no-deps openrlhf==0.11.2 flashrag-dev==0.1.2
 	rm -f $(CLIENTS_VENV)/lib/python3*/site-packages/torchaudio/lib/*.so
 	touch $(CLIENTS_STAMP)
 
 test-clients: $(STAMP) $(CLIENTS_STAMP)
-	$(BIN)/pytest -q -m clients tests/export/test_trainer_clients.py
+	$(BIN)/pytest -q -m clients tests/export/test_trainer_clients.py tests/rewards/test_flashrag_agreement.py

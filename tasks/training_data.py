@@ -25,6 +25,7 @@ from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.data.loaders import load_questions
 from ragfactory.tasks.export.config import DecontaminationConfig, ExportConfig
 from ragfactory.tasks.export.contamination import EvalSet, contaminated_rows, screen_questions
+from ragfactory.tasks.export.lengths import length_warnings
 from ragfactory.tasks.export.registry import EXPORTS, SCREENED_QUESTION_COLUMNS
 from ragfactory.tasks.export.llamafactory import KINDS as LLAMAFACTORY_TABLES
 from ragfactory.tasks.export.llamafactory import write_llamafactory
@@ -128,6 +129,8 @@ def write_trainer_files(wh: Warehouse, run_id: str, strategy: str, tables: Mappi
         folder = wh.artifacts_dir("llamafactory", run_id)
         write_llamafactory(folder, strategy, tables)
         get_run_logger().info("LLaMA-Factory: dataset_dir: %s", folder)
+    for line in length_warnings(tables):  # rows a trainer would drop or cut at its default length
+        get_run_logger().warning("%s: %s", strategy, line)
 
 
 @task(retries=1, retry_delay_seconds=5, retry_condition_fn=retry_unless_permanent,

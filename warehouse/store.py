@@ -48,6 +48,19 @@ def safe_name(value: str) -> str:
     return cleaned
 
 
+def write_parquet(rows: pa.Table, where: str | os.PathLike, **options) -> None:
+    """Write ``rows`` as one Parquet file; a table with no rows becomes a file with no row group.
+
+    pyarrow's ``write_table`` gives an empty table one row group of 0 rows, which ``datasets``'
+    Parquet reader refuses ("BatchSize must be greater than 0") and with it the whole folder a
+    trainer loads; a file with no row group reads as 0 rows in datasets, pyarrow, polars and DuckDB.
+    """
+    if rows.num_rows:
+        pq.write_table(rows, where, **options)
+    else:
+        pq.ParquetWriter(where, rows.schema, **options).close()
+
+
 class SchemaMismatch(ValueError):
     """Rows that do not fit a table's schema."""
 
@@ -166,7 +179,7 @@ class Warehouse:
         path = self.shard_path(table, partition, shard)
         path.parent.mkdir(parents=True, exist_ok=True)
         with commit_shard(self.root, path, rows.num_rows) as staged:
-            pq.write_table(rows, staged, compression="zstd")
+            write_parquet(rows, staged, compression="zstd")
         if self.store:
             try:
                 self.store.push(path)

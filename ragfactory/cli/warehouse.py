@@ -150,6 +150,8 @@ def check_command(
     repair: Annotated[bool, typer.Option("--repair", help="Quarantine damaged files and rebuild what they held")] = False,
     adopt: Annotated[bool, typer.Option("--adopt", help="Record entries for unrecorded files that read as Parquet "
                                         "(a warehouse written before manifests)")] = False,
+    exports: Annotated[bool, typer.Option("--exports", help="Also load every export folder with "
+                                          "datasets.load_dataset, as the trainers do")] = False,
     root: RootOption = None,
 ) -> None:
     """Verify every shard file of the warehouse against its manifest entry (rows, bytes, sha256).
@@ -157,7 +159,8 @@ def check_command(
     Prints one line per damaged, unrecorded or missing file and exits 1 when there is any.
     `--repair` moves damaged files (and their entries) to `<root>/_quarantine/<time>/`, runs again
     the builds and evaluations that wrote them (only their lost shards do work), and checks again.
-    `--adopt` vouches for files written before the warehouse kept manifests.
+    `--adopt` vouches for files written before the warehouse kept manifests. `--exports` then loads
+    every export folder and trainer file with `datasets.load_dataset` (docs/clients.md).
 
     Example: `ragfactory check --root /data/ragfactory` then `ragfactory check --repair --root /data/ragfactory`
     """
@@ -178,6 +181,26 @@ def check_command(
     if problems:
         _refuse_untrusted(wh, problems, repair)
     console.print(f"ok: every shard file under {wh.root} matches its manifest entry", soft_wrap=True, highlight=False)
+    if exports:
+        _check_exports(wh)
+
+
+def _check_exports(wh) -> None:
+    """One line per export folder or file ``datasets`` does not load (exit 1 when any), a note per
+    empty one, then how many loaded."""
+    from ragfactory.tasks.export.folders import unloadable
+
+    problems, loaded = unloadable(wh)
+    for problem in problems:
+        console.print(escape(f"{'empty' if problem.empty else 'unloadable'}: {problem}"), soft_wrap=True,
+                      highlight=False)
+    broken = [p for p in problems if not p.empty]
+    if broken:
+        console.print(f"{len(broken)} export(s) under {wh.root} do not load with datasets.load_dataset",
+                      soft_wrap=True, highlight=False)
+        raise typer.Exit(code=1)
+    console.print(f"ok: {loaded} export folder(s) and file(s) load with datasets.load_dataset", soft_wrap=True,
+                  highlight=False)
 
 
 def _print_problems(problems, prefix: str = "") -> None:

@@ -121,6 +121,10 @@ class ExportRegistry:
         finally:
             self._by_strategy.pop(entry.strategy, None)
 
+    def tables(self) -> list[str]:
+        """Every table some registered strategy exports, sorted."""
+        return sorted({e.table for entry in self._by_strategy.values() for e in entry.exporters})
+
     def get(self, strategy: str) -> StrategyExports:
         """The exporters of ``strategy``; none when it registered none."""
         return self._by_strategy.get(strategy) or StrategyExports(strategy)

@@ -40,7 +40,7 @@ from ragfactory.schemas.tables import VERL_COLUMNS
 from ragfactory.tasks.export.grpo import golden_list, question_rows, root_id, tree_question
 from ragfactory.tasks.export.trajectories import tree_prompt
 from ragfactory.tasks.search.tree import RowTree, group_trees, stable_id
-from ragfactory.warehouse.store import conform
+from ragfactory.warehouse.store import conform, write_parquet
 
 ABILITY = "fact-reasoning"  # Search-R1's value for its QA datasets
 REWARD_STYLE = "rule"  # exact match against ``target``, Search-R1's qa_em reward
@@ -108,7 +108,7 @@ def write_verl_parquet(rows: pa.Table | Iterable[Mapping[str, Any]], path: str |
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
+        write_parquet(table, tmp)
     return path
 
 
