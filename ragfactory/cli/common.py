@@ -49,8 +49,10 @@ def main(
     """ragfactory: build process-supervised training data for agentic RAG, then query it."""
     if debug:  # the environment, not a global: a flow run in a subprocess or worker sees it too
         os.environ[DEBUG_ENV] = "1"
-    # Before any command imports Prefect, which reads its settings once, at import.
-    prefect_settings(temporary_home=ctx.invoked_subcommand not in USER_PREFECT_HOME)
+    # Before any command imports Prefect, which reads its settings once, at import. A process
+    # that imported Prefect before calling the app (a test, a notebook) has its own settings.
+    if "prefect" not in sys.modules:
+        prefect_settings(temporary_home=ctx.invoked_subcommand not in USER_PREFECT_HOME)
 
 
 def prefect_settings(temporary_home: bool = True) -> Callable[[], None]:

@@ -26,6 +26,7 @@ from tests.faults import test_preflight
 from tests.faults.test_preflight import assert_fails_with
 from tests.warehouse.filled import rows
 
+NEEDS_PREFECT = False  # every command runs in a subprocess
 FAST_S = 15.0  # CPU seconds a refused command may spend
 HANG_S = 120.0  # wall-clock seconds after which a command counts as hung
 
