@@ -2,7 +2,7 @@
 
 Each test states what the user sees (one line naming the thing), the exit code, and the
 warehouse afterwards. Flows run against one temporary Prefect API server for the session; a
-module that runs no flow in this process says so with ``NEEDS_PREFECT = False`` and starts none.
+module that runs no flow in this process overrides ``_prefect`` with a fixture that starts none.
 """
 
 from __future__ import annotations
@@ -11,9 +11,6 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def _prefect(request):
-    """Every test here runs against the session's Prefect API server (tests/conftest.py), unless
-    its module runs no flow in this process."""
-    if getattr(request.module, "NEEDS_PREFECT", True):
-        request.getfixturevalue("prefect_api")
+def _prefect(prefect_api):
+    """Every test here runs against the session's Prefect API server (tests/conftest.py)."""
     yield

@@ -29,7 +29,6 @@ import pytest
 from ragfactory.watchdog import HOME_PREFIX, homes_of, remove_stale_homes
 from tests.faults.test_run_states import _alive, slow_engine, start_mid_shard_build  # noqa: F401 (a fixture)
 
-NEEDS_PREFECT = False
 GONE_WITHIN_S = 10.0
 
 ORPHANING = textwrap.dedent("""
@@ -97,3 +96,9 @@ def test_kill_9_of_a_build_leaves_no_process_it_started(tmp_path, slow_engine): 
     [settings] = [line for path in (root / "logs").glob("build-*.log") for line in path.read_text().splitlines()
                   if "prefect settings:" in line]
     assert f"prefect settings: home={home} server_startup_timeout_s=180" in settings
+
+
+@pytest.fixture(autouse=True)
+def _prefect():
+    """Overrides the folder's: this module runs no flow in this process, so no Prefect server."""
+    yield

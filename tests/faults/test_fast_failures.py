@@ -20,13 +20,14 @@ import json
 import resource
 import socket
 
+import pytest
+
 from ragfactory.warehouse.integrity import check
 from ragfactory.warehouse.store import Warehouse
 from tests.faults import test_preflight
 from tests.faults.test_preflight import assert_fails_with
 from tests.warehouse.filled import rows
 
-NEEDS_PREFECT = False  # every command runs in a subprocess
 FAST_S = 15.0  # CPU seconds a refused command may spend
 HANG_S = 120.0  # wall-clock seconds after which a command counts as hung
 
@@ -100,3 +101,9 @@ def test_serving_on_a_port_in_use_fails_fast(tmp_path):
                                 tmp_path / "wh", FAST_S)
     assert_fails_with(done, elapsed, FAST_S, (
         f"error: 127.0.0.1:{port} is in use (another Prefect server?); pick one with --port"), tmp_path / "wh")
+
+
+@pytest.fixture(autouse=True)
+def _prefect():
+    """Overrides the folder's: this module runs no flow in this process, so no Prefect server."""
+    yield
