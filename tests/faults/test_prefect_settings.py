@@ -8,7 +8,7 @@ Prefect's own ``get_current_settings()``, and each test reads that line from the
 (a shell's environment: no Prefect variable set). ``build`` is checked by
 ``test_children.py``'s kill of a build, ``check --repair`` by ``test_repair.py``; here ``train``
 (on an export that lacks the method's columns: the flow starts, logs, then fails) and
-``evaluate`` (one question, one token). Slow: each starts Prefect's temporary server.
+``evaluate`` (one question, 16 tokens). Slow: each starts Prefect's temporary server.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_the_train_flow_runs_under_the_commands_prefect_settings(tmp_path):
 
 def test_the_evaluate_flow_runs_under_the_commands_prefect_settings(tmp_path):
     done, lines = _run(["evaluate", "--model", "embedded", "-d", "bamboogle", "--limit", "1", "--mode", "direct",
-                        "--max-tokens", "1"], tmp_path / "wh", RAGFACTORY_ENGINE="transformers")
+                        "--max-tokens", "16"], tmp_path / "wh", RAGFACTORY_ENGINE="transformers")
     assert done.returncode == 0, done.stdout + done.stderr
     _assert_own_settings(lines)
 
