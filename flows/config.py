@@ -109,7 +109,8 @@ class BuildConfig(Section):
 
     def config_hash(self) -> str:
         """A stable hash of everything that shapes the build's outputs (not whether it may
-        download, nor where its shards run: the same model gives the same rows either way).
+        download, nor where its shards run or its warehouse lies: the same model gives the same
+        rows either way).
 
         Sections added after builds were made are left out at their defaults, so those builds
         keep their hash (their run ids and cached shards): ``valuation`` (a default one values
@@ -124,7 +125,11 @@ class BuildConfig(Section):
         exclude_search = {name: True for name, default in later.items() if getattr(self.search, name) == default}
         if exclude_search:
             exclude["search"] = exclude_search
-        payload = json.dumps(self.model_dump(mode="json", exclude=exclude), sort_keys=True)
+        fields = self.model_dump(mode="json", exclude=exclude)
+        # Where the warehouse lies is not what the build makes: a repair of a copied or moved
+        # warehouse keeps the run's hash (and so its run id).
+        fields["warehouse"] = WarehouseConfig().model_dump(mode="json")
+        payload = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

@@ -26,9 +26,20 @@ def opened_warehouse(root: str | None) -> Warehouse:
     """The flow's warehouse; one in an object store has its mirror pulled first (what other
     machines committed since), with a log line saying what came down."""
     wh = Warehouse(root)
+    log_prefect_settings(get_run_logger())
     if pulled := wh.pull():
         get_run_logger().info("mirror of %s: %s", wh.location, pulled)
     return wh
+
+
+def log_prefect_settings(logger) -> None:
+    """One log line with the Prefect settings this flow runs under, as Prefect sees them (the
+    command sets them before Prefect is imported: ``ragfactory/local_flows.py``)."""
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
+    logger.info("prefect settings: home=%s server_startup_timeout_s=%s api=%s", settings.home,
+                settings.server.ephemeral.startup_timeout_seconds, settings.api.url)
 
 
 def flow_run_ended(flow_run_id: str) -> str | None:

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import psutil
 
+from ragfactory.watchdog import HOME_PREFIX, end_processes, remove_stale_homes
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -49,27 +51,31 @@ def run_flow(call: Callable, echo: Callable[[str], None], cleanup: Callable[[], 
     return result
 
 
-def prefect_local_defaults() -> Callable[[], None]:
+def prefect_local_defaults(temporary_home: bool = True) -> Callable[[], None]:
     """Settings for running flows in this process, set before Prefect is imported; returns the
     function that removes what this made (also run at exit).
 
     Unless a Prefect API is configured (``_configured_api_url``), flows talk to a temporary
     server that Prefect starts, whose SQLite database lives in PREFECT_HOME. Two commands sharing
     one PREFECT_HOME migrate one database at once and fail (``duplicate column name``), so each
-    command gets its own temporary PREFECT_HOME; the user's profiles file stays in use
-    (PREFECT_PROFILES_PATH). Flow history then lives as long as the command: point
-    PREFECT_API_URL at a server (`ragfactory serve`) to keep it.
+    command gets its own temporary PREFECT_HOME, named after its pid so that the next command
+    removes it if this one is killed (``ragfactory.watchdog``); the user's profiles file stays in
+    use (PREFECT_PROFILES_PATH). Flow history then lives as long as the command: point
+    PREFECT_API_URL at a server (`ragfactory serve`) to keep it. Without ``temporary_home``
+    (``ragfactory serve``, whose server keeps its history in the user's home) only the server
+    settings are set.
     """
     # On small, busy machines the ephemeral API server can take over 20 s to start.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     # The machines a build runs on often have no route out; telemetry would only log errors.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    if _configured_api_url():
+    remove_stale_homes()
+    if not temporary_home or _configured_api_url():
         return lambda: None
     profiles = _profiles_path()
     if profiles.exists():
         os.environ.setdefault("PREFECT_PROFILES_PATH", str(profiles))
-    home = tempfile.mkdtemp(prefix="ragfactory-prefect-")
+    home = tempfile.mkdtemp(prefix=f"{HOME_PREFIX}{os.getpid()}-")
     os.environ["PREFECT_HOME"] = home
 
     def cleanup() -> None:
@@ -163,16 +169,5 @@ def _silence() -> None:
 def stop_descendants(grace_s: float) -> list[int]:
     """SIGTERM every descendant of this process, SIGKILL those alive after ``grace_s``; their pids."""
     children = psutil.Process().children(recursive=True)
-    for child in children:
-        try:
-            child.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(children, timeout=grace_s)
-    for child in alive:
-        try:
-            child.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=grace_s)
+    end_processes(children, grace_s)
     return [child.pid for child in children]

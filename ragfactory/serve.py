@@ -26,6 +26,8 @@ from typing import IO
 
 import httpx
 
+from ragfactory.watchdog import die_with_parent
+
 REPO = Path(__file__).resolve().parents[1]
 POOLS = ("cpu", "gpu")
 TIMEZONE_VARIABLE = "ragfactory_timezone"
@@ -84,7 +86,8 @@ def _spawn(args: list[str], env: dict[str, str], log: Path | None, cwd: Path = R
         out = log.open("ab")
     try:
         return subprocess.Popen(args, env=env, cwd=cwd, stdout=out,
-                                stderr=subprocess.STDOUT if out else None, start_new_session=True)
+                                stderr=subprocess.STDOUT if out else None, start_new_session=True,
+                                preexec_fn=die_with_parent)  # a SIGKILLed `serve` leaves no server
     finally:
         if out is not None:
             out.close()  # the child holds its own descriptor

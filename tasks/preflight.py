@@ -20,6 +20,8 @@ import os
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from ragfactory.flows.config import BuildConfig, EvalConfig, TrainConfig
 from ragfactory.schemas.errors import PermanentError
 from ragfactory.tasks.data.config import DatasetConfig
@@ -103,6 +105,7 @@ def check_evaluation(config: EvalConfig, wh: Warehouse) -> None:
     if config.compare:
         problems += _role_problems("compare", config.llm.policy, config.compare, wh, config.allow_downloads)
     problems += engine_problems(config.llm)
+    problems += [p for i, name in enumerate(config.datasets) if (p := eval_dataset_problem(f"datasets[{i}]", name, wh))]
     if config.retrieval.dense.enabled and config.retrieval.default == "dense":
         problems += [p for p in [encoder_problem("retrieval.dense.model", config.retrieval.dense.model,
                                                  config.allow_downloads)] if p]
@@ -114,7 +117,31 @@ def check_training(config: TrainConfig, wh: Warehouse) -> None:
     problems = [p for p in [model_problem("base_model", config.base_model, wh, config.allow_downloads)] if p]
     if config.parquet and not Path(config.parquet).expanduser().exists():
         problems.append(f"parquet: {config.parquet} does not exist; give an export file or folder, or run_id")
+    if config.run_id is not None:
+        problems += [p for p in [export_problem(config, wh)] if p]
     _raise(problems)
+
+
+def export_problem(config: TrainConfig, wh: Warehouse) -> str | None:
+    """Why run ``config.run_id`` has nothing to train ``config.method`` on, or None: no such run,
+    or no rows in its export table for the method."""
+    if not wh.read("runs", run_id=config.run_id).num_rows:
+        return (f"run_id: no run {config.run_id!r} in {wh.root}; list the builds with "
+                "`ragfactory sql \"select run_id, status from runs where flow = 'build'\"`")
+    table = config.export_table
+    if not sum(pq.read_metadata(f).num_rows for f in wh.files(table, run_id=config.run_id)):
+        return (f"run_id: run {config.run_id!r} exported no {table} rows, which --method {config.method} "
+                "trains on; build with a strategy that exports them, or give --parquet")
+    return None
+
+
+def eval_dataset_problem(field: str, name: str, wh: Warehouse) -> str | None:
+    """Why an evaluation cannot read dataset ``name``: neither bundled (ingested on demand) nor
+    ingested into the warehouse by a build; None when it can."""
+    if name in bundled_names() or wh.files("questions", dataset=name):
+        return None
+    return (f"{field}: no questions of {name!r} in {wh.root}: build them first (`ragfactory build`), or name a "
+            f"bundled dataset: {', '.join(bundled_names())}")
 
 
 def _raise(problems: list[str]) -> None:

@@ -97,3 +97,8 @@ def test_a_training_option_the_method_does_not_read_is_refused(method, options, 
     assert TrainConfig(method="grpo", run_id="demo-0123", options={"prm_model": "latest:prm"}).options
     assert TrainConfig(method="grpo-agentic", run_id="demo-0123",
                        options={"grammar": "treeps_step", "metric": "cover_em"}).options
+
+
+def test_the_warehouse_root_is_not_in_the_config_hash():
+    base = BuildConfig(name="x")
+    assert BuildConfig(name="x", warehouse={"root": "/elsewhere"}).config_hash() == base.config_hash()

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from ragfactory.atomic import atomic_path
 from ragfactory.schemas.tables import TABLES
-from ragfactory.warehouse.confined import close, confined_duckdb, refusal
+from ragfactory.warehouse.confined import LimitReached, SqlLimits, close, confined_duckdb, refusal, rows_refusal, within_limits
 from ragfactory.warehouse.guard import (
     ReadRefused, Refused, WriteRefused, check_read_only, literal_paths, parser_connection, serialized_tree,
     walk_tree,
@@ -34,7 +34,7 @@ from ragfactory.warehouse.readonly_fs import PREFIX, PROTOCOL, warehouse_url
 from ragfactory.warehouse.store import Warehouse
 
 __all__ = [
-    "ReadRefused", "Refused", "WriteRefused", "check_read_only", "confined_connection", "connect",
+    "LimitReached", "ReadRefused", "Refused", "SqlLimits", "WriteRefused", "check_read_only", "confined_connection", "connect",
     "create_views", "query", "refresh_catalog", "sql_views", "table_view_sql", "tables_read", "user_query",
 ]
 
@@ -150,23 +150,53 @@ def _failing_select(warehouse: Warehouse, table: str, damaged: list[tuple[str, s
     return f"{body} from (select 1) where error({_quote(damage_message(warehouse, table, damaged))}) is null"
 
 
+class _Unchanged(Exception):
+    """The catalog just built holds the views the file already holds."""
+
+
 def refresh_catalog(warehouse: Warehouse) -> Path:
-    """Rebuild the catalog file's views; atomic for readers."""
+    """Rebuild the catalog file's views; atomic for readers. The file is replaced only when its
+    views change: a refresh of an unchanged warehouse leaves its bytes and mtime as they were, so
+    a tool that watches the file (or a backup) sees no change that is not one."""
     warehouse.root.mkdir(parents=True, exist_ok=True)
     target = warehouse.catalog_path
-    with atomic_path(target) as tmp:
-        try:
-            con = duckdb.connect(str(tmp))
+    try:
+        with atomic_path(target) as tmp:
             try:
-                create_views(con, warehouse)
+                con = duckdb.connect(str(tmp))
+                try:
+                    create_views(con, warehouse)
+                    wanted = _views(con)
+                finally:
+                    con.close()
             finally:
-                con.close()
-        finally:
-            tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
+                tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
+            if wanted == _file_views(target):
+                raise _Unchanged
+    except _Unchanged:
+        pass
     return target
 
 
-def confined_connection(warehouse: Warehouse) -> duckdb.DuckDBPyConnection:
+def _views(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    return con.execute("select view_name, sql from duckdb_views() where not internal order by 1").fetchall()
+
+
+def _file_views(path: Path) -> list[tuple[str, str]] | None:
+    """The views of the catalog file at ``path``; None when there is none or it cannot be read."""
+    if not path.is_file():
+        return None
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return None
+    try:
+        return _views(con)
+    finally:
+        con.close()
+
+
+def confined_connection(warehouse: Warehouse, limits: SqlLimits | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory connection holding the catalog's views, current as of now, and confined.
 
     It reads files under the root only, as ``warehouse://`` paths, and writes none
@@ -175,7 +205,7 @@ def confined_connection(warehouse: Warehouse) -> duckdb.DuckDBPyConnection:
     a process, so a long-lived process (a worker, the server) holding the file open would not
     see a refreshed catalog.
     """
-    con = confined_duckdb(warehouse.root)
+    con = confined_duckdb(warehouse.root, limits)
     try:
         create_views(con, warehouse, confined=True)
     except BaseException:
@@ -215,23 +245,30 @@ def user_query(
     sql: str,
     params: list | dict | None = None,
     con: duckdb.DuckDBPyConnection | None = None,
+    limits: SqlLimits | None = None,
 ) -> pa.Table:
     """Run a person's read-only query through the confined catalog; the last statement's result.
 
     Raises ``Refused`` (naming the statement kind, function or path, and why) for anything but
-    reads of the warehouse, whether the statement checks or the connection itself stopped it.
-    ``con``, a ``confined_connection`` of this warehouse, serves many queries (a dashboard, a
-    test sending hundreds); without it each query opens and closes its own. Reuse is sound
-    because nothing that passes the checks can change the connection: no DDL, no SET, no ATTACH.
+    reads of the warehouse, whether the statement checks or the connection itself stopped it, and
+    ``LimitReached`` for a query past ``limits`` (default ``SqlLimits.from_env()``: memory, time,
+    rows; ``warehouse.confined``). ``con``, a ``confined_connection`` of this warehouse, serves
+    many queries (a dashboard, a test sending hundreds); without it each query opens and closes
+    its own. Reuse is sound because nothing that passes the checks can change the connection: no
+    DDL, no SET, no ATTACH.
     """
+    limits = limits or SqlLimits.from_env()
     owned = con is None
-    con = confined_connection(warehouse) if owned else _confined(con)
+    con = confined_connection(warehouse, limits) if owned else _confined(con)
     try:
         statements = check_read_only(sql, con, warehouse.root)
-        for statement in statements[:-1]:
-            con.execute(statement.query)
-            con.complete()  # only the last result is returned; the others still run, to fail loudly
-        return con.sql(statements[-1].query, params=params).to_arrow_table()
+        with within_limits(con, limits):
+            for statement in statements[:-1]:
+                con.execute(statement.query)
+                con.complete()  # only the last result is returned; the others still run, to fail loudly
+            return _fetch(con.sql(statements[-1].query, params=params), limits)
+    except LimitReached:
+        raise
     except duckdb.Error as exc:
         refused = refusal(exc)
         if refused is None:
@@ -240,6 +277,21 @@ def user_query(
     finally:
         if owned:
             close(con)
+
+
+def _fetch(result: duckdb.DuckDBPyRelation, limits: SqlLimits) -> pa.Table:
+    """The result as one arrow table; past ``limits.max_rows`` rows, ``LimitReached`` instead of
+    holding the rest."""
+    if limits.max_rows is None:
+        return result.to_arrow_table()
+    reader = result.to_arrow_reader(min(limits.max_rows + 1, 100_000))
+    batches, rows = [], 0
+    for batch in reader:
+        batches.append(batch)
+        rows += batch.num_rows
+        if rows > limits.max_rows:
+            raise rows_refusal(limits)
+    return pa.Table.from_batches(batches, schema=reader.schema)
 
 
 def _confined(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:

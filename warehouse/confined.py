@@ -6,14 +6,25 @@ has no local file system (``disabled_filesystems``), only the read-only ``wareho
 directory, so nothing on the network or elsewhere on disk is reachable; extensions are neither
 installed nor loaded at query time; nothing spills to a temporary directory; and the
 configuration is locked last, so no SET, RESET or PRAGMA can widen any of it.
+
+A person's query is also bounded (``SqlLimits``), so that one statement (a cross join of
+``nodes`` with itself four times, sorted at random) cannot take the machine others work on: a
+memory limit on the connection (a modest share of RAM; nothing spills, so a query that outgrows
+it fails), a time limit (a timer thread interrupts the connection), and, on the dashboard, a
+row limit. Each ends the query with ``LimitReached``: one line naming the limit and how to raise it.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import duckdb
+import psutil
 
 from ragfactory.warehouse.guard import ReadRefused, Refused, WriteRefused
 from ragfactory.warehouse.readonly_fs import PREFIX, PROTOCOL, WarehouseFileSystem
@@ -35,15 +46,102 @@ SETTINGS = (
     ("lock_configuration", True),
 )
 
+MEMORY_ENV, TIMEOUT_ENV, ROWS_ENV = "RAGFACTORY_SQL_MEMORY_LIMIT", "RAGFACTORY_SQL_TIMEOUT_S", "RAGFACTORY_SQL_MAX_ROWS"
+_GIB = 1 << 30
+
+
+def default_memory_limit() -> str:
+    """An eighth of this machine's RAM, between 1 and 4 GiB: room for any sane query over the
+    warehouse, while a runaway one leaves the builds and people sharing the machine alone."""
+    share = min(max(psutil.virtual_memory().total // 8, _GIB), 4 * _GIB)
+    return f"{share / _GIB:.1f}GiB"
+
+
+@dataclass(frozen=True)
+class SqlLimits:
+    """What one person's query may take; ``from_env`` reads the ``RAGFACTORY_SQL_*`` overrides."""
+
+    memory_limit: str = field(default_factory=default_memory_limit)  # DuckDB's memory_limit
+    # A question over the warehouse answers in seconds; a longer analysis has `duckdb -readonly`.
+    timeout_s: float = 120.0
+    # None: every row (`ragfactory sql`); the dashboard holds a result in memory to render it.
+    max_rows: int | None = None
+    flags: bool = True  # whether the surface running the query takes --memory-limit / --timeout
+
+    @classmethod
+    def from_env(cls, defaults: dict | None = None, **overrides) -> SqlLimits:
+        """The limits: ``defaults`` (a surface's own), then the environment's, then ``overrides``
+        (a command's options; None is unset)."""
+        found: dict = dict(defaults or {})
+        if os.environ.get(MEMORY_ENV):
+            found["memory_limit"] = os.environ[MEMORY_ENV]
+        if os.environ.get(TIMEOUT_ENV):
+            found["timeout_s"] = float(os.environ[TIMEOUT_ENV])
+        if os.environ.get(ROWS_ENV):
+            found["max_rows"] = int(os.environ[ROWS_ENV])
+        return replace(cls(), **(found | {k: v for k, v in overrides.items() if v is not None}))
+
+
+class LimitReached(Refused):
+    """A query stopped by one of its ``SqlLimits``; the message names the limit and how to raise it."""
+
+
+def _raise_with(limits: SqlLimits, flag: str, env: str) -> str:
+    return f"raise it with {flag} or ${env}" if limits.flags else f"raise it with ${env} where this server starts"
+
+
+def memory_refusal(limits: SqlLimits) -> LimitReached:
+    return LimitReached(f"query stopped: it needs more than its {limits.memory_limit} memory limit "
+                        f"({_raise_with(limits, '--memory-limit', MEMORY_ENV)}; nothing spills to disk)")
+
+
+def time_refusal(limits: SqlLimits) -> LimitReached:
+    return LimitReached(f"query stopped: it ran past its {limits.timeout_s:g} s time limit "
+                        f"({_raise_with(limits, '--timeout', TIMEOUT_ENV)})")
+
+
+def rows_refusal(limits: SqlLimits) -> LimitReached:
+    return LimitReached(f"query stopped: its result has more than {limits.max_rows:,} rows, the row limit "
+                        f"here (add a LIMIT, use `ragfactory sql`, or raise it with ${ROWS_ENV} where this server starts)")
+
+
+@contextmanager
+def within_limits(con: duckdb.DuckDBPyConnection, limits: SqlLimits):
+    """Interrupt ``con`` once ``limits.timeout_s`` has passed; the interruption, or running out
+    of the memory limit, ends the block with ``LimitReached``."""
+    fired = threading.Event()
+
+    def interrupt() -> None:
+        fired.set()
+        con.interrupt()
+
+    timer = threading.Timer(limits.timeout_s, interrupt)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    except duckdb.Error as exc:
+        if fired.is_set():
+            raise time_refusal(limits) from exc
+        if isinstance(exc, duckdb.OutOfMemoryException):
+            raise memory_refusal(limits) from exc
+        raise
+    finally:
+        timer.cancel()
+
+
 _NO_ACCESS = re.compile(r'Cannot access (?:file|directory) "([^"]*)"')
 _PY_REFUSAL = re.compile(r"ReadOnlyError: (.*)")
 
 
-def confined_duckdb(root: str | Path) -> duckdb.DuckDBPyConnection:
-    """An in-memory connection confined to ``root`` (read-only, as ``warehouse://``), locked."""
+def confined_duckdb(root: str | Path, limits: SqlLimits | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory connection confined to ``root`` (read-only, as ``warehouse://``), within
+    ``limits``' memory (default ``SqlLimits.from_env()``), locked."""
+    limits = limits or SqlLimits.from_env()
     con = duckdb.connect()
     try:
         con.register_filesystem(WarehouseFileSystem(root))
+        con.execute("set memory_limit = $value", {"value": limits.memory_limit})
         for name, value in SETTINGS:
             con.execute(f"set {name} = $value", {"value": value})
     except BaseException:

@@ -253,8 +253,8 @@ class Problem:
     """One file of the warehouse that cannot be trusted.
 
     ``kind`` is ``damaged`` (the file differs from its manifest entry, or is not readable
-    Parquet), ``unrecorded`` (a shard file with no manifest entry) or ``missing`` (an entry whose
-    file is gone). ``path`` is relative to the warehouse root. ``readable`` says whether the
+    Parquet), ``unrecorded`` (a shard file with no manifest entry), ``missing`` (an entry whose
+    file is gone) or ``quarantined`` (a file a repair set aside and has not rebuilt yet). ``path`` is relative to the warehouse root. ``readable`` says whether the
     file's Parquet footer reads (an unrecorded file that reads may be one written before
     manifests existed: ``adopt`` records it).
     """
@@ -312,10 +312,20 @@ def check(warehouse: Warehouse, workers: int | None = None) -> list[Problem]:
         for sidecar in sorted((root / MANIFEST_DIR / table).rglob(f"*.parquet{MANIFEST_SUFFIX}")):
             path = shard_of_manifest(root, sidecar)
             if not path.exists():
-                problems.append(Problem(table, _relative(root, path), "missing",
-                                        "the manifest records it but the file is gone"))
+                problems.append(_gone(root, table, path))
     problems += check_indexes(root)
     return sorted(problems, key=lambda p: p.path)
+
+
+def _gone(root: Path, table: str, path: Path) -> Problem:
+    """The problem of a recorded shard whose file is not there: set aside by a repair that has
+    not finished (``quarantined``), or lost (``missing``)."""
+    entry = read_entry(root, path) or {}
+    if entry.get("quarantined"):
+        held = "its rows" if entry.get("rows") is None else f"its {entry['rows']} rows"
+        return Problem(table, _relative(root, path), "quarantined",
+                       f"{held} set aside in {entry['quarantined']}, not rebuilt yet")
+    return Problem(table, _relative(root, path), "missing", "the manifest records it but the file is gone")
 
 
 def adopt(warehouse: Warehouse, problems: list[Problem]) -> list[Problem]:
@@ -331,34 +341,3 @@ def adopt(warehouse: Warehouse, problems: list[Problem]) -> list[Problem]:
             _write_json(sidecar, entry_for(warehouse.root, path, rows))
             adopted.append(problem)
     return adopted
-
-
-QUARANTINE_DIR = "_quarantine"
-
-
-def quarantine(warehouse: Warehouse, problems: list[Problem], stamp: str) -> list[Problem]:
-    """Move every damaged file, and every unrecorded one that does not read as Parquet, with its
-    manifest entry, to ``<root>/_quarantine/<stamp>/`` (same relative paths), and the entries of
-    missing files too, so the warehouse holds only files it can vouch for. Returns what was moved.
-
-    Nothing is deleted: the person on call can still look at the bytes.
-    """
-    root = warehouse.root
-    moved = []
-    for problem in problems:
-        if problem.kind == "unrecorded" and problem.readable:
-            continue
-        path = root / problem.path
-        if problem.table == "index":
-            target = root / QUARANTINE_DIR / stamp / problem.path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, target)
-            moved.append(problem)
-            continue
-        for source in (path, manifest_path(root, path)):
-            if source.exists():
-                target = root / QUARANTINE_DIR / stamp / source.relative_to(root)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(source, target)
-        moved.append(problem)
-    return moved

@@ -35,10 +35,14 @@ app.add_typer(retrieval_app, name="retrieval")
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 DEBUG_ENV = "RAGFACTORY_DEBUG"
+# Commands whose Prefect home is the user's: `serve`'s server keeps its flow history there.
+USER_PREFECT_HOME = frozenset({"serve"})
+_prefect: dict[str, Callable[[], None]] = {}  # this process's Prefect settings, made once
 
 
 @app.callback()
 def main(
+    ctx: typer.Context,
     debug: Annotated[bool, typer.Option(
         "--debug", help="Print the traceback of a failure on screen too (it always goes to the run's log)")] = False,
 ) -> None:
@@ -51,6 +55,20 @@ def main(
     from ragfactory.progress import quiet_bars_in_logs
 
     quiet_bars_in_logs()  # before any command imports transformers or tqdm
+    # Before any command imports Prefect, which reads its settings once, at import. A process
+    # that imported Prefect before calling the app (a test, a notebook) has its own settings.
+    if "prefect" not in sys.modules:
+        prefect_settings(temporary_home=ctx.invoked_subcommand not in USER_PREFECT_HOME)
+
+
+def prefect_settings(temporary_home: bool = True) -> Callable[[], None]:
+    """Prefect's settings for this process (``ragfactory/local_flows.py``: its home, the server's
+    start-up timeout, the API), made once per process; the function that removes what they made."""
+    if "cleanup" not in _prefect:
+        from ragfactory.local_flows import prefect_local_defaults as local_defaults
+
+        _prefect["cleanup"] = local_defaults(temporary_home)
+    return _prefect["cleanup"]
 
 
 RootOption = Annotated[
@@ -134,10 +152,11 @@ class _ScreenWithoutTraceback(logging.Filter):
 
 
 @contextmanager
-def logged_run(root: Path, command: str) -> Iterator[Path]:
+def logged_run(root: Path, command: str, after_failure: Callable[[], str] = str) -> Iterator[Path]:
     """Log everything the run logs (Prefect's task and flow logs, tracebacks included) to
     ``<root>/logs/<command>-<UTC time>-<pid>.log``, and keep tracebacks off the screen unless
-    ``--debug``. An exception escaping the run exits with one line naming it and the log file.
+    ``--debug``. An exception escaping the run exits with one line naming it and the log file,
+    then what ``after_failure()`` adds (what the failure left behind).
     """
     import traceback
 
@@ -155,11 +174,13 @@ def logged_run(root: Path, command: str) -> Iterator[Path]:
         console_handler.addFilter(quiet)
     try:
         yield path
+    except typer.Exit:
+        raise  # a failure the block already reported
     except Exception as exc:
         handler.stream.write("".join(traceback.format_exception(exc)))
         if debug_requested():
             traceback.print_exception(exc, file=sys.stderr)
-        fail(f"{first_line(exc)} (log: {path})")
+        fail(f"{first_line(exc)} (log: {path}){after_failure()}")
     finally:
         screen.removeHandler(handler)
         handler.close()
@@ -178,11 +199,13 @@ def run_flow(call: Callable, cleanup: Callable[[], None]) -> dict:
 
 
 def prefect_local_defaults() -> Callable[[], None]:
-    """Set Prefect up to run flows in this process (``ragfactory/local_flows.py``); returns the
-    function that removes what that made."""
-    from ragfactory.local_flows import prefect_local_defaults as local_defaults
+    """Ready this process to start Prefect's server and other children: its Prefect settings
+    (made before the command began) and a watchdog that ends those children if this process is
+    SIGKILLed (``ragfactory/watchdog.py``); returns the function that removes what that made."""
+    from ragfactory.watchdog import start_watchdog
 
-    return local_defaults()
+    start_watchdog()
+    return prefect_settings()
 
 
 def print_failures(summary: dict, log: Path, noun: str = "shard") -> None:

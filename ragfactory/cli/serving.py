@@ -8,7 +8,16 @@ from typing import Annotated
 
 import typer
 
-from ragfactory.cli.common import RootOption, app, console, fail, open_warehouse, print_arrow, retrieval_app
+from ragfactory.cli.common import (
+    RootOption,
+    app,
+    console,
+    fail,
+    open_warehouse,
+    prefect_local_defaults,
+    print_arrow,
+    retrieval_app,
+)
 
 
 def _corpus_retriever(root: Path | None, kind: str, sources: list[str] | None):
@@ -45,7 +54,7 @@ def retrieval_serve(
     """Serve the warehouse's passages over the Search-R1 retrieval API (POST /retrieve).
 
     Example: `ragfactory retrieval serve --kind bm25 --port 8000`, then
-    `curl -s localhost:8000/retrieve -d '{"queries": ["Who wrote Hamlet?"], "topk": 3, "return_scores": true}'`
+    `curl -s localhost:8000/retrieve -H 'Content-Type: application/json' -d '{"queries": ["Who wrote Hamlet?"], "topk": 3, "return_scores": true}'`
     """
     from ragfactory.tasks.retrieval.server import serve
 
@@ -102,6 +111,9 @@ def serve(
     pools = pools or ["cpu"]
     if unknown := sorted(set(pools) - set(POOLS)):
         fail(f"unknown work pools {unknown}; known: {list(POOLS)}")
+    if root is not None and Path(root).exists() and not Path(root).is_dir():
+        fail(f"--root {root}: not a folder (the workers' warehouse root)")
+    prefect_local_defaults()  # the stack's processes die with this one, even on SIGKILL
     try:
         serve_stack(port=port, root=root, timezone=timezone, pools=pools, echo=console.print,
                     dashboard_port=dashboard_port or None)

@@ -15,8 +15,10 @@ from ragfactory.cli.common import (
     app,
     console,
     fail,
+    logged_run,
     open_warehouse,
     prefect_local_defaults,
+    preflight,
     print_arrow,
     run_flow,
 )
@@ -41,6 +43,11 @@ def _mark_abandoned_runs(wh) -> None:
 def sql(
     query: Annotated[str, typer.Argument(help="A read-only SQL query over the warehouse views")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json")] = "table",
+    memory_limit: Annotated[str | None, typer.Option(
+        "--memory-limit", help="Memory the query may use, e.g. 8GiB (default $RAGFACTORY_SQL_MEMORY_LIMIT, "
+        "else an eighth of RAM, 1-4 GiB); nothing spills to disk")] = None,
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", min=0.1, help="Seconds the query may run (default $RAGFACTORY_SQL_TIMEOUT_S, else 120)")] = None,
     root: RootOption = None,
 ) -> None:
     """Run a read-only SQL query over the warehouse and print the result.
@@ -48,8 +55,9 @@ def sql(
     Every table is a view (questions, passages, nodes, llm_calls, ...), plus the views shipped in
     warehouse/sql/. The query reads the warehouse and nothing else: files only as
     `warehouse://<path under the root>` (e.g. `read_parquet('warehouse://questions/*/*.parquet')`),
-    no writes, settings, attachments or extensions. `duckdb -readonly <root>/catalog.duckdb` is
-    the unrestricted way in. On an object store's root, the mirror pulls only the tables the
+    no writes, settings, attachments or extensions; within a memory and a time limit
+    (`--memory-limit`, `--timeout`). `duckdb -readonly <root>/catalog.duckdb` is the unrestricted
+    way in. On an object store's root, the mirror pulls only the tables the
     query reads.
 
     Example: `ragfactory sql "select dataset, count(*) from questions group by 1" --format csv`
@@ -59,9 +67,10 @@ def sql(
 
     if fmt not in {"table", "csv", "json"}:
         fail(f"--format must be table, csv or json, not {fmt!r}")
+    limits = _sql_limits(memory_limit, timeout)
     wh = open_warehouse(root, tables=tables_read(query))  # a mirror pulls what the query reads
     try:
-        result = run_query(wh, query)
+        result = run_query(wh, query, limits=limits)
     except Refused as exc:
         fail(str(exc))
     except Exception as exc:  # DuckDB's whole message: its candidate bindings, LINE and caret
@@ -70,6 +79,16 @@ def sql(
         print_arrow(result, fmt=fmt)
     except (ArithmeticError, ValueError) as exc:  # values Python has no type for, e.g. year 32103
         fail(f"could not print the result as {fmt}: {first_line(exc)}")
+
+
+def _sql_limits(memory_limit: str | None, timeout: float | None):
+    """The query's limits: the options, else the environment's, else the defaults."""
+    from ragfactory.warehouse.catalog import SqlLimits
+
+    try:
+        return SqlLimits.from_env(memory_limit=memory_limit, timeout_s=timeout)
+    except ValueError as exc:
+        fail(f"$RAGFACTORY_SQL_TIMEOUT_S and $RAGFACTORY_SQL_MAX_ROWS take numbers: {exc}")
 
 
 @app.command()
@@ -157,8 +176,10 @@ def check_command(
     """Verify every shard file of the warehouse against its manifest entry (rows, bytes, sha256).
 
     Prints one line per damaged, unrecorded or missing file and exits 1 when there is any.
-    `--repair` moves damaged files (and their entries) to `<root>/_quarantine/<time>/`, runs again
-    the builds and evaluations that wrote them (only their lost shards do work), and checks again.
+    `--repair` first checks that the builds and evaluations that wrote the damaged files can run
+    again here, moves the files to `<root>/_quarantine/<time>/` (their entries stay, marked
+    quarantined, so `check` names them until they are rebuilt), runs those runs again (only their
+    lost shards do work), and checks again.
     `--adopt` vouches for files written before the warehouse kept manifests. `--exports` then loads
     every export folder and trainer file with `datasets.load_dataset` (docs/clients.md).
 
@@ -220,11 +241,16 @@ def _adopt(wh, problems) -> list:
 
 
 def _refuse_untrusted(wh, problems, repaired: bool) -> None:
-    """Say how many files cannot be trusted, with the command that deals with them (unless
-    ``--repair`` already ran), and exit with code 1; never returns."""
+    """Say how many files cannot be trusted, how many of them hold rows the warehouse lacks, and
+    the command that deals with them; exit with code 1; never returns."""
+    from ragfactory.warehouse.quarantine import lost
+
     hint = ""
-    if not repaired and any(not (p.kind == "unrecorded" and p.readable) for p in problems):
-        hint += f"; `ragfactory check --repair --root {wh.root}` rebuilds the damaged ones"
+    if gone := lost(problems):
+        hint += f"; {len(gone)} of them quarantined or missing: their rows are not in the warehouse"
+    if any(not (p.kind == "unrecorded" and p.readable) for p in problems):
+        hint += (f"; `ragfactory check --repair --root {wh.root}` finishes the repair once the cause above is fixed"
+                 if repaired else f"; `ragfactory check --repair --root {wh.root}` rebuilds the damaged ones")
     if any(p.kind == "unrecorded" and p.readable for p in problems):
         hint += (f"; `ragfactory check --adopt --root {wh.root}` records the unrecorded ones "
                  "if they were written before manifests")
@@ -234,22 +260,41 @@ def _refuse_untrusted(wh, problems, repaired: bool) -> None:
 
 
 def _repair(wh, problems, stamp: str) -> None:
-    """Quarantine the files of ``problems`` under ``_quarantine/<stamp>``, then run again the runs
-    that wrote them and ingest again the bundled datasets they held; a file no run can rebuild
-    gets a line saying what to do."""
-    from ragfactory.flows.repair import plan_repair
-    from ragfactory.flows.repair import repair as repair_flow
-    from ragfactory.warehouse.integrity import QUARANTINE_DIR, quarantine
+    """Check that the runs that wrote the files of ``problems`` can run again here (before
+    anything moves or Prefect starts), quarantine the files under ``_quarantine/<stamp>`` (their
+    entries stay, marked, until rebuilt: ``warehouse/quarantine.py``), then run those runs again
+    and ingest again the bundled datasets they held. A file no run can rebuild gets a line saying
+    what to do; a repair that fails says which shards are still set aside."""
+    from ragfactory.tasks.repair_plan import check_repair, plan_repair
+    from ragfactory.warehouse.quarantine import QUARANTINE_DIR, quarantine
 
     plan = plan_repair(wh, [p for p in problems if not (p.kind == "unrecorded" and p.readable)])
+    preflight(lambda: check_repair(wh, plan["runs"]), prefix="nothing was moved: ")
     moved = quarantine(wh, problems, stamp)
     console.print(f"quarantined {len(moved)} file(s) in {wh.root / QUARANTINE_DIR / stamp}", soft_wrap=True)
     for line in plan["manual"]:
         console.print(f"[yellow]cannot rebuild:[/yellow] {escape(line)}", soft_wrap=True)
-    if plan["runs"] or plan["ingest"]:
-        console.print(f"rebuilding: runs {', '.join(plan['runs']) or '-'}; ingest {', '.join(plan['ingest']) or '-'}",
-                      soft_wrap=True)
-        cleanup = prefect_local_defaults()
+    if not (plan["runs"] or plan["ingest"]):
+        return
+    console.print(f"rebuilding: runs {', '.join(plan['runs']) or '-'}; ingest {', '.join(plan['ingest']) or '-'}",
+                  soft_wrap=True)
+    cleanup = prefect_local_defaults()
+    from ragfactory.flows.repair import repair as repair_flow
+
+    with logged_run(wh.root, "repair", after_failure=lambda: _left_behind(wh)):
         result = run_flow(lambda: repair_flow(wh.location, plan["runs"], plan["ingest"], return_state=True), cleanup)
-        for run_id, status in result["runs"].items():
-            console.print(f"run {run_id}: {status}", soft_wrap=True)
+    for run_id, status in result["runs"].items():
+        console.print(f"run {run_id}: {status}", soft_wrap=True)
+
+
+def _left_behind(wh) -> str:
+    """What a failed repair leaves: the shards still set aside, and the command that finishes."""
+    from ragfactory.warehouse.integrity import check
+    from ragfactory.warehouse.quarantine import lost
+
+    gone = lost(check(wh))
+    if not gone:
+        return ""
+    names = ", ".join(p.path for p in gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
+    return (f"; the repair did not finish: {len(gone)} shard(s) quarantined or missing ({names}), "
+            f"their rows not in the warehouse; `ragfactory check --repair --root {wh.root}` finishes it")

@@ -33,7 +33,9 @@ from ragfactory.dashboard.training import Prefect, method_tables, parse_json_obj
 from ragfactory.warehouse.store import Warehouse
 
 PACKAGE = resources.files("ragfactory.dashboard")
-CONSOLE_ROWS = 1000  # rows the console shows; the CSV download has them all
+CONSOLE_ROWS = 1000  # rows the console shows; the CSV download has them all, up to CONSOLE_MAX_ROWS
+# A result is held in memory to be rendered or downloaded: past this, the query is refused by name.
+CONSOLE_MAX_ROWS = 100_000
 PAGES = (("/", "Runs"), ("/tree", "Trees"), ("/rewards", "Rewards"), ("/sql", "SQL"),
          ("/models", "Models"), ("/train", "Train"))
 
@@ -245,10 +247,10 @@ def _default_config(prefect: Prefect | None, method: str) -> dict:
 
 def _console(warehouse: Warehouse, sql: str, limit: int | None = CONSOLE_ROWS) -> dict:
     """A person's query through the confined catalog: columns and rows (ValueError: why not)."""
-    from ragfactory.warehouse.catalog import Refused, user_query
+    from ragfactory.warehouse.catalog import Refused, SqlLimits, user_query
 
-    try:
-        table = user_query(warehouse, sql)
+    try:  # the memory and time limits of `ragfactory sql`, and a row limit
+        table = user_query(warehouse, sql, limits=SqlLimits.from_env({"max_rows": CONSOLE_MAX_ROWS, "flags": False}))
     except Refused as exc:
         raise ValueError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - the whole of DuckDB's message: candidates, LINE and caret

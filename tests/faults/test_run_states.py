@@ -115,16 +115,26 @@ def _alive(pids: list[int]) -> list[int]:
     return [pid for pid in pids if alive(pid)]
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_mid_shard_records_interrupted_and_leaves_no_process(tmp_path, slow_engine, signum, code):
-    policy = {"backend": "openai", "model": "echo", "base_url": f"http://127.0.0.1:{slow_engine}/v1", "retries": 0}
+def start_mid_shard_build(tmp_path: Path, port: int) -> tuple[subprocess.Popen, Path, Path]:
+    """A DecEx build on the slow echo engine at ``port``, once it is mid-shard; (process, root, log)."""
+    policy = {"backend": "openai", "model": "echo", "base_url": f"http://127.0.0.1:{port}/v1", "retries": 0}
     config = _config(tmp_path, datasets=[{"name": "hotpotqa", "limit": 10}], llm={"policy": policy},
                      search={"strategies": ["decex"], "partition": "train", "questions_per_dataset": 2,
                              "decex": {"k": 2, "n_rollouts": 1, "t_max": 1, "termination_samples": 1}})
     root, log = tmp_path / "wh", tmp_path / "build.log"
     build = _start_build(config, root, log)
     try:
-        _wait_for_engine_call(build, slow_engine)
+        _wait_for_engine_call(build, port)
+    except BaseException:
+        build.kill()
+        raise
+    return build, root, log
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_mid_shard_records_interrupted_and_leaves_no_process(tmp_path, slow_engine, signum, code):
+    build, root, log = start_mid_shard_build(tmp_path, slow_engine)
+    try:
         children = psutil.Process(build.pid).children(recursive=True)
         assert children, "the build should have started Prefect's temporary server"
         prefect_home = Path(children[0].environ()["PREFECT_HOME"])
