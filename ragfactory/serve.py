@@ -47,8 +47,13 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether nothing listens on ``host:port`` (another Prefect server often does)."""
+    """Whether nothing listens on ``host:port`` (another Prefect server often does).
+
+    The probe binds as the servers do, with ``SO_REUSEADDR``: a port whose last connections
+    linger in TIME_WAIT after a Ctrl-C is free to them, so it is free here too, and a restart
+    comes up at once instead of a minute later."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -171,7 +176,7 @@ def start_dashboard(port: int, env: dict[str, str], log: Path | None = None) -> 
     """``ragfactory dashboard`` on 127.0.0.1:``port``, submitting to the stack's server
     (``PREFECT_API_URL`` in ``env``) and reading its warehouse (``RAGFACTORY_HOME``)."""
     return _spawn([sys.executable, "-m", "ragfactory.cli", "dashboard", "--host", "127.0.0.1",
-                   "--port", str(port)], env, log)
+                   "--port", str(port), "--no-banner"], env, log)  # serve prints the address
 
 
 def stop(process: subprocess.Popen, grace: float = 20.0) -> int | None:

@@ -76,6 +76,26 @@ def test_free_port_is_bindable():
         assert not serve.port_is_free(port)
 
 
+def test_a_port_left_in_time_wait_by_a_stopped_server_is_free_and_a_listening_one_is_not():
+    """What a Ctrl-C leaves: the server closed its accepted connection first, so that connection
+    lingers in TIME_WAIT on the server's port for a minute after the server is gone."""
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert not serve.port_is_free(port)  # listening: in use
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the server side closes first: its end goes to TIME_WAIT
+        client.recv(1)
+        client.close()
+    with socket.socket() as plain:  # a bind without SO_REUSEADDR fails there, as the old probe did
+        with pytest.raises(OSError):
+            plain.bind(("127.0.0.1", port))
+    assert serve.port_is_free(port)
+
+
 def test_serve_refuses_a_busy_port_before_starting_anything(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

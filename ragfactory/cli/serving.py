@@ -131,6 +131,8 @@ def dashboard(
     prefect_api: Annotated[str | None, typer.Option(
         envvar="PREFECT_API_URL", help="Prefect API the Train page submits to (e.g. http://127.0.0.1:4200/api)")] = None,
     root: RootOption = None,
+    banner: Annotated[bool, typer.Option(hidden=True, help="Print the address (off when `serve` "
+                                         "starts it and prints the stack's addresses itself)")] = True,
 ) -> None:
     """Open the warehouse explorer: builds, search trees, rewards, SQL, models, and training.
 
@@ -147,5 +149,6 @@ def dashboard(
     except BindRefused as exc:
         fail(str(exc))
     wh = open_warehouse(root)
-    console.print(f"dashboard: http://{host}:{port}  (warehouse {wh.root}; Ctrl-C stops it)", soft_wrap=True)
+    if banner:
+        console.print(f"dashboard: http://{host}:{port}  (warehouse {wh.root}; Ctrl-C stops it)", soft_wrap=True)
     serve_dashboard(wh, host=host, port=port, token=token, prefect_api_url=prefect_api)
