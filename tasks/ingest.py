@@ -122,14 +122,7 @@ def ingest_corpus(root: str, path: str, max_passage_chars: int = MAX_PASSAGE_CHA
     version = ingest_version(sha, options)
     if (done := already_ingested(wh, source, version, file)) is not None:
         return done
-    n_passages = n_rejects = 0
-    batches = iter_corpus(file, source, batch_size, JsonlLimits.for_passages(max_passage_chars))
-    for number, batch in enumerate(batches):
-        shard = f"corpus-{number:05d}"
-        wh.merge("passages", batch.passages, shard, partition={"source": source})
-        if batch.rejects:
-            wh.merge("rejects", batch.rejects, shard, partition={"dataset": source})
-        n_passages, n_rejects = n_passages + len(batch.passages), n_rejects + len(batch.rejects)
+    n_passages, n_rejects = write_corpus_shards(wh, file, source, max_passage_chars, batch_size)
     warning = empty_source_warning("corpus", source, file, n_passages, n_rejects)
     warnings = [warning] if warning else []
     _log(source, version, file, 0, n_passages, n_rejects, warnings)
@@ -139,6 +132,21 @@ def ingest_corpus(root: str, path: str, max_passage_chars: int = MAX_PASSAGE_CHA
         "n_passages": n_passages, "n_rejects": n_rejects, "question_ids": [],
         "warnings": warnings,
     })
+
+
+def write_corpus_shards(wh: Warehouse, file: Path, source: str, max_passage_chars: int = MAX_PASSAGE_CHARS,
+                        batch_size: int = CORPUS_BATCH) -> tuple[int, int]:
+    """Merge a corpus file into ``passages`` (and ``rejects``) one shard per batch, releasing
+    each batch once written; returns (passages, rejects)."""
+    n_passages = n_rejects = 0
+    batches = iter_corpus(file, source, batch_size, JsonlLimits.for_passages(max_passage_chars))
+    for number, batch in enumerate(batches):
+        shard = f"corpus-{number:05d}"
+        wh.merge("passages", batch.passages, shard, partition={"source": source})
+        if batch.rejects:
+            wh.merge("rejects", batch.rejects, shard, partition={"dataset": source})
+        n_passages, n_rejects = n_passages + len(batch.passages), n_rejects + len(batch.rejects)
+    return n_passages, n_rejects
 
 
 def _log(name: str, version: str, path: Path, n_questions: int, n_passages: int, n_rejects: int,

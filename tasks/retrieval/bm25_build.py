@@ -42,7 +42,8 @@ SPARSE_METHODS = ("lucene", "robertson", "atire")
 
 @dataclass(frozen=True)
 class BuildLimits:
-    group_entries: int = 20_000_000  # entries sorted at once when writing columns: ~250 MB
+    group_entries: int = 10_000_000  # entries sorted at once when writing columns: ~120 MB
+    stem_cache: int = 2_000_000  # words whose stem is remembered: ~250 MB at most
 
 
 def passage_texts(batch: pa.Table) -> list[str]:
@@ -54,9 +55,10 @@ def passage_texts(batch: pa.Table) -> list[str]:
 class Counter:
     """Pass 1: token counts per batch, spilled to ``work``; document frequencies and lengths."""
 
-    def __init__(self, work: Path, params: Any, stemmer: Any):
-        self.work, self.params, self.stemmer = work, params, stemmer
+    def __init__(self, work: Path, params: Any, stemmer: Any, limits: BuildLimits = BuildLimits()):
+        self.work, self.params, self.stemmer, self.limits = work, params, stemmer, limits
         self.vocab: dict[str, int] = {}  # token -> id in order of first sight
+        self.stems: dict[str, str] = {}  # word -> stem, so a word is stemmed once, not per batch
         self.df = np.zeros(0, dtype=np.int64)
         self.n_docs, self.total_len, self.n_batches = 0, 0, 0
 
@@ -66,12 +68,23 @@ class Counter:
             self.count(batch)
             yield batch
 
+    def _stem(self, words: list[str]) -> list[str]:
+        if self.stemmer is None:
+            return words
+        if len(self.stems) > self.limits.stem_cache:
+            self.stems.clear()  # bounded: rare words come back seldom
+        new = [w for w in words if w not in self.stems]
+        if new:
+            self.stems.update(zip(new, self.stemmer.stemWords(new)))
+        return [self.stems[w] for w in words]
+
     def count(self, batch: pa.Table) -> None:
+        # Split and drop stopwords as bm25s.tokenize does, then stem each word as it would.
         tokens = bm25s.tokenize(passage_texts(batch), stopwords=self.params.stopwords,
-                                stemmer=self.stemmer, return_ids=True, show_progress=False)
+                                stemmer=None, return_ids=True, show_progress=False)
         local_to_global = np.empty(len(tokens.vocab), dtype=np.int64)
-        for token, local in tokens.vocab.items():
-            local_to_global[local] = self.vocab.setdefault(token, len(self.vocab))
+        for word, stem in zip(tokens.vocab, self._stem(list(tokens.vocab))):
+            local_to_global[tokens.vocab[word]] = self.vocab.setdefault(stem, len(self.vocab))
         lengths = np.fromiter(map(len, tokens.ids), dtype=np.int64, count=len(tokens.ids))
         flat = np.fromiter(chain.from_iterable(tokens.ids), dtype=np.int64, count=int(lengths.sum()))
         docs = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
@@ -178,7 +191,7 @@ def build_bm25_files(batches: Iterable[pa.Table], folder: Path, params: Any, ste
         raise ValueError(f"BM25 method {params.method!r} is not sparse; use one of {SPARSE_METHODS}")
     work = folder / "_work"
     work.mkdir()
-    counter = Counter(work, params, stemmer)
+    counter = Counter(work, params, stemmer, limits)
     yield from counter.counting(batches)
     if counter.n_docs == 0:
         raise ValueError("passages: no rows to index")

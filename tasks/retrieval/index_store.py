@@ -156,11 +156,30 @@ def content_key(passages: pa.Table | PassageSource, settings: Mapping) -> str:
     return whole.hexdigest()[:24]
 
 
+def take_rows(passages: pa.Table, rows: np.ndarray) -> dict[str, list]:
+    """The PASSAGE_COLUMNS values of the given row numbers, as lists in the order asked.
+
+    Each row is taken from its own record batch: ``Table.take`` on a table of many batches
+    first concatenates every column, which would copy a memory-mapped corpus into memory.
+    """
+    batches = passages.to_batches()
+    starts = np.cumsum([0] + [b.num_rows for b in batches])
+    which = np.searchsorted(starts, rows, side="right") - 1
+    out: dict[str, list] = {c: [None] * len(rows) for c in PASSAGE_COLUMNS}
+    for b in np.unique(which).tolist():
+        wanted = np.nonzero(which == b)[0]
+        part = batches[b].take(pa.array(rows[wanted] - starts[b], type=pa.int64()))
+        for name in PASSAGE_COLUMNS:
+            for i, value in zip(wanted.tolist(), part.column(name).to_pylist()):
+                out[name][i] = value
+    return out
+
+
 def hits_from_rows(passages: pa.Table, rows: np.ndarray, scores: np.ndarray) -> list[list[Hit]]:
     """Hits for a (queries x k) array of passage row numbers; rows < 0 (no match) are dropped."""
     rows, scores = np.asarray(rows), np.asarray(scores)
-    taken = passages.take(pa.array(np.clip(rows, 0, None).ravel(), type=pa.int64()))
-    ids, titles, texts = (taken.column(c).to_pylist() for c in ("passage_id", "title", "text"))
+    taken = take_rows(passages, np.clip(rows, 0, None).ravel())
+    ids, titles, texts = (taken[c] for c in ("passage_id", "title", "text"))
     width = rows.shape[1]
     out: list[list[Hit]] = []
     for q in range(rows.shape[0]):

@@ -136,3 +136,33 @@ def test_an_index_over_the_warehouse_opens_again_without_reading_a_passage(tmp_p
     assert (built.is_loaded, opened.is_loaded, opened.index_dir) == (False, True, built.index_dir)
     assert built.index_dir.name == "bm25-" + content_key(TINY, bm25_settings(BM25Params()))
     assert [h.passage_id for h in opened.search(["cherry"], k=3)[0]] == ["d2", "d1"]
+
+
+@pytest.mark.parametrize(
+    ("scores", "rows", "best"),
+    [([0, 0.5, 0, 2.0, 1.0, 0.25], [3, 4, 1], [2.0, 1.0, 0.5]),  # passages sharing a word, best first
+     ([0, 0.5, 0, 0, 0, 0], [1, -1, -1], [0.5, 0, 0]),  # fewer matches than k: the rest are -1
+     ([1.0, 0, 1.0, 3.0, 0.5, 0], None, None)],  # a tie at the k-th place: bm25s's own selection
+)
+def test_top_k_selects_among_matching_passages_as_bm25s_does(scores, rows, best):
+    from bm25s.selection import topk
+
+    from ragfactory.tasks.retrieval.bm25 import top_k
+
+    values = np.array(scores, dtype=np.float32)
+    got_scores, got_rows = top_k(values, 3)
+    if rows is None:
+        rows_expected, best_expected = topk(values, k=3, sorted=True, backend="numpy")[::-1]
+        rows, best = rows_expected.tolist(), best_expected.tolist()
+    assert got_rows.tolist() == rows and got_scores.tolist() == best
+
+
+def test_rows_are_taken_from_their_own_batches():
+    from ragfactory.tasks.retrieval.index_store import take_rows
+
+    parts = [table(["a", "b"]), table(["c"]), table(["d", "e", "f"])]
+    chunked = pa.concat_tables([p.set_column(0, "passage_id", pa.array([f"{i}{j}" for j in range(p.num_rows)]))
+                                for i, p in enumerate(parts)])
+    taken = take_rows(chunked, np.array([5, 0, 2, 3]))
+    assert taken["passage_id"] == ["22", "00", "10", "20"]
+    assert taken["text"] == ["f", "a", "c", "d"]
