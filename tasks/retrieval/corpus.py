@@ -2,9 +2,11 @@
 
 The build's index stage (``tasks/index.py``), evaluation and agentic training open the same
 retriever over the same passages this way, so an index built once is loaded by all of them.
-The corpus is never read whole: ``WarehousePassages`` streams it from DuckDB in batches (DuckDB
-spills its sort to disk past ``CorpusRead.memory_limit``), and its content digest, which names
-the index folder, is kept beside the indexes under a signature of the ``passages`` files, so a
+The corpus is never read whole: ``WarehousePassages`` streams the sources' ``passages`` files in
+path order, batch by batch, keeping the first row of each passage id (the ids met so far are
+64-bit hashes, 8 bytes a passage; a SQL ``group by``/``order by`` over the text instead holds
+the corpus in DuckDB's memory, 1 GB at 250k passages). Its content digest, which names the
+index folder, is kept beside the indexes under a signature of the ``passages`` files, so a
 process opening an index that exists reads no passage at all. With a ``server_url`` configured
 no process but the server touches the corpus.
 """
@@ -15,30 +17,22 @@ import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ragfactory.atomic import atomic_write_text
 from ragfactory.tasks.retrieval.config import RetrievalConfig
-from ragfactory.tasks.retrieval.index_store import BATCH_ROWS, digest_batches, select_passages
-from ragfactory.warehouse.catalog import connect, query
+from ragfactory.tasks.data.corpus import SeenIds
+from ragfactory.tasks.retrieval.index_store import BATCH_ROWS, PASSAGE_COLUMNS, digest_batches, select_passages
+from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.integrity import read_entry
 from ragfactory.warehouse.store import Warehouse
-
-CORPUS_SQL = """
-with wanted as (
-    select passage_id, title, text
-    from corpus
-    where list_has_any(sources, $sources)
-)
-select * from wanted order by passage_id
-"""
-
 
 @dataclass(frozen=True)
 class CorpusRead:
     batch_rows: int = BATCH_ROWS  # passages per batch handed to an index builder
-    memory_limit: str = "1GB"  # DuckDB's own working memory; its sort spills to disk beyond it
 
 
 def passages_signature(warehouse: Warehouse) -> str:
@@ -54,25 +48,24 @@ def passages_signature(warehouse: Warehouse) -> str:
 
 
 class WarehousePassages:
-    """The deduplicated passages of ``sources``, in passage_id order, as a ``PassageSource``."""
+    """The passages of ``sources``, each id once (its first row in path order), as a
+    ``PassageSource``."""
 
     def __init__(self, warehouse: Warehouse, sources: list[str], read: CorpusRead = CorpusRead()):
         self.warehouse, self.sources, self.read = warehouse, sorted(sources), read
         self._digest: str | None = None
 
+    def files(self) -> list[Path]:
+        return sorted(path for source in self.sources for path in self.warehouse.files("passages", source=source))
+
     def batches(self) -> Iterator[pa.Table]:
-        con = connect(self.warehouse)
-        try:
-            spill = self.warehouse.artifacts_dir("duckdb-spill")
-            con.execute(f"set memory_limit = '{self.read.memory_limit}'")
-            con.execute(f"set temp_directory = '{spill}'")
-            con.execute("set preserve_insertion_order = false")
-            reader = con.sql(CORPUS_SQL, params={"sources": self.sources}).to_arrow_reader(self.read.batch_rows)
-            for batch in reader:
-                if batch.num_rows:
-                    yield select_passages(pa.Table.from_batches([batch]))
-        finally:
-            con.close()
+        seen = SeenIds()
+        for path in self.files():
+            for batch in pq.ParquetFile(path).iter_batches(self.read.batch_rows, columns=list(PASSAGE_COLUMNS)):
+                keep = [seen.add(pid) for pid in batch.column("passage_id").to_pylist()]
+                rows = pa.Table.from_batches([batch]).filter(pa.array(keep, pa.bool_()))
+                if rows.num_rows:
+                    yield select_passages(rows)
 
     def digest(self) -> str:
         """The content digest, from the cache when the ``passages`` files are unchanged."""
