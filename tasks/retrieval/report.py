@@ -2,8 +2,8 @@
 
 A saved index is opened memory-mapped (``index_store.read_passages``, ``bm25.py``, ``dense.py``),
 so its files are page cache shared by every process on the machine that opens it, not memory
-each process holds; what a process holds of its own is per-query scratch: BM25 scores every
-passage for a query word (a float32 per passage) and ranks them (an int64 per passage). Read by
+each process holds; what a process holds of its own is per-query scratch: BM25 sums its words'
+scores into one float32 per passage (``bm25s``), then ranks only the passages that matched. Read by
 ``ragfactory corpus``; docs/corpus.md gives the measured figures.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ragfactory.tasks.retrieval.index_store import MANIFEST_FILE
 
-# Per passage, per query in flight: bm25s's score vector (float32) and top-k partition (int64).
-BM25_QUERY_BYTES_PER_PASSAGE = 12
+# Per passage, per query in flight: bm25s's score vector (float32).
+BM25_QUERY_BYTES_PER_PASSAGE = 4
 
 
 def index_report(folder: Path) -> dict:
