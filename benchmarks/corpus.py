@@ -195,7 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     sizes = [int(s) for s in args.sizes.split(",")]
-    rows = [measure(size, args.work, args.queries) for size in sizes]
+    rows = []
+    for size in sizes:
+        rows.append(measure(size, args.work, args.queries))
+        print(json.dumps(rows[-1]), flush=True)  # a long run shows each size as it is measured
     if len(rows) > 1:
         rows.append({"passages": f"ratio {sizes[-1]}/{sizes[0]}",
                      "ingest_peak_mb": round(rows[-1]["ingest_peak_mb"] / rows[0]["ingest_peak_mb"], 2),
