@@ -15,3 +15,19 @@ def test_a_saved_bm25_index_reports_its_files_and_per_query_scratch(passages, tm
 
 def test_no_index_reports_nothing(tmp_path):
     assert index_reports(tmp_path) == []
+
+
+def test_ragfactory_corpus_prints_sources_and_indexes(passages, tmp_path):
+    from typer.testing import CliRunner
+
+    from ragfactory.cli import app
+    from ragfactory.tasks.retrieval.config import RetrievalConfig
+    from ragfactory.tasks.retrieval.corpus import open_retriever
+    from ragfactory.warehouse.store import Warehouse
+
+    wh = Warehouse(tmp_path / "wh")
+    wh.write("passages", passages, "corpus-00000")
+    built = open_retriever(wh, ["test"], RetrievalConfig())
+    result = CliRunner().invoke(app, ["corpus", "--root", str(wh.root)])
+    assert result.exit_code == 0, result.output
+    assert "passages per source" in result.output and built.index_dir.name in result.output
