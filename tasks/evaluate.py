@@ -32,7 +32,7 @@ from ragfactory.tasks.eval.runner import (
     needs_retriever,
     shard_of,
 )
-from ragfactory.tasks.retrieval.corpus import corpus_passages, open_retriever
+from ragfactory.tasks.retrieval.corpus import WarehousePassages, open_retriever
 from ragfactory.tasks.llm.cache import CallCache, utc_now
 from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.llm.engine import make_batcher
@@ -70,8 +70,8 @@ def open_eval_retriever(wh: Warehouse, config: EvalConfig, dataset: str):
     sources = config.sources or [dataset]
     if config.retrieval.server_url:
         return open_retriever(wh, sources, config.retrieval)
-    passages = corpus_passages(wh, sources)
-    if not passages.num_rows:
+    passages = WarehousePassages(wh, sources)
+    if not passages.count():
         raise ValueError(f"no passages from sources {sources} in {wh.root}: set `sources` to the "
                          "corpus the questions should search")
     return open_retriever(wh, sources, config.retrieval, passages=passages)

@@ -2,6 +2,8 @@
 
 An index is keyed by the content it covers and its settings, so a rebuild over unchanged
 passages loads the saved index instead of rebuilding it (``tasks/retrieval/index_store.py``).
+The passages stream from the warehouse in batches, so the stage's memory does not grow with the
+corpus (docs/corpus.md).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 
 from ragfactory.tasks.retrieval.config import RetrievalConfig
-from ragfactory.tasks.retrieval.corpus import corpus_passages, open_retriever
+from ragfactory.tasks.retrieval.corpus import WarehousePassages, open_retriever
 from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.warehouse.store import Warehouse
 
@@ -24,7 +26,7 @@ def build_indexes(root: str, sources: list[str], config: RetrievalConfig) -> dic
     """Build (or load) each enabled index; returns where each lives and whether it was built."""
     logger = get_run_logger()
     wh, summary = Warehouse(root), {}
-    passages = corpus_passages(wh, sorted(sources))
+    passages = WarehousePassages(wh, sorted(sources))  # read in batches, never whole
     for name in enabled_kinds(config):
         retriever = open_retriever(wh, sorted(sources), config, name, passages)
         summary[name] = {"path": str(retriever.index_dir), "built": not retriever.is_loaded}

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from prefect import get_run_logger, task
 
 from ragfactory.tasks.data.config import DatasetConfig, PartitionConfig
-from ragfactory.tasks.data.corpus import load_corpus
+from ragfactory.tasks.data.corpus import BATCH_SIZE as CORPUS_BATCH, iter_corpus
 from ragfactory.tasks.data.jsonl import MAX_PASSAGE_CHARS, JsonlLimits
 from ragfactory.tasks.data.loaders import bundled_path, load_questions
 from ragfactory.tasks.data.partitions import PartitionRule, backfill_partitions, lacks_partitions, with_partitions
@@ -108,27 +108,45 @@ def ingest_dataset(root: str, dataset: DatasetConfig, rule: PartitionRule | None
 
 @task(retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_unless_permanent,
       task_run_name="ingest-corpus-{path}")
-def ingest_corpus(root: str, path: str, max_passage_chars: int = MAX_PASSAGE_CHARS) -> dict:
-    """Add one Search-R1 / FlashRAG corpus file's passages to its shard (bad lines, and passages
-    over ``max_passage_chars``, to rejects); returns its version, counts and warnings."""
+def ingest_corpus(root: str, path: str, max_passage_chars: int = MAX_PASSAGE_CHARS,
+                  batch_size: int = CORPUS_BATCH) -> dict:
+    """Add one Search-R1 / FlashRAG corpus file's passages to its shards (bad lines, and passages
+    over ``max_passage_chars``, to rejects); returns its version, counts and warnings.
+
+    The file streams through in batches of ``batch_size`` passages, each merged into a shard of
+    its own (``corpus-00000``, ``corpus-00001``, …) and released, so memory does not grow with
+    the corpus. A file re-ingested unchanged merges into the same shards and changes none."""
     source, file, wh = safe_name(Path(path).stem), Path(path), Warehouse(root)
     options = {"kind": "corpus", "source": source, "max_passage_chars": max_passage_chars}
     sha = file_sha256(file)
     version = ingest_version(sha, options)
     if (done := already_ingested(wh, source, version, file)) is not None:
         return done
-    result = load_corpus(file, source, JsonlLimits.for_passages(max_passage_chars))
-    wh.merge("passages", result.passages, "corpus", partition={"source": source})
-    wh.merge("rejects", result.rejects, "corpus", partition={"dataset": source})
-    warning = empty_source_warning("corpus", source, file, len(result.passages), len(result.rejects))
+    n_passages, n_rejects = write_corpus_shards(wh, file, source, max_passage_chars, batch_size)
+    warning = empty_source_warning("corpus", source, file, n_passages, n_rejects)
     warnings = [warning] if warning else []
-    _log(source, version, file, 0, len(result.passages), len(result.rejects), warnings)
+    _log(source, version, file, 0, n_passages, n_rejects, warnings)
     return record_ingest(wh, {
         "version": version, "dataset": source, "kind": "corpus", "source_file": str(file),
         "source_sha256": sha, "options": json.dumps(options, sort_keys=True), "n_questions": 0,
-        "n_passages": len(result.passages), "n_rejects": len(result.rejects), "question_ids": [],
+        "n_passages": n_passages, "n_rejects": n_rejects, "question_ids": [],
         "warnings": warnings,
     })
+
+
+def write_corpus_shards(wh: Warehouse, file: Path, source: str, max_passage_chars: int = MAX_PASSAGE_CHARS,
+                        batch_size: int = CORPUS_BATCH) -> tuple[int, int]:
+    """Merge a corpus file into ``passages`` (and ``rejects``) one shard per batch, releasing
+    each batch once written; returns (passages, rejects)."""
+    n_passages = n_rejects = 0
+    batches = iter_corpus(file, source, batch_size, JsonlLimits.for_passages(max_passage_chars))
+    for number, batch in enumerate(batches):
+        shard = f"corpus-{number:05d}"
+        wh.merge("passages", batch.passages, shard, partition={"source": source})
+        if batch.rejects:
+            wh.merge("rejects", batch.rejects, shard, partition={"dataset": source})
+        n_passages, n_rejects = n_passages + len(batch.passages), n_rejects + len(batch.rejects)
+    return n_passages, n_rejects
 
 
 def _log(name: str, version: str, path: Path, n_questions: int, n_passages: int, n_rejects: int,

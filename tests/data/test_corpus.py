@@ -128,3 +128,30 @@ def test_passage_ids_depend_on_title_and_text():
 @pytest.mark.parametrize("module", [corpus_module, passages_module])
 def test_docstring_examples_run(module):
     assert doctest.testmod(module).failed == 0
+
+
+def test_seen_ids_find_repeats_across_merges_into_the_sorted_array():
+    from ragfactory.tasks.data.corpus import SeenIds
+
+    seen = SeenIds(recent_limit=2)  # every second new id moves the recent set into the array
+    firsts = [seen.add(pid) for pid in ["a", "b", "c", "a", "b", "c", "d"]]
+    assert firsts == [True, True, True, False, False, False, True]
+    assert len(seen) == 4 and len(seen.sorted) == 4 and seen.recent == set()
+    assert seen.sorted.tolist() == sorted(seen.sorted.tolist())
+
+
+def test_a_corpus_ingests_one_shard_per_batch_and_again_changes_nothing(corpus_file, tmp_path, prefect_api):
+    from ragfactory.tasks.ingest import ingest_corpus
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    wh = Warehouse(tmp_path / "wh")
+    first = ingest_corpus(str(wh.root), str(corpus_file), batch_size=2)
+    assert (first["passages"], first["rejects"]) == (5, 5)
+    shards = sorted(p.name for p in wh.files("passages"))
+    assert shards == ["corpus-00000.parquet", "corpus-00001.parquet", "corpus-00002.parquet"]
+    ids = query(wh, "select passage_id from passages order by 1").column("passage_id").to_pylist()
+    assert ids == ["0", "1", "2", "3", "8"]
+    stamps = {p: p.stat().st_mtime_ns for p in wh.files("passages")}
+    again = ingest_corpus(str(wh.root), str(corpus_file), batch_size=2)
+    assert again["cached"] is True and {p: p.stat().st_mtime_ns for p in wh.files("passages")} == stamps

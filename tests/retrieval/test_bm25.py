@@ -96,7 +96,7 @@ def test_changed_passages_get_their_own_index(passages, tmp_path):
 
 def test_config_values_reach_the_index(passages):
     retriever = BM25Retriever.build(passages, BM25Params.from_config(BM25Config(k1=0.9, b=0.4)))
-    assert (retriever.index.k1, retriever.index.b) == (0.9, 0.4)
+    assert (retriever.params.k1, retriever.params.b) == (0.9, 0.4)
 
 
 def test_loaded_index_needs_no_warehouse(passages, tmp_path):
@@ -104,4 +104,4 @@ def test_loaded_index_needs_no_warehouse(passages, tmp_path):
     loaded = BM25Retriever.load(built.index_dir)
     [hits] = loaded.search(["espresso"], k=1)
     assert (hits[0].passage_id, hits[0].title) == ("p-coffee", "Espresso")
-    assert os.path.isfile(built.index_dir / "passages.parquet")
+    assert os.path.isfile(built.index_dir / "passages.arrow")
