@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,8 @@ class BM25Retriever:
         self.passages = passages
         self.params = params
         self.stemmer, self.stemmer_name = load_stemmer(params.stemmer)
+        # a stemmer keeps the word it works on in itself: concurrent shards' searches take turns
+        self._stemming = threading.Lock()
         self.is_loaded = False
         self.index_dir: Path | None = None
 
@@ -120,10 +123,11 @@ class BM25Retriever:
     def _query_token_ids(self, queries: list[str]) -> list[list[int]]:
         if not queries:
             return []
-        tokens = bm25s.tokenize(
-            list(queries), stopwords=self.params.stopwords, stemmer=self.stemmer,
-            return_ids=False, show_progress=False,
-        )
+        with self._stemming:
+            tokens = bm25s.tokenize(
+                list(queries), stopwords=self.params.stopwords, stemmer=self.stemmer,
+                return_ids=False, show_progress=False,
+            )
         vocab = self.index.vocab_dict
         return [[vocab[t] for t in words if t and t in vocab] for words in tokens]
 
