@@ -194,4 +194,4 @@ def _field_names(config_cls: type) -> set[str]:
 register_backend("transformers", transformers_backend, replace=True)
 register_backend("vllm", vllm_backend, replace=True)
 register_backend("openai", openai_backend, replace=True)
-register_backend("null", make_null_backend, replace=True)
+register_backend("null", make_null_backend, shared=False, replace=True)  # no batch to gather: see its module

@@ -19,6 +19,11 @@ non-special vocabulary and ends at each step with probability ``close_rate``; st
 the text as the other engines do. Temperature and ``top_p`` are ignored: there is no
 distribution to shape.
 
+It registers unshared (``shared=False``, ``tasks/llm/registry.py``): each shard's batcher calls
+its own engine object directly, with no ``CoalescingBackend`` in front, because a walk costs
+the same alone as in a batch and the coalescer's gather wait (50 ms a call) would be most of a
+null build's time. The tokenizer and its compiled grammars are still loaded once per process.
+
 The fingerprint (``null/<tokenizer>/<digest>``) differs from every real model's, so a null
 build never reads a real model's cached calls, nor writes any a real build would read.
 """
@@ -59,22 +64,15 @@ class NullBackend:
         self.settings = settings
         self.fingerprint = null_fingerprint(self.tokenizer_dir, settings)
         self._masks = None
-        self._lock = threading.Lock()  # loading once; the walk itself keeps no shared state
 
     def __repr__(self) -> str:
         return f"NullBackend({str(self.tokenizer_dir)!r})"
 
     def load(self):
-        """The grammar masks over the tokenizer, built on first use (~1 s)."""
-        with self._lock:
-            if self._masks is None:
-                from transformers import AutoTokenizer
-
-                from ragfactory.tasks.llm.structured import GrammarMasks
-
-                masks = GrammarMasks(AutoTokenizer.from_pretrained(str(self.tokenizer_dir)))
-                self._walker = _Walker(masks, self.settings)
-                self._masks = masks
+        """The grammar masks over the tokenizer, built once per process and folder (~1 s)."""
+        if self._masks is None:
+            self._walker = _walker(self.tokenizer_dir, self.settings)
+            self._masks = self._walker.masks
         return self._masks
 
     def generate_batch(self, requests: list[Request]) -> list[list[Completion]]:
@@ -92,6 +90,24 @@ class NullBackend:
         return [self._walker.sample(random.Random(digest + str(sampling.seed + i).encode()),
                                     sampling.grammar, sampling.max_tokens, stop, prompt_tokens)
                 for i in range(sampling.n)]
+
+
+_WALKERS: dict[tuple[Path, NullSettings], _Walker] = {}
+_WALKERS_LOCK = threading.Lock()
+
+
+def _walker(tokenizer_dir: Path, settings: NullSettings) -> _Walker:
+    """This process's walker over ``tokenizer_dir``: every shard's engine shares one tokenizer
+    and its compiled grammars (the walk itself keeps no state between samples)."""
+    with _WALKERS_LOCK:
+        key = (tokenizer_dir.resolve(), settings)
+        if key not in _WALKERS:
+            from transformers import AutoTokenizer
+
+            from ragfactory.tasks.llm.structured import GrammarMasks
+
+            _WALKERS[key] = _Walker(GrammarMasks(AutoTokenizer.from_pretrained(str(tokenizer_dir))), settings)
+        return _WALKERS[key]
 
 
 class _Walker:
