@@ -88,6 +88,13 @@ def embedded_search(dataset: str, n_questions: int):
 
 
 NULL_STRATEGIES = ("decex", "treeps", "mcts", "r3", "apex")
+DEMO_SIZES = {  # configs/demo.yaml's tree sizes, for builds that must stay short
+    "decex": {"k": 2, "n_rollouts": 2, "t_max": 1, "min_iterations": 1, "termination_samples": 3},
+    "treeps": {"n": 4, "depth": 2, "temperature": 0.7},
+    "mcts": {"iterations": 6, "max_depth": 4, "min_queries": 1, "temperature": 0.7},
+    "r3": {"n_attempts": 3, "max_iterations": 2, "min_queries": 1, "answer_at_limit": True},
+    "apex": {"n_plans": 2, "max_steps": 2, "max_hops": 1, "execute_gold": False},
+}
 
 
 def null_build_config(root, questions: int, strategies=NULL_STRATEGIES, backend: str = "null", **search) -> dict:

@@ -8,6 +8,11 @@ the nodes it wrote, its wall seconds, nodes per second over the whole build and 
 less a build with no strategy (ingest, index and catalog: the same whatever the strategies), and
 the share of the wall time spent outside the engine (the engine's busy time is measured by a
 wrapper around it: the union of its calls' intervals, so calls from concurrent shards count once).
+On a machine shared with other work, wall time says more about the neighbours than about the
+factory, so the CPU seconds of this process (all its threads; Prefect's server is a process of
+its own) are reported too: nodes per CPU second, and the share of that CPU time spent outside the
+engine's calls. The factory's Python runs mostly on one core (the GIL), so nodes per CPU second is
+about what an otherwise idle machine's wall clock would give.
 
 ``--profile`` runs the all-strategy build once more under cProfile, one profiler per thread
 (Prefect runs tasks in worker threads) merged at the end, and prints the five functions with the
@@ -47,19 +52,22 @@ ENGINE_CODE = ("null_backend.py", "LLMatcher", "LLTokenizer")  # the engine's ow
 
 
 class BusyClock:
-    """Seconds during which at least one engine call was running."""
+    """Seconds during which at least one engine call was running, and the CPU seconds they took."""
 
     def __init__(self):
-        self._lock, self._running, self._since, self.busy_s = threading.Lock(), 0, 0.0, 0.0
+        self._lock, self._running, self._since, self.busy_s, self.cpu_s = threading.Lock(), 0, 0.0, 0.0, 0.0
 
-    def __enter__(self):
+    def start(self) -> float:
+        """Note a call's start; returns the thread's CPU clock for ``done``."""
         with self._lock:
             if self._running == 0:
                 self._since = time.perf_counter()
             self._running += 1
+        return time.thread_time()
 
-    def __exit__(self, *exc):
+    def done(self, cpu_started: float) -> None:
         with self._lock:
+            self.cpu_s += time.thread_time() - cpu_started
             self._running -= 1
             if self._running == 0:
                 self.busy_s += time.perf_counter() - self._since
@@ -75,8 +83,11 @@ class TimedEngine:
         self.inner, self.fingerprint = inner, inner.fingerprint
 
     def generate_batch(self, requests):
-        with CLOCK:
+        started = CLOCK.start()
+        try:
             return self.inner.generate_batch(requests)
+        finally:
+            CLOCK.done(started)
 
 
 def timed_null(role, cache_dir):
@@ -88,13 +99,14 @@ def timed_null(role, cache_dir):
 def run(root: Path, questions: int, strategies, run_id: str) -> dict:
     """One build: its wall seconds, the engine's busy seconds and the nodes it wrote."""
     config = BuildConfig.model_validate(null_build_config(root, questions, strategies, backend=ENGINE))
-    busy, start = CLOCK.busy_s, time.perf_counter()
+    busy, engine_cpu, cpu, start = CLOCK.busy_s, CLOCK.cpu_s, time.process_time(), time.perf_counter()
     summary = build(config, run_id=run_id)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     if summary["status"] != "completed":
         raise SystemExit(f"{run_id}: {summary['status']}: {summary['errors']}")
     nodes = Warehouse(root).read("nodes", run_id=run_id).num_rows if strategies else 0
-    return {"wall_s": wall, "engine_s": CLOCK.busy_s - busy, "nodes": nodes}
+    return {"wall_s": wall, "engine_s": CLOCK.busy_s - busy, "nodes": nodes, "cpu_s": cpu,
+            "engine_cpu_s": CLOCK.cpu_s - engine_cpu}
 
 
 def row(name: str, result: dict, baseline_s: float) -> dict:
@@ -102,7 +114,9 @@ def row(name: str, result: dict, baseline_s: float) -> dict:
     return {"build": name, "nodes": result["nodes"], "wall_s": round(wall, 1),
             "nodes_per_s": round(result["nodes"] / wall, 1),
             "nodes_per_s_past_ingest": round(result["nodes"] / max(wall - baseline_s, 1e-9), 1),
-            "engine_s": round(engine, 1), "outside_engine_share": round(1 - engine / wall, 3)}
+            "engine_s": round(engine, 1), "outside_engine_share": round(1 - engine / wall, 3),
+            "cpu_s": round(result["cpu_s"], 1), "nodes_per_cpu_s": round(result["nodes"] / result["cpu_s"], 1),
+            "outside_engine_cpu_share": round(1 - result["engine_cpu_s"] / result["cpu_s"], 3)}
 
 
 def profiled(fn):

@@ -20,7 +20,7 @@ Builds:
   (``search.questions_per_dataset``: an equal share from each of the three train datasets; there
   are 982 train questions in all), BM25 only. Goal: RSS(1000) / RSS(100) <= 1.2.
 
-Run: .venv/bin/python benchmarks/memory.py [--sizes 100 1000] [--demo]
+Run: .venv/bin/python benchmarks/memory.py [--sizes 100 1000] [--demo] [--demo-sizes]
 Writes benchmarks/results/memory.json.
 """
 
@@ -40,7 +40,7 @@ import psutil
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import null_build_config, report  # noqa: E402
+from common import DEMO_SIZES, null_build_config, report  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EXECUTING = re.compile(r"Executing task '(?P<task>[^']+)' for task run '(?P<run>[^']+)'")
@@ -121,11 +121,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--demo", action="store_true", help="also build configs/demo.yaml (minutes)")
+    parser.add_argument("--demo-sizes", action="store_true",
+                        help="the null builds at the demo's tree sizes instead of the papers' (shorter)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
-            config, root = null_build(Path(tmp), size)
+            config, root = null_build(Path(tmp), size, **(DEMO_SIZES if args.demo_sizes else {}))
             rows.append({"build": f"null-{size}", **measure(config, root)})
         if args.demo:
             rows.append({"build": "demo", **measure(REPO / "configs" / "demo.yaml", Path(tmp) / "wh-demo")})
