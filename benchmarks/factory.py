@@ -113,7 +113,8 @@ def row(name: str, result: dict, baseline_s: float) -> dict:
     wall, engine = result["wall_s"], result["engine_s"]
     return {"build": name, "nodes": result["nodes"], "wall_s": round(wall, 1),
             "nodes_per_s": round(result["nodes"] / wall, 1),
-            "nodes_per_s_past_ingest": round(result["nodes"] / max(wall - baseline_s, 1e-9), 1),
+            # None when the build took less than the no-strategy one: noise, not a rate
+            "nodes_per_s_past_ingest": round(result["nodes"] / (wall - baseline_s), 1) if wall > baseline_s else None,
             "engine_s": round(engine, 1), "outside_engine_share": round(1 - engine / wall, 3),
             "cpu_s": round(result["cpu_s"], 1), "nodes_per_cpu_s": round(result["nodes"] / result["cpu_s"], 1),
             "outside_engine_cpu_share": round(1 - result["engine_cpu_s"] / result["cpu_s"], 3)}
