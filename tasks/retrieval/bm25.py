@@ -11,7 +11,6 @@ is downloaded.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.util
 import json
@@ -62,21 +61,8 @@ def load_stemmer(language: str | None) -> tuple[Any, str]:
         if importlib.util.find_spec(module) is not None:
             lib = importlib.import_module(module)
             make = lib.Stemmer if module == "Stemmer" else lib.stemmer
-            return MemoStemmer(make(language)), f"{module}:{language}"
+            return make(language), f"{module}:{language}"
     raise RuntimeError(f"stemming in {language!r} needs PyStemmer or snowballstemmer installed")
-
-
-class MemoStemmer:
-    """A stemmer that stems each word once: the pure-Python Snowball stemmer was the largest
-    single cost of a build on a fast engine (queries repeat their words), and a stem is a pure
-    function of its word, so remembered stems change no index and no hit."""
-
-    def __init__(self, stemmer: Any, words: int = 1 << 16):  # ~7 MB of stems at most
-        self.stemmer = stemmer
-        self.stem = functools.lru_cache(maxsize=words)(stemmer.stemWord)
-
-    def stemWords(self, words: list[str]) -> list[str]:  # noqa: N802 - the stemmers' own name
-        return [self.stem(word) for word in words]
 
 
 class BM25Retriever:
