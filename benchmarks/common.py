@@ -85,3 +85,30 @@ def embedded_search(dataset: str, n_questions: int):
     retriever = BM25Retriever.build(conform("passages", data.passages))
     model = embedded_model_path(Warehouse().artifacts_dir("models"))
     return data.questions[:n_questions], retriever, TransformersBackend(model, TransformersSettings(device="cpu"))
+
+
+NULL_STRATEGIES = ("decex", "treeps", "mcts", "r3", "apex")
+DEMO_SIZES = {  # configs/demo.yaml's tree sizes, for builds that must stay short
+    "decex": {"k": 2, "n_rollouts": 2, "t_max": 1, "min_iterations": 1, "termination_samples": 3},
+    "treeps": {"n": 4, "depth": 2, "temperature": 0.7},
+    "mcts": {"iterations": 6, "max_depth": 4, "min_queries": 1, "temperature": 0.7},
+    "r3": {"n_attempts": 3, "max_iterations": 2, "min_queries": 1, "answer_at_limit": True},
+    "apex": {"n_plans": 2, "max_steps": 2, "max_hops": 1, "execute_gold": False},
+}
+
+
+def null_build_config(root, questions: int, strategies=NULL_STRATEGIES, backend: str = "null", **search) -> dict:
+    """A build of ``strategies`` at their config defaults (the papers' parameters) on the null
+    engine, over about ``questions`` bundled train questions: the demo's datasets and partitions,
+    an equal share of the questions from each of its three train datasets, BM25 only."""
+    per_dataset = -(-questions // 3)
+    return {
+        "name": "null-bench", "warehouse": {"root": str(root)},
+        "datasets": [{"name": n} for n in ("hotpotqa", "2wikimultihopqa", "musique", "bamboogle")],
+        "partitions": {"seed": 0, "shares": {"train": 0.8, "valid": 0.1, "test": 0.1}, "eval_only": ["bamboogle"]},
+        "corpus": {"from_datasets": True}, "retrieval": {"default": "bm25", "dense": {"enabled": False}},
+        "llm": {"policy": {"backend": backend, "model": "embedded"}},
+        "search": {"strategies": list(strategies), "partition": "train",
+                   "datasets": ["hotpotqa", "2wikimultihopqa", "musique"],
+                   "questions_per_dataset": per_dataset, **search},
+    }

@@ -35,7 +35,7 @@ from ragfactory.warehouse.store import Warehouse
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 ACCEPTED_MODELS = ("'embedded', a local folder, a model id or latest:NAME from the models table, "
                    "or a model already in the local Hugging Face cache")
-LOCAL_ENGINES = ("transformers", "vllm")  # engines that load a model from this machine
+LOCAL_ENGINES = ("transformers", "vllm", "null")  # engines that load a model (or its tokenizer) from this machine
 
 
 class PreflightError(PermanentError, LookupError, ValueError):

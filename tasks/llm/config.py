@@ -19,7 +19,7 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-BUILTIN_ENGINES = ("transformers", "vllm", "openai")
+BUILTIN_ENGINES = ("transformers", "vllm", "openai", "null")
 
 
 def engine_name(name: str) -> str:

@@ -36,6 +36,7 @@ from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.coalesce import CoalescingBackend
 from ragfactory.tasks.llm.config import LLMConfig, LLMRoleConfig
 from ragfactory.tasks.llm.embedded import resolve_model
+from ragfactory.tasks.llm.null_backend import make_null_backend
 from ragfactory.tasks.llm.registry import backend_entry, register_backend
 from ragfactory.tasks.llm.types import Backend, Completion, Request, RetryPolicy, is_continuous
 
@@ -193,3 +194,4 @@ def _field_names(config_cls: type) -> set[str]:
 register_backend("transformers", transformers_backend, replace=True)
 register_backend("vllm", vllm_backend, replace=True)
 register_backend("openai", openai_backend, replace=True)
+register_backend("null", make_null_backend, shared=False, replace=True)  # no batch to gather: see its module

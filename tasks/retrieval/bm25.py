@@ -18,6 +18,7 @@ import importlib.util
 import json
 import shutil
 import tempfile
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,8 @@ class BM25Retriever:
         self.passages = read_passages(folder)
         self.params = params
         self.stemmer, self.stemmer_name = load_stemmer(params.stemmer)
+        # a stemmer keeps the word it works on in itself: concurrent shards' searches take turns
+        self._stemming = threading.Lock()
         self.is_loaded = False
         self.index_dir: Path | None = None
 
@@ -152,10 +155,11 @@ class BM25Retriever:
     def _query_token_ids(self, queries: list[str]) -> list[list[int]]:
         if not queries:
             return []
-        tokens = bm25s.tokenize(
-            list(queries), stopwords=self.params.stopwords, stemmer=self.stemmer,
-            return_ids=False, show_progress=False,
-        )
+        with self._stemming:  # a stemmer keeps the word it works on in itself
+            tokens = bm25s.tokenize(
+                list(queries), stopwords=self.params.stopwords, stemmer=self.stemmer,
+                return_ids=False, show_progress=False,
+            )
         found = [[self.vocab.get(t) if t else None for t in words] for words in tokens]
         return [[i for i in ids if i is not None] for ids in found]
 

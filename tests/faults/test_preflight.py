@@ -281,5 +281,5 @@ def test_an_engine_not_registered_in_this_process_fails_before_the_flow(tmp_path
                 Warehouse(tmp_path))
     config = BuildConfig.model_validate({"llm": scripted_llm(judge="scripted:other-process")})
     with pytest.raises(PreflightError, match=r"llm.judge.backend: no engine 'scripted:other-process' is "
-                                             r"registered in this process; registered: openai, scripted:engine"):
+                                             r"registered in this process; registered: null, openai, scripted:engine"):
         check_build(config, Warehouse(tmp_path))

@@ -136,7 +136,7 @@ def test_a_registered_engine_is_built_from_the_name_in_the_config(engines):
 def test_an_unregistered_name_is_an_error_naming_what_is_registered():
     role = LLMRoleConfig(backend="scripted:nowhere")
     with pytest.raises(ValueError, match=r"unknown LLM backend 'scripted:nowhere'; registered in this process: "
-                                         r"openai, transformers, vllm"):
+                                         r"null, openai, transformers, vllm"):
         make_backend(role, cache_dir=None)
 
 
