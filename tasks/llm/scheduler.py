@@ -19,8 +19,8 @@ the per-question side (questions of a shard, ``run_all``) is ``tasks/llm/batcher
     |           sum(n * (prompt tokens + max_tokens)) <= max_batch_tokens               |
     |   static engine: one step at a time on the engine thread; it starts when every    |
     |                  attached shard has submitted, or gather_s after the first entry  |
-    |   continuous engine: entries go as soon as the tokens in flight allow, one call   |
-    |                  per event loop (``agenerate_batch``), many in flight at once     |
+    |   continuous engine: entries go as soon as the tokens in flight allow, calls of   |
+    |                  at most max_batch_size per event loop, many in flight at once    |
     | execute: engine call, retried by the engine's ``RetryPolicy``; a merged call that |
     |          still fails is run again shard by shard, so one shard's bad request      |
     |          fails that shard alone                                                   |
@@ -37,9 +37,9 @@ Sample ``i`` of a request with seed ``s`` is, by contract, sample 0 of seed ``s 
 output never depends on the batch it rode in. Limits come from each shard's ``BatcherConfig``;
 shards with different limits on one engine get the smallest of each.
 
-What it cannot see: a static step that started waits for its longest row, so an entry queued
-just after it waits a whole step; two equal requests on two event loops of a continuous engine
-are generated twice (each loop runs its own calls; the call cache keeps the first row).
+What it cannot do: an entry queued just after a static step started waits that whole step (its
+longest row); a continuous call runs on the loop of the shard that asked first, so a shard
+that joined it fails with it if that loop closes first (its shard was cancelled).
 """
 
 from __future__ import annotations
@@ -105,10 +105,6 @@ class SchedulerStats:
     merged: int = 0  # engine calls that carried the requests of more than one shard
     split: int = 0  # merged calls that failed and were run again shard by shard
     peak_tokens: int = 0  # most estimated tokens admitted at once
-
-    @property
-    def mean_batch_size(self) -> float:
-        return sum(self.batch_sizes) / len(self.batch_sizes) if self.batch_sizes else 0.0
 
 
 def estimate_tokens(backend: object, request: Request) -> int:
@@ -228,7 +224,7 @@ class Scheduler:
         size, budget = self.limits()
         batch: list[Entry] = []
         tokens = self._running_tokens
-        while self._queue and self._running + len(batch) < size:
+        while self._queue and len(batch) < size:
             entry = self._queue[0]
             if (batch or self._running) and tokens + entry.tokens > budget:
                 break
@@ -306,7 +302,10 @@ class Scheduler:
 
     def _dispatch(self) -> None:
         """Start a call per event loop for every entry that fits now (called locked)."""
-        batch = self._admit()
+        while batch := self._admit():
+            self._launch(batch)
+
+    def _launch(self, batch: list[Entry]) -> None:
         calls: dict[int, list[Entry]] = {}
         for entry in batch:
             calls.setdefault(id(entry.loop), []).append(entry)

@@ -176,6 +176,18 @@ def test_a_continuous_engine_gets_no_more_tokens_in_flight_than_the_budget():
     assert batcher.scheduler_for("policy").stats.peak_tokens == 80
 
 
+def test_a_continuous_engine_takes_calls_of_max_batch_size_all_at_once_within_the_budget():
+    """Five requests, calls of at most 2, tokens to spare: three calls in flight together."""
+    backend = ContinuousScriptedBackend(delay_s=0.05)
+    batcher = Batcher(backend, config=BatcherConfig(max_batch_size=2))
+
+    async def main():
+        return await asyncio.gather(*(batcher.generate(ask(f"q{q}")) for q in range(5)))
+
+    asyncio.run(main())
+    assert sorted(contents(backend)) == [["q0", "q1"], ["q2", "q3"], ["q4"]] and backend.max_overlap == 3
+
+
 def test_a_continuous_engine_runs_each_shards_calls_on_that_shards_loop():
     backend = ContinuousScriptedBackend(lambda r, i: f"{r.messages[-1].content}@{threading.current_thread().name}",
                                         delay_s=0.02)
