@@ -15,7 +15,7 @@ the per-question side (questions of a shard, ``run_all``) is ``tasks/llm/batcher
     |         a call id already queued or running -> wait on that entry (generated once)|
     |         partly cached request -> one single-sample entry per missing sample       |
     | queue:  entries, first come first served, from every shard of the process         |
-    | schedule: admit from the head while  rows <= max_batch_size  and                  |
+    | schedule: admit from the head while  requests <= max_batch_size  and              |
     |           sum(n * (prompt tokens + max_tokens)) <= max_batch_tokens               |
     |   static engine: one step at a time on the engine thread; it starts when every    |
     |                  attached shard has submitted, or gather_s after the first entry  |
