@@ -95,13 +95,14 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         engines = make_backends(config.llm, Path(tmp) / "models")
-        engines["policy"].backend.backend.load()  # the model load is in neither way's time
+        engine = engines["policy"].backend  # the model behind the process's scheduler
+        engine.load()  # the model load is in neither way's time
         for strategy in args.strategies:
             seeds = expand(strategy, config, data.questions, engines, retriever, 1, 1)
-            recording = Recording(engines["policy"])
+            recording = Recording(engine)
             factory = expand(strategy, config, data.questions, {"policy": recording, "judge": recording},
                              retriever, args.questions, config.llm.max_batch_size)
-            alone = standalone(engines["policy"], recording.sent, config.llm.max_batch_size)
+            alone = standalone(engine, recording.sent, config.llm.max_batch_size)
             for way, figures in (("seeds' way", seeds), ("factory", factory)):
                 rows.append({"strategy": strategy, "way": way, "questions": args.questions, **figures})
             rows[-1]["speed_up"] = round(factory["tokens_per_s"] / seeds["tokens_per_s"], 2)

@@ -7,8 +7,8 @@ questions for one strategy) that still fails after its retries is recorded in th
 ``failed_shards`` and the other shards go on. Ingest only adds to the input tables; the run
 records the versions it ingested (``runs.inputs``) and expands only their questions, so builds
 with different configs into one root, even at the same time, leave each other's inputs intact. Expansion shards of every strategy run at once,
-``search.max_concurrent_shards`` at a time: they share the worker's engine, whose calls from
-different shards merge into one batch (``tasks/llm/coalesce.py``); with ``runner.kind: dask``
+``search.max_concurrent_shards`` at a time: they share the worker's engine, whose scheduler puts
+the requests of different shards in the same engine calls (``tasks/llm/scheduler.py``); with ``runner.kind: dask``
 they run on a Dask cluster's workers instead (``flows/runner.py``). Once they are done, the
 valuation stage (``tasks/valuate.py``) values the nodes of each expanded shard of the strategies
 the ``valuation`` section names (default: those whose plug-in asks for values), and only then

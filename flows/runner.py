@@ -3,8 +3,8 @@
 ``runner.kind`` in the build config picks one (``flows/config.py`` ``RunnerConfig``):
 
 - ``local`` (default): each shard is submitted to the flow's own task runner, a thread pool,
-  ``search.max_concurrent_shards`` at a time; they share the process's engine, whose calls from
-  different shards merge into one batch (``tasks/llm/coalesce.py``).
+  ``search.max_concurrent_shards`` at a time; they share the process's engine, whose scheduler
+  puts the requests of different shards in the same engine calls (``tasks/llm/scheduler.py``).
 - ``dask``: each shard is a Prefect task run on a Dask cluster through prefect-dask's
   ``DaskTaskRunner``: the cluster at ``runner.address``, or a temporary local one of
   ``runner.workers`` processes started for the stage and closed after it. Every shard is

@@ -107,6 +107,27 @@ class ContinuousScriptedBackend(ScriptedBackend):
         return answers
 
 
+class GatedBackend(ScriptedBackend):
+    """A static engine whose first call holds until the test opens ``gate``, so a test can queue
+    requests behind a running step; ``entered`` is set once that first call has started.
+    ``count_tokens`` counts a request's words (the tokenizer a scheduler asks, when there is one)."""
+
+    def __init__(self, reply: Callable[[Request, int], str] = echo_reply, **kwargs):
+        super().__init__(reply, **kwargs)
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def count_tokens(self, request: Request) -> int:
+        return sum(len(m.content.split()) for m in request.messages)
+
+    def generate_batch(self, requests: list[Request]) -> list[list[Completion]]:
+        if not self.entered.is_set():
+            self.entered.set()
+            if not self.gate.wait(timeout=20):
+                raise RuntimeError("GatedBackend: the gate was never opened")
+        return super().generate_batch(requests)
+
+
 @contextmanager
 def registered_engine(backend, name: str = SCRIPTED) -> Iterator[str]:
     """Register a test double as the engine ``name`` for the block; yields the name to configure.

@@ -1,7 +1,7 @@
 """The content-addressed completion cache behind ``llm_calls`` (issue "Cache and lineage").
 
 Every completion is one ``llm_calls`` row keyed by ``types.call_id`` (model fingerprint, messages,
-sampling, seed, sample index). Before calling an engine the batcher asks a ``CallCache`` for the
+sampling, seed, sample index). Before calling an engine the scheduler asks a ``CallCache`` for the
 ids it needs: rows found in earlier runs (or earlier in this shard) are answered without an
 engine call. The cache records every row a shard *used*, hits included: a hit is copied from its
 original row (text, timings, ``created_at``) with only ``run_id`` replaced, so rebuilding a run
@@ -117,7 +117,7 @@ class CallCache:
         """Record a fresh engine completion as a new ``llm_calls`` row and return the row.
 
         The first completion recorded for a call id stays: when two engine calls generated the
-        same id at once (a continuous engine takes requests from separate flushes), every
+        same id at once (two shards whose loops each run a continuous engine's calls), every
         question reads the one row the table keeps."""
         row = {
             "call_id": cid,

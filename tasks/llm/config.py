@@ -20,6 +20,9 @@ class Section(BaseModel):
 
 
 BUILTIN_ENGINES = ("transformers", "vllm", "openai", "null")
+# 64 rows of a 2,048-token context (prompt + max_tokens): the demo's largest engine calls
+# (up to ~48 rows of at most ~1,800 estimated tokens) fit, so its batches keep their composition.
+MAX_BATCH_TOKENS = 131_072
 
 
 def engine_name(name: str) -> str:
@@ -88,6 +91,11 @@ class LLMConfig(Section):
         16, ge=1, description="Questions of a shard running concurrently; bounds the batch size"
     )
     max_batch_size: int = Field(64, ge=1, description="Requests per engine call at most")
+    max_batch_tokens: int = Field(
+        MAX_BATCH_TOKENS, ge=1,
+        description="Estimated tokens (n x (prompt + max_tokens)) per engine call at most; a "
+        "question whose request does not fit waits. 64 rows of 2,048: the demo's batches fit",
+    )
 
     def role(self, name: str) -> LLMRoleConfig:
         """The engine config of a role; the judge falls back to the policy."""

@@ -15,8 +15,9 @@ Retries: the OpenAI backend retries HTTP failures itself (honouring Retry-After)
 wrapped in ``RetryingBackend``. An error that survives the retries reaches the shard task.
 
 One engine per process: ``make_backends`` keeps each engine it builds, keyed by its settings and
-cache folder, behind a ``CoalescingBackend``, so the shards a worker expands at once share one
-model in memory and their engine calls merge into the same batches (``tasks/llm/coalesce.py``).
+cache folder, behind one ``Scheduler`` (``tasks/llm/scheduler.py``), so the shards a worker
+expands at once share one model in memory and their requests share its engine calls; the
+scheduler runs a ``RetryingBackend``'s retries itself, around each engine call it makes.
 """
 
 from __future__ import annotations
@@ -33,17 +34,17 @@ from typing import Any
 
 from ragfactory.tasks.llm.batcher import Batcher, BatcherConfig
 from ragfactory.tasks.llm.cache import CallCache
-from ragfactory.tasks.llm.coalesce import CoalescingBackend
 from ragfactory.tasks.llm.config import LLMConfig, LLMRoleConfig
 from ragfactory.tasks.llm.embedded import resolve_model
 from ragfactory.tasks.llm.null_backend import make_null_backend
 from ragfactory.tasks.llm.registry import backend_entry, register_backend
+from ragfactory.tasks.llm.scheduler import Scheduler
 from ragfactory.tasks.llm.types import Backend, Completion, Request, RetryPolicy, is_continuous
 
 ROLES = ("policy", "judge")
 # The engines this process built, by settings and cache folder: a process-wide pool, as a
 # database driver keeps its connections, because a model loaded per shard would be loaded N times.
-_ENGINES: dict[str, CoalescingBackend] = {}
+_ENGINES: dict[str, Scheduler] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
@@ -125,7 +126,7 @@ def openai_backend(role: LLMRoleConfig, cache_dir: Path | None) -> Backend:
     return module.OpenAIBackend(_build(module.OpenAIConfig, fields, role.options, "openai"))
 
 
-def make_backends(llm: LLMConfig, cache_dir: str | Path | None) -> dict[str, Backend]:
+def make_backends(llm: LLMConfig, cache_dir: str | Path | None) -> dict[str, Backend | Scheduler]:
     """role -> backend; roles with equal engine configs share one backend object.
 
     ``structured`` is not an engine setting (the batcher applies it per role), so a free judge
@@ -134,7 +135,7 @@ def make_backends(llm: LLMConfig, cache_dir: str | Path | None) -> dict[str, Bac
     return {name: shared_backend(llm.role(name), cache_dir) for name in ROLES}
 
 
-def shared_backend(role: LLMRoleConfig, cache_dir: str | Path | None) -> Backend:
+def shared_backend(role: LLMRoleConfig, cache_dir: str | Path | None) -> Backend | Scheduler:
     """This process's engine for ``role``'s settings, built on first use.
 
     An engine registered with ``shared=False`` is built anew for each call, as it is.
@@ -147,8 +148,15 @@ def shared_backend(role: LLMRoleConfig, cache_dir: str | Path | None) -> Backend
                       "cache": str(Path(cache_dir).resolve()) if cache_dir else None}, sort_keys=True)
     with _ENGINES_LOCK:
         if key not in _ENGINES:
-            _ENGINES[key] = CoalescingBackend(make_backend(role, cache_dir))
+            _ENGINES[key] = scheduled(make_backend(role, cache_dir))
         return _ENGINES[key]
+
+
+def scheduled(backend: Backend) -> Scheduler:
+    """The scheduler in front of ``backend``, running a ``RetryingBackend``'s retries itself."""
+    if isinstance(backend, RetryingBackend):
+        return Scheduler(backend.backend, backend.policy, sleep=backend.sleep)
+    return Scheduler(backend)
 
 
 def make_batcher(
@@ -165,7 +173,8 @@ def make_batcher(
     """
     engines = dict(backends) if backends is not None else make_backends(llm, cache_dir)
     free = frozenset(name for name in ROLES if not llm.role(name).structured)
-    return Batcher(engines, cache, BatcherConfig(max_batch_size=llm.max_batch_size), free)
+    limits = BatcherConfig(max_batch_size=llm.max_batch_size, max_batch_tokens=llm.max_batch_tokens)
+    return Batcher(engines, cache, limits, free)
 
 
 def _build(config_cls: type, fields: Mapping[str, Any], options: Mapping[str, Any], name: str):

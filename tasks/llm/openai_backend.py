@@ -3,7 +3,7 @@
 The engine contract of DESIGN.md "Core contracts": one ``generate_batch`` call answers a whole
 batch, here by sending every request at once over async HTTP under a concurrency bound, so the
 server's own continuous batching sees the batch. It is a ``ContinuousBackend`` (unless
-``continuous: false``): the batcher hands it each request as soon as a question issues it. Calls go to ``POST {base_url}/chat/completions``
+``continuous: false``): the scheduler hands it each request as soon as a question issues it. Calls go to ``POST {base_url}/chat/completions``
 (non-streaming) with model, messages, n, temperature, top_p, max_tokens, stop and seed, and a
 constrained request's grammar as vLLM's server takes it: ``"structured_outputs": {"grammar":
 <Lark text>}`` (vLLM picks its guidance backend for llguidance's Lark; ``openai_server`` honours
@@ -60,7 +60,7 @@ class OpenAIConfig:
     backoff_s: float = 0.5  # first retry delay; doubles each attempt
     backoff_max_s: float = 20.0  # cap per delay, also on a server's Retry-After
     # Hand each request over as soon as a question issues it (the server batches in-flight
-    # sequences at every step); false: the batcher's lock-step batches, one call at a time.
+    # sequences at every step); false: the scheduler's lock-step batches, one call at a time.
     continuous: bool = True
 
     def __post_init__(self) -> None:

@@ -17,11 +17,11 @@ Plugging in a new engine::
 and name it in the config (``llm: {policy: {backend: "tgi:http", model: ...}}``). A plugged
 name is ``<plugin>:<name>``, so the config can tell it from a misspelt built-in before anything
 is imported. The factory gets the whole role config (model, device, dtype, options, retries ...)
-and returns a ``Backend``; it wraps its own retries (``RetryingBackend``) if the engine does not
-retry by itself. ``shared=True`` (the default) puts the engine in the process's pool behind a
-``CoalescingBackend`` (one model in memory; concurrent shards' calls merge); ``shared=False``
-gives each batcher the factory's backend as it is, which suits a test double whose calls a test
-counts.
+and returns a ``Backend``; it wraps its own retries (``RetryingBackend``, which the engine's
+scheduler runs) if the engine does not retry by itself. ``shared=True`` (the default) puts the
+engine in the process's pool behind one ``Scheduler`` (one model in memory; concurrent shards'
+requests share engine calls); ``shared=False`` gives each batcher the factory's backend as it
+is, behind a scheduler of its own, which suits a test double whose calls a test counts.
 
 Tests register scripted backends here (``tests/fakes.py``) instead of patching modules.
 

@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
 
@@ -146,8 +146,9 @@ class ContinuousBackend(Backend, Protocol):
     """An engine that schedules its sequences itself (continuous batching: an OpenAI-compatible
     server such as ``vllm serve``, vLLM's async engine): at every decode step it batches whatever
     is in flight, so a request is best handed over the moment a question issues it rather than
-    held back to form a batch. ``continuous`` says it wants that; the batcher then awaits
-    ``agenerate_batch`` on its own event loop, many calls at once (``tasks/llm/batcher.py``)."""
+    held back to form a batch. ``continuous`` says it wants that; the scheduler then awaits
+    ``agenerate_batch`` on the asking shard's event loop, many calls at once
+    (``tasks/llm/scheduler.py``)."""
 
     continuous: bool
 
@@ -197,3 +198,27 @@ class RetryPolicy:
                     raise
                 await asyncio.sleep(self.delay(retry))
         raise AssertionError("unreachable")
+
+
+def generate_checked(backend: Backend, requests: list[Request]) -> list[list[Completion]]:
+    """``backend.generate_batch``, with a ``StopIteration`` (an iterator run dry inside an
+    engine) turned into a ``RuntimeError``: asyncio cannot set it on the awaiting future,
+    which would then never finish, and the run would hang instead of failing its shard."""
+    try:
+        return backend.generate_batch(requests)
+    except StopIteration as exc:
+        raise RuntimeError(f"{type(backend).__name__}.generate_batch raised StopIteration") from exc
+
+
+def check_answers(backend: Backend, requests: list[Request], answers: Any) -> None:
+    """A backend answered one list of ``n`` completions per request, or a clear error."""
+    name = type(backend).__name__
+    if not isinstance(answers, list) or len(answers) != len(requests):
+        got = len(answers) if isinstance(answers, list) else type(answers).__name__
+        raise ValueError(f"{name}.generate_batch returned {got} answers for {len(requests)} requests")
+    for index, (request, completions) in enumerate(zip(requests, answers)):
+        if len(completions) != request.sampling.n:
+            raise ValueError(
+                f"{name}.generate_batch returned {len(completions)} completions for request "
+                f"{index} with n={request.sampling.n}"
+            )

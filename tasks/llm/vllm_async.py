@@ -1,7 +1,8 @@
 """vLLM's async engine (``AsyncLLM``) as a continuous backend: the ``vllm`` engine's default.
 
 The configuration, sampling parameters and outputs are ``tasks/llm/vllm_backend.py``'s, shared
-with the offline engine; this module adds the engine loop that every shard's batcher submits to.
+with the offline engine; this module adds the engine loop that the scheduler's calls, from every
+shard's event loop, submit to.
 """
 
 from __future__ import annotations

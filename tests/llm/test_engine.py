@@ -116,6 +116,9 @@ def test_a_process_builds_one_engine_per_setting(checkpoint):
     second = make_backends(LLMConfig(policy=policy, judge=policy.model_copy(update={"structured": False})),
                            cache_dir=None)
     assert first["policy"] is second["policy"] is second["judge"]
+    # the pooled engine is one scheduler, running the engine's retries itself
+    assert type(first["policy"].backend).__name__ == "TransformersBackend"
+    assert first["policy"].retry == RetryPolicy(attempts=4, backoff_s=1.0)
 
 
 def test_a_registered_engine_is_built_from_the_name_in_the_config(engines):

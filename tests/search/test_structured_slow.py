@@ -5,8 +5,8 @@ questions' own paragraphs. Held to its prompts' grammars the model writes no mal
 same trees generated freely (the role listed in ``free_roles``, as ``llm.policy.structured:
 false`` does) record the 135M model's broken formats as format-error nodes, and still finish.
 
-The six expansions (three strategies, grammars on and off) run at once on one engine behind a
-``CoalescingBackend``, as a build's shards do, so their calls share decode batches.
+The six expansions (three strategies, grammars on and off) run at once on one engine behind one
+``Scheduler``, as a build's shards do, so their requests share decode batches.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ DATASETS = {"decex": "hotpotqa", "treeps": "hotpotqa", "apex": "musique"}
 
 @pytest.fixture(scope="module")
 def backend(embedded_model):
-    from ragfactory.tasks.llm.coalesce import CoalescingBackend
+    from ragfactory.tasks.llm.scheduler import Scheduler
     from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
 
-    return CoalescingBackend(TransformersBackend(embedded_model, TransformersSettings(device="cpu")))
+    return Scheduler(TransformersBackend(embedded_model, TransformersSettings(device="cpu")))
 
 
 @pytest.fixture(scope="module")
