@@ -45,14 +45,21 @@ def decode_chunks(rows: list[Any], max_rows: int, slots: int) -> list[list[Any]]
     return chunks + [chunk] if chunk else chunks
 
 
-def joined_cache(caches: list, config: Any):
-    """One ``DynamicCache`` of several caches of equal width, joined along the batch."""
-    import torch
-    from transformers import DynamicCache
+def joined_cache(caches: list, config: Any = None):
+    """The first of several ``DynamicCache`` objects of equal width, holding all of their rows.
 
+    Joined a layer at a time, each part dropped once copied, so the join holds the whole cache
+    plus one layer's parts (building a new cache from the tensors would copy every layer again).
+    """
+    import torch
+
+    first = caches[0]
     if len(caches) == 1:
-        return caches[0]
-    layers = [(torch.cat([c.layers[i].keys for c in caches]),
-               torch.cat([c.layers[i].values for c in caches]))
-              for i in range(len(caches[0].layers))]
-    return DynamicCache(layers, config=config)
+        return first
+    for i, layer in enumerate(first.layers):
+        parts = [cache.layers[i] for cache in caches]
+        layer.keys = torch.cat([part.keys for part in parts])
+        layer.values = torch.cat([part.values for part in parts])
+        for part in parts[1:]:
+            part.keys = part.values = None
+    return first
