@@ -1,11 +1,11 @@
 """Load a user's retrieval corpus (Search-R1 / FlashRAG JSONL) into ``passages`` rows.
 
-The retrieval corpus of DESIGN.md "The data flow" (questions, passages -> BM25 / dense indexes).
-Search-R1 and FlashRAG ship Wikipedia as ``{"id": ..., "contents": "\\"Title\\"\\ntext"}``: the
-title in double quotes on the first line, the text after it. DPR-style rows with separate
-``title`` and ``text`` fields are read too. The user's id is kept as the passage id so that
-retrieval results stay comparable with the papers' setups. A corpus of millions of passages
-is read in batches by :func:`iter_corpus`, one warehouse shard per batch.
+The retrieval corpus of docs/architecture.md, "The data flow" (questions, passages -> BM25 / dense
+indexes). Search-R1 and FlashRAG ship Wikipedia as ``{"id": ..., "contents":
+"\\"Title\\"\\ntext"}``: the title in double quotes on the first line, the text after it. DPR-style
+rows with separate ``title`` and ``text`` fields are read too. The user's id is kept as the passage
+id so that retrieval results stay comparable with the papers' setups. A corpus of millions of
+passages is read in batches by :func:`iter_corpus`, one warehouse shard per batch.
 """
 
 from __future__ import annotations

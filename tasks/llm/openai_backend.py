@@ -1,14 +1,15 @@
 """A backend for any OpenAI-compatible chat server: vLLM, SGLang, llama.cpp or a hosted API.
 
-The engine contract of DESIGN.md "Core contracts": one ``generate_batch`` call answers a whole
-batch, here by sending every request at once over async HTTP under a concurrency bound, so the
-server's own continuous batching sees the batch. It is a ``ContinuousBackend`` (unless
-``continuous: false``): the batcher hands it each request as soon as a question issues it. Calls go to ``POST {base_url}/chat/completions``
-(non-streaming) with model, messages, n, temperature, top_p, max_tokens, stop and seed, and a
-constrained request's grammar as vLLM's server takes it: ``"structured_outputs": {"grammar":
-<Lark text>}`` (vLLM picks its guidance backend for llguidance's Lark; ``openai_server`` honours
-the same field). A server that refuses the field fails the request with an error that names the
-server and ``llm.<role>.structured: false``, the switch that sends requests without it.
+The engine contract of docs/architecture.md, "Core contracts": one ``generate_batch`` call answers a
+whole batch, here by sending every request at once over async HTTP under a concurrency bound, so the
+server's own continuous batching sees the batch. It is a ``ContinuousBackend`` (unless ``continuous:
+false``): the batcher hands it each request as soon as a question issues it. Calls go to ``POST
+{base_url}/chat/completions`` (non-streaming) with model, messages, n, temperature, top_p,
+max_tokens, stop and seed, and a constrained request's grammar as vLLM's server takes it:
+``"structured_outputs": {"grammar": <Lark text>}`` (vLLM picks its guidance backend for llguidance's
+Lark; ``openai_server`` honours the same field). A server that refuses the field fails the request
+with an error that names the server and ``llm.<role>.structured: false``, the switch that sends
+requests without it.
 
 Failures that say "try again" (HTTP 429, any 5xx, a connection error or a timeout) are retried
 with exponential backoff and jitter, honouring ``Retry-After``; other 4xx answers fail at once.

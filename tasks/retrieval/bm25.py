@@ -1,7 +1,7 @@
 """BM25 retrieval with bm25s over the passages table (title and text indexed together).
 
-BM25 is the sparse retriever R3-RAG evaluates against E5 (papers/003_baf7cfc1ed44dc3a.txt, main
-results table: its agent transfers to BM25), and the cheap default for building trees on CPU.
+BM25 is the sparse retriever R3-RAG evaluates against E5 (R3-RAG, §5.4 and
+Table 3: its agent transfers to BM25), and the cheap default for building trees on CPU.
 Queries are scored in batches: bm25s keeps the whole index as one sparse matrix, so a batch
 costs one tokenisation pass and one sparse lookup per query. Tokens are lower-cased words with
 bm25s's bundled English stopwords removed and the Snowball English stemmer applied (PyStemmer
