@@ -1,4 +1,5 @@
-"""Batching efficiency and rebuild benchmarks on the transformers backend (issue "Benchmarks").
+"""Batching efficiency and rebuild benchmarks on the transformers backend (docs/architecture.md,
+"Core contracts": Generator and Backend).
 
 Efficiency: 16 questions run through a fixed 3-step strategy (plan, sub-answer, tagged final
 answer; each step depends on the previous text) by the batcher; its tokens/s is divided by the
@@ -54,7 +55,7 @@ STEPS = (
 
 @dataclass(frozen=True)
 class BenchSettings:
-    questions: int = 16  # the issue's figure
+    questions: int = 16  # the count the batching target is stated for
     max_tokens: int = 32  # keeps the whole benchmark to a few minutes on 2 cores
     temperature: float = 0.7  # sampled, so per-row seeding is exercised
     run_seed: int = 0

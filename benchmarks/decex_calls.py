@@ -1,6 +1,6 @@
 """DecEx-RAG expansion cost: engine calls per question, pruned against "No Pruning Search".
 
-Table 2 of the DecEx-RAG paper (000) gives theoretical expansion counts for k = 3, n = 4,
+Table 2 of the DecEx-RAG paper gives theoretical expansion counts for k = 3, n = 4,
 T_max = 4: (4k + 3knl)·l with pruning and Σ_{i=1..l} i²(4k + 3knl) without, and measured
 expansion times of 134.9 s and 743.2 s per question (5.5x). This script expands questions with
 a scripted policy that never terminates early, never lets a self-answer clear the threshold,

@@ -8,7 +8,7 @@ word inserted, a word dropped (a word of the question, never of a name: without 
 words a name is another entity), the two clauses swapped. The rest are clean: generated apart
 and never equal, after normalisation, to an evaluation question.
 
-Measured (targets from the issue):
+Measured (targets of the decontamination stage):
 - exact + n-gram stages over all 100,000 x 10,000, on 2 CPU cores: <= 60 s;
 - recall on the planted duplicates (flagged and naming the evaluation question they copy):
   >= 0.99, for exact + n-gram alone and with the embedding stage behind them;

@@ -1,4 +1,4 @@
-"""ReasonRAG MCTS with the embedded model: cost and pairs per question, and batching (001 §2.2).
+"""ReasonRAG MCTS with the embedded model: cost and pairs per question, and batching (§2.2).
 
 ``--questions`` bundled HotpotQA questions (default 16) are searched by MCTS with the embedded
 SmolLM2-135M on CPU, held to the Reasoning / Grounding grammars, BM25 over the bundled

@@ -1,4 +1,4 @@
-"""R3-RAG cold start with the embedded model: kept trajectories, attempts, judge calls (003 §3.2).
+"""R3-RAG cold start with the embedded model: kept trajectories, attempts, judge calls (§3.2).
 
 ``--questions`` bundled HotpotQA questions (default 16) get R3-RAG attempts from the embedded
 SmolLM2-135M on CPU as policy and judge, held to the step and verdict grammars, BM25 over the

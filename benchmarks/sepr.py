@@ -1,12 +1,13 @@
 """SEPR benchmark: plan pairs scored per second from cached embeddings; 10,000 sub-questions embedded.
 
 Plan pairs: every bundled MuSiQue gold plan (symbolic steps rewritten by the templates) against
-predicted plans made from it (permuted, a step dropped, a step of another plan added, paraphrased
-by the template of another relation), cycled to ``--pairs`` pairs. The embeddings are computed
-once beforehand, so the timed part is what a GRPO step pays per batch once its texts are cached:
-normalisation, cache lookups, the similarity matrix and the Hungarian matching. Target (issue):
->= 10,000 pairs per second, i.e. ``--pairs`` pairs in pairs / 10,000 seconds; median of 3 runs.
-The same pairs through ``sepr_reward`` (parsing the completions too) are reported beside it.
+predicted plans made from it (permuted, a step dropped, a step of another plan added, paraphrased by
+the template of another relation), cycled to ``--pairs`` pairs. The embeddings are computed once
+beforehand, so the timed part is what a GRPO step pays per batch once its texts are cached:
+normalisation, cache lookups, the similarity matrix and the Hungarian matching. Target (a GRPO step
+must not wait on its reward): >= 10,000 pairs per second, i.e. ``--pairs`` pairs in pairs / 10,000
+seconds; median of 3 runs. The same pairs through ``sepr_reward`` (parsing the completions too) are
+reported beside it.
 
 Embedding: ``--texts`` distinct sub-questions, the relation templates of ``plan_rewrite`` filled
 with passage titles of the bundled corpora, embedded by all-MiniLM-L6-v2 on the CPU into an empty

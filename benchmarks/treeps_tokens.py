@@ -1,4 +1,4 @@
-"""Rollout cost of a TreePS-RAG tree against N independent trajectories (004, §2.2, Eq. 2).
+"""Rollout cost of a TreePS-RAG tree against N independent trajectories (§2.2, Eq. 2).
 
 The paper sizes the tree so that "the overall rollout cost remains comparable to sampling N
 independent trajectories". This script expands the same questions three ways with one scripted

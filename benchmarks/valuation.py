@@ -1,10 +1,10 @@
-"""Valuation speed: Monte-Carlo values and process advantages of 1,000,000 nodes (004, §2.3).
+"""Valuation speed: Monte-Carlo values and process advantages of 1,000,000 nodes (TreePS-RAG, §2.3).
 
 Synthetic ``nodes`` tables of realistic shape. TreePS-RAG trees follow Algorithm 1 with the
 paper's N = 8, D = 4, N_retain = 2: each child answers with a probability that grows with depth
 (0.25, 0.4, 0.55, 0.7), a few are malformed (5 %), the rest search, two searches per parent are
 kept, and kept searches at depth 4 are leaves: about 30 nodes per question. DecEx-like trees
-(000, k = 3, n = 4, T_max = 4) hang four rollout leaves under every sub-question, self-answer and
+(DecEx-RAG, k = 3, n = 4, T_max = 4) hang four rollout leaves under every sub-question, self-answer and
 sub-query branch, three termination votes and an answer per layer: about 150 nodes, depth 7.
 A few hundred random shapes are drawn once and repeated with fresh ids up to the row count.
 

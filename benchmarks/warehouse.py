@@ -10,7 +10,7 @@ and advantages (``estimate_node_values``), the valuation stage's work.
 server mode): the writes upload every shard and its entry, and a second machine's mirror pulls
 the whole warehouse (timed on its own row) before it groups and values.
 
-Targets (issue: scale-out, for 10,000,000 rows): write <= 5 s, group-by <= 0.5 s, value <= 5 s.
+Targets (scale-out, for 10,000,000 rows): write <= 5 s, group-by <= 0.5 s, value <= 5 s.
 Run: .venv/bin/python benchmarks/warehouse.py [--rows 10000000] [--store local|s3]
 Writes benchmarks/results/warehouse-<store>.json.
 """

@@ -8,7 +8,8 @@ strategy's config in its folder), ``tasks/export/config.py`` and ``tasks/trainin
 Unknown keys are refused so a typo in a YAML file is an error that names the key, not a silently
 ignored setting.
 
-This module sits in ``flows/`` (DESIGN.md: flows hold the flow parameters) but imports no flow:
+This module sits in ``flows/`` (docs/architecture.md, "The parts and their arrows": flows hold
+the flow parameters) but imports no flow:
 ``flows/__init__.py`` is empty, so the task wrappers that receive these models
 (``tasks/expand.py``, ``tasks/train.py``, ...) import it without loading a flow, and without an
 import cycle; ``tests/test_layering.py`` counts it as a part of its own, "Flow parameters".

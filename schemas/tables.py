@@ -1,4 +1,4 @@
-"""One pyarrow schema per warehouse table (DESIGN.md "Core contracts" and "Warehouse").
+"""One pyarrow schema per warehouse table (docs/architecture.md, "Warehouse").
 
 Writers cast to these schemas and refuse what does not fit. Changes are additive only: a new
 column is appended with a default of null, and ``SCHEMA_VERSION`` goes up by one; the version a

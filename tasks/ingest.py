@@ -1,10 +1,10 @@
 """Prefect tasks for the ingest stage: dataset and corpus files -> questions, passages, rejects.
 
-Each task reads one file, calls the pure loaders in ``tasks/data``, and adds its rows to one
-shard per table, returning only counts, its version and its warnings (DESIGN.md: tasks pass
-table locations, not rows). Every question gets its train / valid / test partition as it lands
-(``tasks/data/partitions.py``); ``backfill_partitions`` gives one to the questions a warehouse
-holds from before partitions existed, rewriting those shards in place.
+Each task reads one file, calls the pure loaders in ``tasks/data``, and adds its rows to one shard
+per table, returning only counts, its version and its warnings (docs/architecture.md, "The data
+flow": tasks pass table locations, not rows). Every question gets its train / valid / test partition
+as it lands (``tasks/data/partitions.py``); ``backfill_partitions`` gives one to the questions a
+warehouse holds from before partitions existed, rewriting those shards in place.
 
 Ingest never removes a row another run may have read (``tasks/data/versions.py`` says why and
 how): rows are merged into the source's shards by key, and the ``ingests`` row of the version,

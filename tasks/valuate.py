@@ -3,7 +3,7 @@
 The build runs it after expansion and before export, once per expansion shard of every strategy
 the ``valuation`` section values (``tasks/valuation/config.py``): it reads the shard's ``nodes``,
 fills ``visits`` = |L(n)|, ``value`` = V(n) and ``advantage`` = A(n) with
-``estimate_node_values`` (``tasks/valuation/node_values.py``, 004 §2.3; a tree never spans two
+``estimate_node_values`` (``tasks/valuation/node_values.py``, TreePS-RAG §2.3; a tree never spans two
 shards, so a shard values on its own) and rewrites the shard, whose manifest entry the write
 records. A shard whose values are already there (a rebuild from cache) is left untouched, so a
 rebuild rewrites nothing and makes no engine call.

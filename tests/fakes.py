@@ -1,4 +1,4 @@
-"""Test doubles shared by the test suite (DESIGN.md "Style": fakes, not mocks).
+"""Test doubles shared by the test suite (docs/architecture.md, "Style": fakes, not mocks).
 
 Each fake implements one of the project's protocols with behaviour a test can script and
 inspect; add new ones here, one class per protocol role, each with a docstring.

@@ -1,4 +1,4 @@
-"""The flows' parameters (flows/config.py) and the package boundary of schemas/ (issue 13).
+"""The flows' parameters (flows/config.py) and the package boundary of schemas/.
 
 Pure tests of pydantic models: they live beside test_layering.py rather than in tests/flows/,
 whose autouse fixture starts a Prefect server they do not need.

@@ -1,4 +1,4 @@
-"""Architecture rules of DESIGN.md that code review alone would miss."""
+"""Architecture rules of docs/architecture.md that code review alone would miss."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_every_package_folder_is_listed_in_pyproject():
             assert name in listed, f"{name} ({init.parent}) is missing from pyproject packages"
 
 
-# --- Parts of DESIGN.md and the arrows between them ------------------------------------------
+# --- Parts (docs/architecture.md) and the arrows between them ---------------------------------
 
 # A project module's part is that of its longest prefix here; the top-level task wrappers
 # (tasks/*.py) are "Tasks", and ragfactory/*.py (serve, progress, output) and the command line
@@ -97,8 +97,8 @@ PARTS = {
     "ragfactory.tasks.prompts": "Prompts",
 }
 
-# DESIGN.md "Layout": never these arrows. Flow parameters count as Flows for Search. Schemas and
-# Common import nothing of ours (checked in forbidden_imports).
+# docs/architecture.md, "What must never import what": never these arrows. Flow parameters count as
+# Flows for Search. Schemas and Common import nothing of ours (checked in forbidden_imports).
 FORBIDDEN = {
     ("Search", "Warehouse"), ("Search", "Flows"), ("Search", "Flow parameters"),
     ("LLM", "Search"), ("Retrieval", "LLM"), ("Warehouse", "Search"), ("Warehouse", "LLM"),
@@ -106,13 +106,13 @@ FORBIDDEN = {
 
 # Imports (importing module, imported module) that cross a forbidden arrow or close a cycle
 # between parts but are exempt while later work removes them. A test fails once one of them is
-# gone, so the list only shrinks; any other import that breaks a rule fails at once. Issue 13
-# emptied it: keep it empty.
+# gone, so the list only shrinks; any other import that breaks a rule fails at once. It is
+# empty: keep it empty.
 KNOWN_EXCEPTIONS: set[tuple[str, str]] = set()
 
 
 def part_of(module: str) -> str | None:
-    """The DESIGN.md part of a project module, None for anything not ours."""
+    """The part (docs/architecture.md) of a project module, None for anything not ours."""
     parts = module.split(".")
     for i in range(len(parts), 0, -1):
         prefix = ".".join(parts[:i])
@@ -161,7 +161,7 @@ def part_arrows(edges: Iterable[tuple[str, str]]) -> dict[tuple[str, str], set[t
 
 
 def forbidden_imports(edges: Iterable[tuple[str, str]]) -> list[str]:
-    """Imports that cross an arrow DESIGN.md forbids (Schemas and Common import nothing of ours)."""
+    """Imports that cross a forbidden arrow (Schemas and Common import nothing of ours)."""
     bad = []
     for (a, b), imports in sorted(part_arrows(edges).items()):
         if (a, b) in FORBIDDEN or a in ("Schemas", "Common"):
@@ -227,7 +227,7 @@ def test_every_project_module_has_a_part():
 
 def test_no_forbidden_arrow_between_parts():
     bad = forbidden_imports(_repo_edges() - KNOWN_EXCEPTIONS)
-    assert not bad, "imports DESIGN.md forbids:\n" + "\n".join(bad)
+    assert not bad, "forbidden imports (docs/architecture.md):\n" + "\n".join(bad)
 
 
 def test_no_import_cycle_between_parts():

@@ -10,7 +10,8 @@ read-union-write of one shard file.
 Why ``fcntl.flock`` on ``<root>/_locks/<table>-<partition>-<shard>.lock``: it is released by the
 kernel when the holder dies (kill -9 leaves no stale lock to clear by hand), it needs no
 server, and every process on the machine sharing the root sees it. It is advisory and local:
-a root shared over NFS or an object store needs the table format of issue 25 instead. The lock
+a root shared over NFS or an object store needs a table format with its own commit protocol
+instead (``warehouse/integrity.py`` weighs them). The lock
 files stay behind (empty, a few bytes of inode each): deleting one while another process waits
 on it would let a third take a different lock on the same name. ``_locks`` starts with an
 underscore, so pyarrow's discovery and ``ragfactory check`` skip it like ``_manifest``.

@@ -1,4 +1,6 @@
-"""The warehouse: one folder per table, hive partitions, one Parquet file per shard (DESIGN.md).
+"""The warehouse: one folder per table, hive partitions, one Parquet file per shard.
+
+docs/architecture.md, "Warehouse".
 
 A shard is written to a temporary name in its partition folder and renamed over the final name,
 so a crash never leaves a torn file and rewriting a shard replaces it exactly. Each committed

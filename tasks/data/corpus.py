@@ -1,6 +1,6 @@
 """Load a user's retrieval corpus (Search-R1 / FlashRAG JSONL) into ``passages`` rows.
 
-The retrieval corpus of DESIGN.md "The data flow" (questions, passages -> BM25 / dense indexes).
+The retrieval corpus of docs/architecture.md, "The data flow" (questions, passages -> BM25 / dense indexes).
 Search-R1 and FlashRAG ship Wikipedia as ``{"id": ..., "contents": "\\"Title\\"\\ntext"}``: the
 title in double quotes on the first line, the text after it. DPR-style rows with separate
 ``title`` and ``text`` fields are read too. The user's id is kept as the passage id so that

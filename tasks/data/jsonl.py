@@ -1,13 +1,13 @@
 """Line-by-line JSONL reading that turns every bad line into a ``rejects`` row.
 
-The ingest step of DESIGN.md "The data flow" (datasets (JSONL) -> questions, passages) reads
-files written by many hands. A file is read in binary and each line decoded on its own, so one
+The ingest step of docs/architecture.md, "The data flow" (datasets (JSONL) -> questions, passages)
+reads files written by many hands. A file is read in binary and each line decoded on its own, so one
 line of invalid UTF-8 or broken JSON becomes one reject and the rest of the file still loads.
-Gzip-compressed files (the Search-R1 ``wiki-18.jsonl.gz`` corpus) are read transparently.
-A file that is not JSONL at all fails with one :class:`NotJsonlError` naming it. A line longer
-than ``JsonlLimits.max_line_bytes`` becomes a reject without being decoded or parsed: it is read
-in 1 MiB blocks and dropped, so a 50 MB "passage" costs 1 MiB of memory, not 1.5 GB of Python
-objects and Arrow buffers.
+Gzip-compressed files (the Search-R1 ``wiki-18.jsonl.gz`` corpus) are read transparently. A file
+that is not JSONL at all fails with one :class:`NotJsonlError` naming it. A line longer than
+``JsonlLimits.max_line_bytes`` becomes a reject without being decoded or parsed: it is read in 1 MiB
+blocks and dropped, so a 50 MB "passage" costs 1 MiB of memory, not 1.5 GB of Python objects and
+Arrow buffers.
 """
 
 from __future__ import annotations

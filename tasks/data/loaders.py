@@ -1,6 +1,6 @@
 """Load benchmark JSONL files into ``questions``, ``passages`` and ``rejects`` rows.
 
-The first arrow of DESIGN.md "The data flow" (datasets (JSONL) -> questions, passages). The
+The first arrow of docs/architecture.md, "The data flow" (datasets (JSONL) -> questions, passages). The
 rows fit ``schemas/tables.py`` as they are, so the ingest task hands them to the warehouse
 writer unchanged. Bad rows never abort a load: each becomes a ``rejects`` row naming its line
 and the field at fault, and the good rows load. The four bundled dev samples (HotpotQA,

@@ -1,4 +1,4 @@
-"""Passage rows and their content-addressed ids (DESIGN.md "The data flow": ingest -> passages).
+"""Passage rows and their content-addressed ids (docs/architecture.md, "The data flow").
 
 Benchmark paragraphs carry no id of their own, and the same Wikipedia paragraph appears as a
 distractor under many questions and in several datasets. Its id is therefore a hash of title and

@@ -1,5 +1,5 @@
 """The version of one ingest: a short hash of the source file's bytes and the options that shape
-its rows (DESIGN.md "The data flow": datasets -> questions, passages).
+its rows (docs/architecture.md, "The data flow": ingest).
 
 Why versions. Several builds read one warehouse root, each with its own idea of a dataset: the
 full HotpotQA file, its first 3 questions, a corrected copy. Before, the ingest of each replaced
@@ -20,7 +20,8 @@ limit: which passages are rejected). The file is hashed in 1 MiB blocks, never r
 
 Alternatives weighed: one shard per version (the table grows a copy of every question per
 limit tried, and the views show duplicates that users' ``count(*)`` would count); a Delta or
-DuckLake table (issue 25's table-format decision, which this does not pre-empt: the ``ingests``
+DuckLake table (a table format for the whole warehouse, weighed in ``warehouse/integrity.py``,
+which this does not pre-empt: the ``ingests``
 rows map onto either's snapshots).
 """
 

@@ -1,4 +1,4 @@
-"""ReasonRAG's agentic RAG inference: the Reasoning / Grounding / Terminal loop (001, §2.4).
+"""ReasonRAG's agentic RAG inference: the Reasoning / Grounding / Terminal loop (§2.4).
 
 Algorithm 1, for at most ``max_rounds`` rounds (its N):
 

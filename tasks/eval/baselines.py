@@ -1,6 +1,6 @@
 """The zero-shot baselines of ReasonRAG's Table 2: naive generation and standard RAG.
 
-ReasonRAG runs them from the FlashRAG reproductions (001, E.2), so the prompts are FlashRAG's
+ReasonRAG runs them from the FlashRAG reproductions (Appendix E.2), so the prompts are FlashRAG's
 (Jin et al. 2024): ``direct`` answers "based on your own knowledge", ``rag`` "based on the given
 document" after one retrieval of the question's top-k documents, each as "Doc i(Title: …) text".
 The user turn is "Question: …". FlashRAG scores the raw output; a model trained on the tagged

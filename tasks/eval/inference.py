@@ -23,7 +23,7 @@ from ragfactory.tasks.search.common import sample_n
 
 @dataclass(frozen=True)
 class InferenceConfig:
-    """How a model answers during evaluation; defaults follow ReasonRAG (001) where it says."""
+    """How a model answers during evaluation; defaults follow ReasonRAG where it says."""
 
     # Algorithm 1's N. Table 1 counts up to 5 iterations and Figure 6 up to 5 retrievals; each
     # retrieval costs a Reasoning and a Grounding round, plus one round to answer: 2 * 5 + 1.

@@ -1,11 +1,12 @@
 """One dataset's questions through every evaluation mode, scored into ``evals`` rows.
 
-Every (mode, question) pair is one job for ``Batcher.run_all``, so ``max_in_flight`` questions
-of all modes run at once and their pending requests go to the engine as one batch (DESIGN.md
-"Core contracts"). Each outcome becomes an ``evals`` row with EM, F1 and cover-EM against the
-golden answers (``rewards/answer.py``), its retrieval and step counts, its format errors and the
-llm calls it used. Row ids hash (run, dataset, mode, question), and the run id hashes the model
-and every setting that shapes an answer, so re-running an evaluation replaces its rows.
+Every (mode, question) pair is one job for ``Batcher.run_all``, so ``max_in_flight`` questions of
+all modes run at once and their pending requests go to the engine as one batch
+(docs/architecture.md, "Core contracts"). Each outcome becomes an ``evals`` row with EM, F1 and
+cover-EM against the golden answers (``rewards/answer.py``), its retrieval and step counts, its
+format errors and the llm calls it used. Row ids hash (run, dataset, mode, question), and the run id
+hashes the model and every setting that shapes an answer, so re-running an evaluation replaces its
+rows.
 """
 
 from __future__ import annotations

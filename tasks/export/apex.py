@@ -1,4 +1,4 @@
-"""APEX-Searcher exports: executor SFT examples and planner GRPO prompts (002, §2.2-2.3).
+"""APEX-Searcher exports: executor SFT examples and planner GRPO prompts (§2.2-2.3).
 
 Executor (§2.3, "SFT-based Agentic Execution"): the paper fine-tunes the Execution Agent on
 multi-round trajectories "filtered for answer correctness". Every execution chain (``nodes`` of

@@ -1,4 +1,4 @@
-"""DPO preference pairs from DecEx-RAG trees (000, §2.3 "Direct Preference Optimization"; A.2).
+"""DPO preference pairs from DecEx-RAG trees (§2.3 "Direct Preference Optimization"; A.2).
 
 Every branch is generated before pruning, so each expanded layer holds preference data. Under
 a state the termination decision's branches are the final answers and the sub-questions; under
@@ -48,7 +48,7 @@ _FLOAT_SLACK = 1e-9  # value differences are float means; 0.76 - 0.75 must clear
 class DpoConfig:
     """Which sibling pairs become preference data."""
 
-    min_gap: float = 0.01  # a smaller value gap is rollout noise (ReasonRAG, 001, uses 0.01 too)
+    min_gap: float = 0.01  # a smaller value gap is rollout noise (ReasonRAG uses 0.01 too, §2.2.3)
     labels: tuple[str, ...] = LABELS  # Figure 2(b): dropping either kind of pair hurt
 
     def __post_init__(self):

@@ -1,4 +1,4 @@
-"""GRPO prompts for TRL from TreePS-RAG trees (004, §2.3 "Policy Optimization"; DESIGN.md exports).
+"""GRPO prompts for TRL from TreePS-RAG trees (§2.3 "Policy Optimization"; docs/architecture.md, "Exports").
 
 TreePS-RAG trains online: the trainer needs each question's prompt and what its rollouts are
 scored against, not the trees. A ``grpo_prompts`` row is TRL's conversational prompt-only

@@ -1,4 +1,4 @@
-"""ReasonRAG's training data from MCTS trees (001 §2.2.3): step preference pairs and SFT.
+"""ReasonRAG's training data from MCTS trees (§2.2.3): step preference pairs and SFT.
 
 - ``preference_pairs``: per state, the best step against the worst among those on a path to an
   answer (``tasks/search/mcts/pairs.py``), dropping gaps under ``dpo.min_gap`` and identical

@@ -1,4 +1,4 @@
-"""R3-RAG's cold-start SFT data from its attempts (003 §3.2, Algorithm 2).
+"""R3-RAG's cold-start SFT data from its attempts (§3.2, Algorithm 2).
 
 For the kept trajectory of each question (best-of-N, ``tasks/search/r3/expansion.py``), one
 example per step: the input is the step's prompt — Fig. 6 with the question for the first step,

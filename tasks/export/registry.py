@@ -13,11 +13,11 @@ other. The export task (``tasks/training_data.py``) looks a strategy's exporters
 registered name of the strategy that wrote the trees and knows none by name; a strategy with no
 entry exports nothing, and a test adds exporters for a toy strategy with ``EXPORTS.registered``.
 
-DecEx-RAG: SFT on the best chains and DPO on sibling branches (000, §2.3). TreePS-RAG: sampled
+DecEx-RAG: SFT on the best chains and DPO on sibling branches (§2.3). TreePS-RAG: sampled
 root-to-leaf trajectories with process advantages, GRPO and verl prompts, stepwise process
-labels (004, §2.3; they read node values, which the valuation stage fills in). APEX-Searcher:
-executor SFT on correct runs and planner GRPO prompts with their SEPR (002, §2.3). ReasonRAG
-MCTS: step preference pairs per state and SFT on the best answer's path (001, §2.2.3).
+labels (TreePS-RAG, §2.3; they read node values, which the valuation stage fills in). APEX-Searcher:
+executor SFT on correct runs and planner GRPO prompts with their SEPR (APEX-Searcher, §2.3). ReasonRAG
+MCTS: step preference pairs per state and SFT on the best answer's path (ReasonRAG, §2.2.3).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SFT examples from DecEx-RAG trees (000, §2.3 "Supervised Fine-tuning").
+"""SFT examples from DecEx-RAG trees (§2.3 "Supervised Fine-tuning").
 
 From each question's best root-to-leaf chain, one example per retrieval step: the input is the
 question and the steps up to that retrieval's documents, {Q, (q_1, r_1), …, (q_x, e_x, d_x)};

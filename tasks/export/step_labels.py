@@ -1,4 +1,4 @@
-"""Stepwise process labels for PRM training from valued TreePS-RAG trees (004, §2.3).
+"""Stepwise process labels for PRM training from valued TreePS-RAG trees (§2.3).
 
 TRL's stepwise-supervision format (standard): ``prompt`` (a string), ``completions`` (the steps,
 in order) and ``labels`` (one boolean per step). Every root-to-leaf path is one row; a step is a

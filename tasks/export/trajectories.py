@@ -1,4 +1,4 @@
-"""Trajectories from TreePS-RAG trees with per-step process advantages (004, §2.3, Figure 1 right).
+"""Trajectories from TreePS-RAG trees with per-step process advantages (§2.3, Figure 1 right).
 
 "Each leaf node corresponds to the end of a complete rollout. Backtracking from the leaf to the
 root yields a full agentic trajectory … From the collection of all such paths, we randomly

@@ -1,4 +1,4 @@
-"""verl RL data from TreePS-RAG trees: the parquet verl's Search-R1 recipe reads (004, App. C.2).
+"""verl RL data from TreePS-RAG trees: the parquet verl's Search-R1 recipe reads (App. C.2).
 
 TreePS-RAG trained with verl. Its Search-R1 data (``scripts/data_process/nq_search.py`` of
 Search-R1) has one row per question with five columns, typed as follows:

@@ -1,4 +1,4 @@
-"""verl reward for ``searchR1_<dataset>`` rows of any dataset (TreePS-RAG, 004, App. C.2).
+"""verl reward for ``searchR1_<dataset>`` rows of any dataset (TreePS-RAG, App. C.2).
 
 Stock verl (0.9.1) scores seven ``searchR1_`` names with Search-R1's exact-match rule; a build
 over another dataset (a FlashRAG file of its own name) exports ``searchR1_<name>``, which

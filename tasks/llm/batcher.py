@@ -1,6 +1,6 @@
 """The batcher: sequential ``async`` strategy code per question, large batches for the engine.
 
-DESIGN.md "Core contracts". Strategies ``await batcher.generate(request)`` as if they were
+docs/architecture.md, "Core contracts": Generator and Backend. Strategies ``await batcher.generate(request)`` as if they were
 alone. ``Batcher.run_all`` runs a shard's questions with at most ``max_in_flight`` at a time,
 each in its own task tagged (through a context variable) with a question token; a question is
 *waiting* while it has a request pending here. The batcher is one shard's side of the engine's

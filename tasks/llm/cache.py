@@ -1,4 +1,4 @@
-"""The content-addressed completion cache behind ``llm_calls`` (issue "Cache and lineage").
+"""The content-addressed completion cache behind ``llm_calls`` (docs/architecture.md, "Core contracts").
 
 Every completion is one ``llm_calls`` row keyed by ``types.call_id`` (model fingerprint, messages,
 sampling, seed, sample index). Before calling an engine the scheduler asks a ``CallCache`` for the

@@ -1,6 +1,6 @@
 """Engines from config: one backend per role, and the batcher strategies talk to.
 
-The issue's "Backends" and "Roles" sections: ``LLMConfig`` names a backend and model per role
+docs/architecture.md, "Core contracts": ``LLMConfig`` names a backend and model per role
 (``policy``, ``judge``; the judge defaults to the policy's engine and then shares its backend
 object, so the model loads once and both roles' requests share engine calls). Moving a build
 from this CPU to GPU workers is a config change: ``backend: vllm`` or ``backend: openai`` with a

@@ -1,9 +1,9 @@
 """Output grammars: render a grammar template for a token budget, and bound its output length.
 
-DESIGN.md "Structured generation". A prompt that expects tagged output ships its grammar beside
-it (``tasks/prompts/<name>.lark``) in llguidance's Lark dialect, the form vLLM's ``guidance``
-structured-output backend and our transformers decode loop both compile. Every free-text field
-is a terminal rule with a ``max_tokens`` bound, so the grammar itself ends every output:
+docs/architecture.md, "Structured generation". A prompt that expects tagged output ships its grammar
+beside it (``tasks/prompts/<name>.lark``) in llguidance's Lark dialect, the form vLLM's ``guidance``
+structured-output backend and our transformers decode loop both compile. Every free-text field is a
+terminal rule with a ``max_tokens`` bound, so the grammar itself ends every output:
 
     reasoning[max_tokens=$budget]: /[^<>]+/
     answer[max_tokens=16]: /[^<>\\s][^<>\\n]*/

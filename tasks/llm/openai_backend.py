@@ -1,6 +1,6 @@
 """A backend for any OpenAI-compatible chat server: vLLM, SGLang, llama.cpp or a hosted API.
 
-The engine contract of DESIGN.md "Core contracts": one ``generate_batch`` call answers a whole
+The engine contract of docs/architecture.md, "Core contracts": one ``generate_batch`` call answers a whole
 batch, here by sending every request at once over async HTTP under a concurrency bound, so the
 server's own continuous batching sees the batch. It is a ``ContinuousBackend`` (unless
 ``continuous: false``): the scheduler hands it each request as soon as a question issues it. Calls go to ``POST {base_url}/chat/completions``

@@ -7,8 +7,9 @@ run, such as the embedded SmolLM2 on CPU::
     python -m ragfactory.tasks.llm.openai_server --model embedded --port 8000
 
 Requests that arrive together, or while the engine is busy, are coalesced into one
-``generate_batch`` call (the batching of DESIGN.md "Core contracts"), so concurrent clients share
-the engine's forward passes. The server keeps no cache: recording calls is the client's business.
+``generate_batch`` call (the batching of docs/architecture.md, "Core contracts"), so concurrent
+clients share the engine's forward passes. The server keeps no cache: recording calls is the
+client's business.
 
 A request may carry vLLM's ``"structured_outputs": {"grammar": …}`` (llguidance's Lark dialect):
 the grammar is checked when the request arrives (HTTP 400 naming the problem) and the backend

@@ -2,8 +2,8 @@
 
 A node's seed is a stable hash of (run seed, question id, node path), so the node samples the same
 text whatever else shares its engine batch and in whatever order questions are scheduled; that is
-what makes completions content-addressable (DESIGN.md "Core contracts", issue "Cache and
-lineage"). Sample ``i`` of a request uses ``seed + i`` (``types.Sampling``), so seeds keep two bits
+what makes completions content-addressable (docs/architecture.md, "Core contracts": the
+call cache). Sample ``i`` of a request uses ``seed + i`` (``types.Sampling``), so seeds keep two bits
 of headroom below the int64 limit of the ``llm_calls.seed`` column.
 """
 

@@ -1,4 +1,4 @@
-"""Grammar-constrained decoding with llguidance token masks (DESIGN.md "Structured generation").
+"""Grammar-constrained decoding with llguidance token masks (docs/architecture.md, "Structured generation").
 
 The transformers decode loop keeps one ``LLMatcher`` per constrained row. Before each sampling
 step the matcher writes the row's allowed tokens into a bitmask (one bit per vocabulary entry),

@@ -1,13 +1,13 @@
 """The embedded engine: batched chat generation with transformers on CPU or one GPU.
 
-The issue's "Backends" section. Prompts are rendered with the model's chat template, left-padded
-into one batch and decoded by a compact loop over a ``DynamicCache``: each row samples with its
-own ``torch.Generator`` seeded from the request seed plus the sample index (``n`` samples become
-``n`` rows), so a row's random draws never depend on its batch-mates. ``generate(do_sample=True)``
-would share one global RNG across the batch and break that. Temperature 0 is greedy; ``top_p``
-keeps the smallest head of the sorted distribution whose mass reaches it; every row has its own
-``max_tokens`` and stop strings (checked on the decoded tail, cut from the text, OpenAI-style);
-finished rows leave the batch so long answers do not hold short ones back.
+docs/architecture.md, "Core contracts": a Backend. Prompts are rendered with the model's chat
+template, left-padded into one batch and decoded by a compact loop over a ``DynamicCache``: each row
+samples with its own ``torch.Generator`` seeded from the request seed plus the sample index (``n``
+samples become ``n`` rows), so a row's random draws never depend on its batch-mates.
+``generate(do_sample=True)`` would share one global RNG across the batch and break that. Temperature
+0 is greedy; ``top_p`` keeps the smallest head of the sorted distribution whose mass reaches it;
+every row has its own ``max_tokens`` and stop strings (checked on the decoded tail, cut from the
+text, OpenAI-style); finished rows leave the batch so long answers do not hold short ones back.
 
 Memory is bounded per decode chunk, not only by its row count: rows join a chunk while its KV
 cache (rows x padded width x bytes per token) fits ``kv_cache_mb``, and its prefill goes through

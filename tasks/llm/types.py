@@ -1,4 +1,4 @@
-"""The generation contract every backend and strategy shares (DESIGN.md "Core contracts").
+"""The generation contract every backend and strategy shares (docs/architecture.md, "Core contracts").
 
 A ``Request`` is chat messages plus sampling parameters; a backend answers it with ``n``
 ``Completion`` objects. Strategies never call a backend directly: they ``await`` a ``Generator``

@@ -1,6 +1,6 @@
 """Prompt templates shipped as package data: one ``<name>.txt`` file per prompt.
 
-Templates are taken verbatim from the papers' appendices (DESIGN.md "Layout": prompts/). The
+Templates are taken verbatim from the papers' appendices (docs/papers.md lists which). The
 papers typeset them as HTML paragraphs; a file keeps each paragraph as a block separated by a
 blank line, writes the ``<code>`` tag markup as the tags themselves (``<reasoning>``), keeps the
 papers' ``**bold**`` markers as printed, and puts a ``### Heading``'s placeholder on the line

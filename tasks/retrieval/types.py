@@ -1,4 +1,4 @@
-"""The retrieval contract every index, server and client shares (DESIGN.md "Core contracts").
+"""The retrieval contract every index, server and client shares (docs/architecture.md, "Core contracts").
 
 A ``Retriever`` answers a batch of queries at once with the top ``k`` passages per query, best
 first. Passages travel between processes in the Search-R1 / FlashRAG corpus format, where a

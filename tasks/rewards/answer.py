@@ -1,11 +1,11 @@
 r"""Answer metrics: exact match (EM), token F1 and cover exact match (cover-EM).
 
 These are the outcome rewards and evaluation metrics the papers share. EM is the leaf reward of
-TreePS-RAG (004, "Value Estimation", after Jin et al. 2025) and the primary metric of
-APEX-Searcher (002, evaluation appendix). F1 scores the complete trajectories behind SPRE in
-ReasonRAG (001, Section 2.2.3; its Appendix D evaluates EM/F1 as FlashRAG does), and DecEx-RAG
-uses EM and F1 as reward feedback for intermediate steps (000, Limitations). The match-based half
-of the R3-RAG outcome reward (003, "Answer Correctness") is a string match of this kind.
+TreePS-RAG ("Value Estimation", after Jin et al. 2025) and the primary metric of
+APEX-Searcher (evaluation appendix). F1 scores the complete trajectories behind SPRE in
+ReasonRAG (Section 2.2.3; its Appendix D evaluates EM/F1 as FlashRAG does), and DecEx-RAG
+uses EM and F1 as reward feedback for intermediate steps (DecEx-RAG, Limitations). The match-based half
+of the R3-RAG outcome reward ("Answer Correctness") is a string match of this kind.
 
 Normalisation is the SQuAD v1.1 / HotpotQA one, in the order of `normalize_answer` in the
 official scripts (SQuAD `evaluate-v1.1.py`, Rajpurkar et al. 2016; HotpotQA

@@ -1,13 +1,13 @@
-"""Set-Equivalence Plan Reward (SEPR): Hungarian matching of sub-questions (002, §2.2.1).
+"""Set-Equivalence Plan Reward (SEPR): Hungarian matching of sub-questions (APEX-Searcher, §2.2.1).
 
 A predicted plan P and a gold plan G are sets of sub-questions. Each is embedded with a sentence
-encoder (default all-MiniLM-L6-v2, the bundled model; the paper names "a sentence-transformer
-model" only); S[i, j] is the cosine similarity of predicted i and gold j, the cost 1 - S goes to
+encoder (default all-MiniLM-L6-v2, the bundled model; the paper names "a sentence-transformer model"
+only); S[i, j] is the cosine similarity of predicted i and gold j, the cost 1 - S goes to
 ``scipy.optimize.linear_sum_assignment`` (the Hungarian algorithm) for the one-to-one matching of
 least total cost, and of its pairs those with similarity >= tau form M. Then precision = |M|/|P|,
-recall = |M|/|G| and the reward is their harmonic mean (papers/README.md restates the formulas
-lost from the text). An empty or unparsable plan scores 0. The matching sees sets, so step order
-never matters, and the threshold on embeddings forgives paraphrase.
+recall = |M|/|G| and the reward is their harmonic mean (docs/papers.md, APEX-Searcher, restates the
+formulas lost from the paper's text). An empty or unparsable plan scores 0. The matching sees sets,
+so step order never matters, and the threshold on embeddings forgives paraphrase.
 
 ``#n`` references: a sub-question's ``#n`` names the answer of step n, so its number depends on
 how the plan is ordered; a permuted plan renumbers it. Both sides therefore replace every

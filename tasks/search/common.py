@@ -1,4 +1,4 @@
-"""What every strategy's expansion of one question shares (DESIGN.md "Core contracts").
+"""What every strategy's expansion of one question shares (docs/architecture.md, "Core contracts").
 
 - ``question_fields``: the (id, text, golden answers) of a ``questions`` row, checked.
 - ``Expansion``: one question's tree with the services that grow it, and the three things every

@@ -1,4 +1,4 @@
-"""Parsing of the tagged outputs the search prompts ask for (DecEx-RAG, 000, Appendix A.1).
+"""Parsing of the tagged outputs the search prompts ask for (DecEx-RAG, Appendix A.1).
 
 The termination prompt (Table 4) answers ``<reasoning>`` plus ``<answer>`` or ``<question>``; the
 sub-question prompt (Table 5) free thinking plus ``<question>``; the self-answer prompt (Table 6)

@@ -1,10 +1,10 @@
 """One shard of questions through one strategy: the unit a Prefect task runs and retries.
 
-Questions run concurrently (``max_in_flight`` at a time) through the batcher, so the engine
-sees the pending requests of every in-flight question as one batch (DESIGN.md "Core contracts").
-The strategy is looked up in the registry (``tasks/search/registry.py``) and expands each
-question in one ``ShardContext``; the rows come back ordered by question (each question's rows in
-the order its strategy made them: nodes by path), so a rerun writes byte-identical shards.
+Questions run concurrently (``max_in_flight`` at a time) through the batcher, so the engine sees the
+pending requests of every in-flight question as one batch (docs/architecture.md, "Core contracts").
+The strategy is looked up in the registry (``tasks/search/registry.py``) and expands each question
+in one ``ShardContext``; the rows come back ordered by question (each question's rows in the order
+its strategy made them: nodes by path), so a rerun writes byte-identical shards.
 """
 
 from __future__ import annotations

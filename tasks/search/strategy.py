@@ -1,4 +1,4 @@
-"""The Strategy contract and its registry (DESIGN.md "Core contracts": Strategy).
+"""The Strategy contract and its registry (docs/architecture.md, "Strategy plug-in").
 
 A strategy is a registered plug-in that declares:
 

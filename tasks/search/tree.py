@@ -1,4 +1,4 @@
-"""The search-tree model every strategy shares (DESIGN.md "Core contracts": Tree).
+"""The search-tree model every strategy shares (docs/architecture.md, "Tree and the nodes table").
 
 A ``QuestionTree`` holds one question's nodes and rollouts for one run, as rows ready for the
 ``nodes`` and ``rollouts`` tables (schemas/tables.py). A node's id is a hash of (run, question, strategy,
@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 ROOT_SEGMENT = "q"
-# Kinds named in DESIGN.md plus the DecEx ones; "question" is the root state of every tree.
+# The kinds the strategies write (docs/architecture.md, "Tree and the nodes table"); "question" is
+# the root state of every tree.
 NODE_KINDS = frozenset(
     {
         "question",

@@ -1,4 +1,4 @@
-"""Agentic GRPO: the policy searches while it trains (Search-R1's rollout; 004 §2.3, online).
+"""Agentic GRPO: the policy searches while it trains (Search-R1's rollout; TreePS-RAG §2.3, online).
 
 TRL's ``GRPOTrainer`` samples one completion per prompt and scores it. Here a completion is a
 multi-turn rollout against the build's own retriever, through TRL's ``rollout_func`` hook:

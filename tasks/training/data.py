@@ -1,4 +1,4 @@
-"""Training datasets from warehouse exports, in the formats TRL's trainers read (DESIGN.md, exports).
+"""Training datasets from warehouse exports, in the formats TRL's trainers read (docs/architecture.md, "Exports").
 
 SFT examples are conversational ``messages``. SmolLM2's chat template has no ``{% generation %}``
 markers, so TRL's ``assistant_only_loss`` cannot mask it; instead each assistant turn becomes one

@@ -1,4 +1,4 @@
-"""``r3_process``: R3-RAG's process reward (003 Eq. 3-4) of an agentic GRPO rollout.
+"""``r3_process``: R3-RAG's process reward (Eq. 3-4) of an agentic GRPO rollout.
 
 A rollout's steps are its searches and its last turn. As the R3 cold start scores them
 (``tasks/search/r3/expansion.py``), step i earns

@@ -3,7 +3,7 @@
 Answer rewards follow the outcome reward of TreePS-RAG / Search-R1: the text inside the last
 ``<answer>…</answer>`` of the completion scored by exact match or token F1 against the row's
 ``golden_answers``; no answer tag scores 0. The format reward checks that a completion ends in one
-answer tag. The plan reward (SEPR, APEX-Searcher 002 §2.2.1, ``tasks/rewards/sepr.py``) scores
+answer tag. The plan reward (SEPR, APEX-Searcher §2.2.1, ``tasks/rewards/sepr.py``) scores
 the plan the planner's parser reads from the completion against the row's ``gold_plan`` (JSON
 text, as ``grpo_prompts.gold_plan`` stores it); it needs a plan scorer, so it plugs in through
 ``extra`` by name.

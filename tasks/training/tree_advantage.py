@@ -1,4 +1,4 @@
-"""Tree-advantage policy optimisation on TreePS-RAG trajectories (004, §2.3 and Eq. 3).
+"""Tree-advantage policy optimisation on TreePS-RAG trajectories (§2.3 and Eq. 3).
 
 "The node advantage A(n_i) is broadcast to all language model-generated tokens (r_i, a_i)
 within that step … we apply a loss mask to the observation tokens." Eq. 3 (Appendix B) is

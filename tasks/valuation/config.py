@@ -2,7 +2,7 @@
 
 The ``valuation`` section of the build config (``flows/config.py``). The stage
 (``tasks/valuate.py``) runs after expansion and before export: it reads each expansion shard's
-``nodes``, fills ``visits``, ``value`` and ``advantage`` (``node_values.py``, 004 §2.3) and
+``nodes``, fills ``visits``, ``value`` and ``advantage`` (``node_values.py``, TreePS-RAG §2.3) and
 rewrites the shard. Its defaults value the trees of every strategy whose plug-in asks for values
 (``Strategy.valued``: TreePS-RAG, whose trajectory and step-label exports read them) with the
 reward the strategy scored, which is what TreePS did in memory before valuation was a stage.

@@ -1,4 +1,4 @@
-"""Monte-Carlo node values and process advantages over the ``nodes`` table (004, §2.3, Alg. 1).
+"""Monte-Carlo node values and process advantages over the ``nodes`` table (TreePS-RAG, §2.3, Alg. 1).
 
 For every node n with L(n) its descendant leaves (a leaf is its own only descendant leaf):
 

@@ -1,4 +1,4 @@
-"""ReasonRAG's Reasoning / Grounding / Terminal loop (001, Algorithm 1) with a scripted model."""
+"""ReasonRAG's Reasoning / Grounding / Terminal loop (Algorithm 1) with a scripted model."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The evaluation prompts: ReasonRAG's Figures 12 and 13 (001, Appendix F) and FlashRAG's baselines."""
+"""The evaluation prompts: ReasonRAG's Figures 12 and 13 (Appendix F) and FlashRAG's baselines."""
 
 from __future__ import annotations
 

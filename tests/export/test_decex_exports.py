@@ -1,4 +1,4 @@
-"""SFT and DPO exports on hand-built DecEx-RAG node rows (000, §2.3): edge cases and schemas."""
+"""SFT and DPO exports on hand-built DecEx-RAG node rows (§2.3): edge cases and schemas."""
 
 from __future__ import annotations
 

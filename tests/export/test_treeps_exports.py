@@ -1,4 +1,4 @@
-"""TreePS-RAG exports: trajectories, GRPO prompts, verl parquet and stepwise labels (004, §2.3).
+"""TreePS-RAG exports: trajectories, GRPO prompts, verl parquet and stepwise labels (§2.3).
 
 Trees come from the scripted ``mixed`` policy of tests/search/treeps_scenario.py: by sample index
 a right answer, a wrong one, a search and a malformed step, so each question's tree has 26

@@ -1,4 +1,4 @@
-"""Isolation between builds, and input limits (issue 25): faults a shared warehouse root meets.
+"""Isolation between builds, and input limits: faults a shared warehouse root meets.
 
 Builds into one root must never shrink or replace inputs another run read: ingest adds rows by
 key and records what it produced as a version (``tasks/data/versions.py``); a run expands only

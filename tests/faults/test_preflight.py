@@ -1,4 +1,4 @@
-"""Preflight and clear failures, through the real CLI in a subprocess (issue 25).
+"""Preflight and clear failures, through the real CLI in a subprocess.
 
 Each case runs `ragfactory` against a fresh root with every model hub unreachable (proxies and
 HF_ENDPOINT point at a closed local port) and asserts what an operator sees: exactly one

@@ -1,4 +1,4 @@
-"""Fault injection: run states tell the truth (issue 25, "Honest run states").
+"""Fault injection: run states tell the truth (``warehouse/runs.py``).
 
 Real `ragfactory build` processes, each in its own root. The engine is the OpenAI-compatible
 echo server (``tests/echo_server.py --model echo``: the library's server over a test double)

@@ -1,4 +1,4 @@
-"""The batcher against a scripted backend: batch shapes, routing, failures (issue "Batcher")."""
+"""The batcher against a scripted backend: batch shapes, routing, failures."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Content-addressed completions: call ids, cache hits, identical rebuilds (issue "Cache")."""
+"""Content-addressed completions: call ids, cache hits, identical rebuilds."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Engines from config: the registry by name, role sharing, retries, option checking (issue "Backends",
-"Failure")."""
+"""Engines from config: the registry by name, role sharing, retries, option checking."""
 
 from __future__ import annotations
 

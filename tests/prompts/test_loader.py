@@ -7,7 +7,7 @@ import pytest
 from ragfactory.tasks.prompts.loader import load_prompt, render_prompt
 from tests.prompts.templates import checked_template
 
-DECEX_PROMPTS = {  # name: (placeholders, a phrase from its table in 000, Appendix A.1)
+DECEX_PROMPTS = {  # name: (placeholders, a phrase from its table in DecEx-RAG, Appendix A.1)
     "decex_termination": ({"question", "iter_history"}, "whether there is sufficient evidence"),
     "decex_sub_question": ({"question"}, "output the next sub-question that needs to be solved"),
     "decex_self_answer": ({"question"}, "Which country's capital is Beijing?"),

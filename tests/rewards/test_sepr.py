@@ -1,4 +1,4 @@
-"""SEPR (002, §2.2.1): order-invariant, paraphrase-robust F1 over Hungarian-matched sub-questions.
+"""SEPR (APEX-Searcher, §2.2.1): order-invariant, paraphrase-robust F1 over matched sub-questions.
 
 The table embedder sets cosine similarities exactly: gold steps g1..g3 are orthogonal unit
 vectors; a paraphrase of g1 sits at cosine 0.8 (above tau = 0.7), a loose rewording at 0.6 (below).

@@ -1,4 +1,4 @@
-"""APEX-Searcher on the hand-worked Jaws question (tests/search/apex_scenario.py; 002, §2.2-2.4).
+"""APEX-Searcher on the hand-worked Jaws question (tests/search/apex_scenario.py; APEX-Searcher, §2.2-2.4).
 
 G = 3 planner samples, H = 3, top 2 documents, the best plan and the gold plan executed.
 

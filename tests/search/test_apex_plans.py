@@ -1,4 +1,4 @@
-"""Plan parsing, gold plans and their rewrite, reference resolution, decisions and prompts (002)."""
+"""Plan parsing, gold plans and their rewrite, reference resolution, decisions and prompts (APEX-Searcher)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DecEx-RAG expansion on a hand-worked two-layer tree, and its SFT and DPO exports (000, §2).
+"""DecEx-RAG expansion on a hand-worked two-layer tree, and its SFT and DPO exports (§2).
 
 Question "Who is the mother of the director of Jaws?", golden answer "Leah Adler"; k = 3,
 n = 2 rollouts, T_max = 2, 3 termination votes, threshold 0.75, metric F1. The scripted policy

@@ -1,4 +1,4 @@
-"""Pruned against "No Pruning Search" (000, §4.1 and Table 2) on one scripted policy.
+"""Pruned against "No Pruning Search" (DecEx-RAG, §4.1 and Table 2) on one scripted policy.
 
 The policy always votes to terminate with "Paris" (F1 1), proposes sub-questions, self-answers
 "France" and queries; rollouts answer "Paris" except from a self-answer state, where they say

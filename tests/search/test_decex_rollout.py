@@ -1,4 +1,4 @@
-"""Rollouts of one branch (000, Table 8): lockstep turns, batched searches, turn limit."""
+"""Rollouts of one branch (DecEx-RAG, Table 8): lockstep turns, batched searches, turn limit."""
 
 from __future__ import annotations
 

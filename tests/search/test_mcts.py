@@ -1,4 +1,4 @@
-"""The MCTS strategy on one question with a scripted policy, worked by hand (001, §2.2.2).
+"""The MCTS strategy on one question with a scripted policy, worked by hand (ReasonRAG, §2.2.2).
 
 Config: 6 iterations, child_limit 2, max_depth 3, c 1, α 0.9, one greedy rollout per step.
 Gold answer "Steven Spielberg". The policy: a Reasoning step with no thoughts queries at slot 0

@@ -8,9 +8,9 @@ from ragfactory.tasks.search.mcts.judge import parse_verdict
 
 
 @pytest.mark.parametrize(("text", "score"), [
-    # 001 Fig. 8, the partially correct process
+    # ReasonRAG Fig. 8, the partially correct process
     ("While the evidence retrieved is correct ... it is insufficient\n\nSo the score is 15.", 0.15),
-    # 001 Fig. 10, the correct process, in bold
+    # ReasonRAG Fig. 10, the correct process, in bold
     ("Despite these imperfections, the agent correctly disambiguates the films.\n\nSo the score is **88**.", 0.88),
     # the scale the Fig. 14 prompt asks for
     ("So the score is 0.88", 0.88),

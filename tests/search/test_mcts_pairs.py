@@ -1,4 +1,4 @@
-"""Pruning and pair selection over an MCTS tree (001 §2.2.3), worked by hand.
+"""Pruning and pair selection over an MCTS tree (ReasonRAG, §2.2.3), worked by hand.
 
 The tree (values are SPRE values; kinds: q sub_query, e evidence, a answer):
 

@@ -1,4 +1,4 @@
-"""UCT selection, expansion slots, SPRE and backpropagation of the MCTS core (001, Appendix A).
+"""UCT selection, expansion slots, SPRE and backpropagation of the MCTS core (ReasonRAG, Appendix A).
 
 Every expected number is worked out by hand in the comments: Eq. 5 with c = 1,
 UCT(s_i) = Q(s_i) + √(Σ_j N(s_j)) / (1 + N(s_i)), siblings summed; Eq. 7 backs a new step's

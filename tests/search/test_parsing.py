@@ -1,4 +1,4 @@
-"""Tolerant parsing of the tagged outputs of the DecEx-RAG prompts (000, Appendix A.1)."""
+"""Tolerant parsing of the tagged outputs of the DecEx-RAG prompts (Appendix A.1)."""
 
 from __future__ import annotations
 

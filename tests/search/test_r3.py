@@ -1,4 +1,4 @@
-"""R3-RAG cold start on one question with a scripted policy and judges, worked by hand (003 §3.2-3.3).
+"""R3-RAG cold start on one question with a scripted policy and judges, worked by hand (§3.2-3.3).
 
 Config: 3 attempts, top_k 1, max_iterations 5, λ_T: correct 0.6, incorrect −0.2, fail −0.1.
 Gold "Steven Spielberg". The retriever ranks the cast page over the director page for "Jaws

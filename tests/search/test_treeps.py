@@ -1,4 +1,4 @@
-"""TreePS-RAG tree construction with a scripted policy (004, §2.2, Algorithm 1 Phase 1).
+"""TreePS-RAG tree construction with a scripted policy (§2.2, Algorithm 1 Phase 1).
 
 The policies and the retriever are in tests/search/treeps_scenario.py.
 """

@@ -1,4 +1,4 @@
-"""Similarity-based pruning by Jaccard distance and hierarchical clustering (004, §2.2)."""
+"""Similarity-based pruning by Jaccard distance and hierarchical clustering (TreePS-RAG, §2.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Monte-Carlo values and process advantages (004, §2.3) on a hand-worked tree and on real trees.
+"""Monte-Carlo values and process advantages (TreePS-RAG, §2.3) on a hand-worked tree and real trees.
 
 The hand-worked TreePS-RAG tree (R: leaf reward, EM):
 
@@ -152,7 +152,7 @@ def test_decex_tree_leaves_are_its_answers_and_rollouts():
     valued = by_path(estimate_node_values(as_table(rows)))
     assert_values(valued, reference_values(rows))
     decex_values = {r["path"]: r["value"] for r in rows}
-    # a branch whose only leaves are its own rollouts keeps DecEx's rollout mean (Eq. 1 of 000)
+    # a branch whose only leaves are its own rollouts keeps DecEx's rollout mean (Eq. 1 of DecEx-RAG)
     for path in ("q/s2", "q/s0/w2", "q/s0/w0/s1", "q/s0/w0/s0/e1"):
         assert valued[path][1] == pytest.approx(decex_values[path]), path
     leaves = [r for r in rows if r["is_leaf"]]

@@ -1,2 +1,2 @@
-"""APEX-Searcher (002): planning, SEPR and plan execution (``expansion``, ``execute``), plan
+"""APEX-Searcher: planning, SEPR and plan execution (``expansion``, ``execute``), plan
 text (``plan_format``, ``plan_rewrite``), and the registered plug-in (``plugin``)."""

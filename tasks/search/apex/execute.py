@@ -1,4 +1,4 @@
-"""APEX-Searcher execution of one plan: Algorithm 2 per sub-question, then synthesis (002, §2.4).
+"""APEX-Searcher execution of one plan: Algorithm 2 per sub-question, then synthesis (§2.4).
 
 For each sub-question q_i in order: its ``#n`` references are replaced by the answers of steps n
 (Reference Resolution, §2.4.2); the knowledge sufficiency check decides between answering from

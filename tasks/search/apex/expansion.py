@@ -1,4 +1,4 @@
-"""APEX-Searcher: sampled plans scored by SEPR, then executed plan by plan (002, §2.2, §2.4).
+"""APEX-Searcher: sampled plans scored by SEPR, then executed plan by plan (§2.2, §2.4).
 
 One question, ``run_apex_question``:
 

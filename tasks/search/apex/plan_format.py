@@ -1,4 +1,4 @@
-"""Plans as text and as rows: the planner prompt, its parser, and gold plans (002, §2.2.2, §2.4.1).
+"""Plans as text and as rows: the planner prompt, its parser, gold plans (APEX-Searcher, §2.2.2, §2.4.1).
 
 The planner (``apex_plan`` prompt) writes an ordered list of sub-questions between ``<plan>`` and
 ``</plan>``, one numbered line each, with ``#n`` standing for the answer of sub-question n. The

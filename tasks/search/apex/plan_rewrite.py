@@ -1,4 +1,4 @@
-"""Gold plans as natural-language sub-questions (APEX-Searcher, 002, Appendix C.1).
+"""Gold plans as natural-language sub-questions (APEX-Searcher, Appendix C.1).
 
 MuSiQue writes some decomposition steps as Wikidata-style triples, ``Oh Yeah >> performer`` or
 ``#2 >> located in the administrative territorial entity``. A planner never writes that form, so

@@ -2,8 +2,8 @@
 
 Each shard opens the SEPR plan scorer from ``search.apex.sepr`` (its embedding model is checked
 by preflight); the trees and plans train the executor on correct runs (SFT) and the planner on
-plans with their SEPR (GRPO) (002, §2.3), with the exporters ``tasks/export/registry.py`` keys by
-its name.
+plans with their SEPR (GRPO) (APEX-Searcher, §2.3), with the exporters
+``tasks/export/registry.py`` keys by its name.
 """
 
 from __future__ import annotations

@@ -1,3 +1,3 @@
-"""DecEx-RAG (000): decision/execution search trees with pruning (``expansion``), their state
+"""DecEx-RAG: decision/execution search trees with pruning (``expansion``), their state
 histories and prompts (``history``), rollouts (``rollout``), and the registered plug-in
 (``plugin``)."""

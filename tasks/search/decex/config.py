@@ -1,4 +1,4 @@
-"""DecEx-RAG expansion parameters (000, §3.2 and Table 2) and the output grammars of its prompts.
+"""DecEx-RAG expansion parameters (§3.2 and Table 2) and the output grammars of its prompts.
 
 ``DecExConfig`` holds the paper's defaults, each with its reason; ``grammar`` fits a prompt's
 output grammar to ``max_tokens`` (too small a budget is an error naming the field).

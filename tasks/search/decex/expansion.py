@@ -1,4 +1,4 @@
-"""DecEx-RAG search-tree expansion with pruning (000, §2.1–2.2; "No Pruning Search", §4.1).
+"""DecEx-RAG search-tree expansion with pruning (§2.1–2.2; "No Pruning Search", §4.1).
 
 One question's tree, layer by layer from the state s_t = [Q, (q_1, r_1), …, (q_t, r_t)]:
 

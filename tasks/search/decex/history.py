@@ -1,6 +1,6 @@
 """DecEx-RAG states as text: the iteration history the prompts read and the exports train on.
 
-A state is s_t = [Q, (q_1, r_1), …, (q_t, r_t)] (000, §2.1): ``Step`` is one (q_i, r_i), where
+A state is s_t = [Q, (q_1, r_1), …, (q_t, r_t)] (DecEx-RAG, §2.1): ``Step`` is one (q_i, r_i), where
 r_i is a self-answer w_i or a sub-query e_i with its documents d_i. The termination and rollout
 prompts (Tables 4 and 8) read the steps as their "Previous Iteration"; the SFT and DPO exports
 (§2.3) write the same rendering as the model's output, so a trained model produces what the

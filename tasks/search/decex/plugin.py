@@ -1,7 +1,7 @@
 """DecEx-RAG as a registered strategy (``tasks/search/strategy.py``).
 
 Without pruning (``no_pruning``, §4.1) it writes trees named ``decex_no_pruning`` beside
-``decex``; its trees train SFT on the best chains and DPO on sibling branches (000, §2.3), with
+``decex``; its trees train SFT on the best chains and DPO on sibling branches (DecEx-RAG, §2.3), with
 the exporters ``tasks/export/registry.py`` keys by its name.
 """
 

@@ -1,4 +1,4 @@
-"""Rollouts that value a DecEx-RAG branch: Monte-Carlo completions of its state (000, §2.1–2.2).
+"""Rollouts that value a DecEx-RAG branch: Monte-Carlo completions of its state (§2.1–2.2).
 
 From a branch's state the policy continues with the rollout prompt (Table 8), calling the search
 engine with ``<search> query </search>``; each search is answered with the top documents in an

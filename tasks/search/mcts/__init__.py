@@ -1,1 +1,1 @@
-"""ReasonRAG (001): MCTS over Reasoning / Grounding / Terminal stages with SPRE values."""
+"""ReasonRAG: MCTS over Reasoning / Grounding / Terminal stages with SPRE values."""

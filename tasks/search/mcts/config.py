@@ -1,4 +1,4 @@
-"""ReasonRAG (001) MCTS parameters.
+"""ReasonRAG MCTS parameters.
 
 The paper prints none of the search's numbers (iterations, exploration constant, rollouts per
 node, α, child limit); the defaults below say where each comes from. "Authors' code" is the
@@ -52,7 +52,7 @@ class MctsConfig:
     value: str = "spre"
     # Selections per round of one question, with virtual loss (uct.py); 1 is sequential MCTS.
     parallel_selections: int = 1
-    top_k: int = 3  # passages per query: 001 E.1 "consistently retrieving the top 3 documents"
+    top_k: int = 3  # passages per query: ReasonRAG, Appendix E.1, "consistently retrieving the top 3 documents"
     temperature: float = 1.0  # expansion samples: siblings must differ to be compared
     max_tokens: int = 256  # a Reasoning or Grounding turn is a few sentences ending in one tag
     role: str = "policy"

@@ -1,4 +1,4 @@
-"""ReasonRAG (001) MCTS expansion of one question (§2.2.2, Appendix A).
+"""ReasonRAG MCTS expansion of one question (§2.2.2, Appendix A).
 
 1. The root is the question in the Reasoning stage. Each iteration ``select``s a state by UCT
    (``uct.py``) and generates one step there: a Reasoning step (Fig. 12) ends in ``<query>``

@@ -1,4 +1,4 @@
-"""The process judge's verdict (001, Appendix A, Eq. 6 and Fig. 14).
+"""The process judge's verdict (ReasonRAG, Appendix A, Eq. 6 and Fig. 14).
 
 The Fig. 14 prompt asks for "a score between [0, 1]" and a last line "So the score is [Score]",
 but the paper's own judged examples end "So the score is 15." (Fig. 8) and "So the score is

@@ -1,4 +1,4 @@
-"""Which MCTS steps become preference pairs (001 §2.2.3), before any prompt is written.
+"""Which MCTS steps become preference pairs (ReasonRAG, §2.2.3), before any prompt is written.
 
 The paper prunes "all branches that do not yield a final answer", values each remaining step by
 SPRE over the finished trajectories below it, and keeps informative pairs of steps taken from

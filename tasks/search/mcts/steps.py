@@ -1,4 +1,4 @@
-"""ReasonRAG's step format (001, §2.4 and Figs. 12-13), shared by the MCTS search and the
+"""ReasonRAG's step format (§2.4 and Figs. 12-13), shared by the MCTS search and the
 agentic evaluation: what a Reasoning or Grounding turn shows the model, and how its output reads.
 
 The user turn follows the authors' released pipeline: "Question: …", then "Previous Thoughts:"

@@ -1,10 +1,10 @@
 """The search itself, without a model: UCT selection, expansion slots, SPRE values, backup.
 
-ReasonRAG (001) §2.2.2 and Appendix A, on a tree of step indices. The model-facing driver asks
+ReasonRAG §2.2.2 and Appendix A, on a tree of step indices. The model-facing driver asks
 ``select`` for the node to expand, generates one step there (and simulates it), and hands the
 step's value back to ``backpropagate``.
 
-Formulas (001):
+Formulas (ReasonRAG):
 
 - SPRE, Eq. 1: the value of a partial trajectory y_1..t is
   Q_t = (1/k) Σ_i v(rollout_i) · α^{steps(rollout_i)},

@@ -1,1 +1,1 @@
-"""R3-RAG (003): cold-start trajectories, best-of-N, judged process rewards."""
+"""R3-RAG: cold-start trajectories, best-of-N, judged process rewards."""

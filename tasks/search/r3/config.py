@@ -1,4 +1,4 @@
-"""R3-RAG (003) cold-start parameters.
+"""R3-RAG cold-start parameters.
 
 The paper prints ``MAX_ITERATION`` (Algorithm 1: 5) and the λ_T values (Appendix E; the plain
 text lost their minus signs: γ_fail = −0.1, γ_incorrect = −0.2, γ_correct = 0.6). It does not
@@ -34,7 +34,7 @@ class R3Config:
     # last query fail the trajectory (Algorithm 1, False). A small model that keeps searching
     # would otherwise leave no trajectory to keep; DecEx's trees close the same way.
     answer_at_limit: bool = False
-    top_k: int = 3  # passages per query (003 §4.1: top-3 documents per retrieval)
+    top_k: int = 3  # passages per query (R3-RAG evaluates with the top-5, §4.3 and Figure 4)
     # Characters kept of each retrieved document in the next prompt (Appendix E limits documents
     # to 512 characters in RL; the cold start's prompts fit the small model's context this way).
     doc_chars: int = 512

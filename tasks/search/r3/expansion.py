@@ -1,4 +1,4 @@
-"""R3-RAG (003) cold start of one question: attempts, best-of-N, judged process rewards.
+"""R3-RAG cold start of one question: attempts, best-of-N, judged process rewards.
 
 1. ``n_attempts`` trajectories are generated concurrently, attempt i at ``temperatures[i]``
    (the first greedy). Each follows Algorithm 1: step j's prompt is Fig. 6 (j = 1) or Fig. 7

@@ -1,4 +1,4 @@
-"""R3-RAG's step format (003, Eq. 1 and Figs. 6-7): what a step's prompt shows and how it reads.
+"""R3-RAG's step format (Eq. 1 and Figs. 6-7): what a step's prompt shows and how it reads.
 
 A step is "The problem analysis: …" followed by "The retrieval query: …" or "The final answer:
 …" (the Figs. 6-7 answer format). The first step's prompt is Fig. 6 with the question; later

@@ -1,4 +1,4 @@
-"""TreePS-RAG online tree construction (004, §2.1–2.2 and Algorithm 1, Phase 1).
+"""TreePS-RAG online tree construction (§2.1–2.2 and Algorithm 1, Phase 1).
 
 A node is one ReAct step (r_i, a_i, o_i): the model's reasoning and action, and for a search
 the top-K passages it retrieved (``treeps.steps``). The tree grows layer by layer from the

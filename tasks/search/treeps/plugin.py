@@ -1,8 +1,8 @@
 """TreePS-RAG as a registered strategy (``tasks/search/strategy.py``).
 
-Its trees train on sampled root-to-leaf trajectories with process advantages, GRPO and verl
-prompts, and stepwise process labels (004, §2.3), with the exporters ``tasks/export/registry.py``
-keys by its name; those read node values, so the build's valuation stage values its trees.
+Its trees train on sampled root-to-leaf trajectories with process advantages, GRPO and verl prompts,
+and stepwise process labels (TreePS-RAG, §2.3), with the exporters ``tasks/export/registry.py`` keys
+by its name; those read node values, so the build's valuation stage values its trees.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Which search children of a parent TreePS-RAG keeps: similarity-based or random pruning.
 
-004, §2.2 "Similarity-based Pruning": the intent of a search is read from what it retrieved.
+TreePS-RAG, §2.2 "Similarity-based Pruning": the intent of a search is read from what it retrieved.
 Two sibling searches are as similar as the Jaccard similarity J of their top-K passage-id sets;
 the children are split by hierarchical clustering on the distances 1 − J into
 N̂ = min(N_retain, |C_search|) clusters and one representative per cluster is kept. The paper

@@ -1,9 +1,9 @@
 """TreePS-RAG steps as text: the prompt, one step's parsing, observations and trajectories.
 
-A step is one (r_i, a_i, o_i) of 004, §2.1: reasoning, then an action, ``<search> query
+A step is one (r_i, a_i, o_i) of TreePS-RAG, §2.1: reasoning, then an action, ``<search> query
 </search>`` or ``<answer> … </answer>``, and for a search the top-K passages as the observation.
 The prompt is Search-R1's (Jin et al. 2025, ``make_prefix`` of its ``nq_search.py``), with
-``<think>`` replaced by ``<reason>`` as 004, Appendix A does for Qwen3; ``treeps_search_r1``
+``<think>`` replaced by ``<reason>`` as TreePS-RAG, Appendix A does for Qwen3; ``treeps_search_r1``
 keeps the original ``<think>`` for models trained on it. Passages render as Search-R1's
 retrieval answer does (``Doc i(Title: …) text`` per line inside ``<information>``).
 
