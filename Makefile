@@ -32,7 +32,7 @@ demo: $(STAMP)
 	$(BIN)/ragfactory build --config configs/demo.yaml
 
 test: $(STAMP) $(VLLM_STAMP) $(CLIENTS_STAMP) $(CHROMIUM_STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not slow"
