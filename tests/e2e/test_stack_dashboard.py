@@ -108,7 +108,8 @@ def test_rewards_page_draws_the_value_distribution_with_its_sql(running, first_b
     bars = browser.find_elements(By.CSS_SELECTOR, "#plot-node_values g.trace.bars")
     assert bars, "the node value histogram has no trace"
     sql = browser.find_element(By.ID, "sql-node_values").get_attribute("textContent")
-    assert f"where run_id = '{run_id}'" in sql
+    params = browser.find_element(By.ID, "params-node_values").get_attribute("textContent")
+    assert "n.run_id = $run" in sql and f'$run = "{run_id}"' in params  # the SQL as it ran, and its parameter
 
 
 def test_train_page_starts_dpo_and_follows_it_to_completed(running, first_build, dashboard, browser):
