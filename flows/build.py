@@ -151,12 +151,22 @@ def _bounded(submit, jobs: list, limit: int, poll_s: float = 0.2) -> list[tuple[
         while queue and len(running) < limit:
             index, job = queue.pop(0)
             running.append((index, (job, submit(job))))
-        still = [(i, item) for i, item in running if not item[1].state.is_final()]
-        finished.update((i, item) for i, item in running if item[1].state.is_final())
-        running = still
+        done = {i for i, item in running if _finished(item[1])}
+        finished.update((i, item) for i, item in running if i in done)
+        running = [(i, item) for i, item in running if i not in done]
         if running:
             time.sleep(poll_s)
     return [finished[i] for i in sorted(finished)]
+
+
+def _finished(future: PrefectFuture) -> bool:
+    """Whether a submitted shard has finished, asked of its runner's own future (a thread's or a
+    Dask cluster's) rather than of the Prefect API: no request per poll, and no dependence on
+    which server this process's state reports reach."""
+    wrapped = getattr(future, "wrapped_future", None)
+    if wrapped is not None and callable(getattr(wrapped, "done", None)):
+        return bool(wrapped.done())
+    return future.state.is_final()
 
 
 def tree_strategy(config: BuildConfig, strategy: str) -> str:
