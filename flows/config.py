@@ -119,7 +119,8 @@ class BuildConfig(Section):
         ``search.r3`` (a build that does not set them expands no tree it did not before). Any
         other setting of them is in the hash.
         """
-        exclude: dict = {"allow_downloads": True, "runner": True}
+        # the scheduler's token budget decides how calls are batched, never what they answer
+        exclude: dict = {"allow_downloads": True, "runner": True, "llm": {"max_batch_tokens": True}}
         if self.valuation == ValuationSection():
             exclude["valuation"] = True
         later = {"mcts": MctsConfig(), "r3": R3Config()}

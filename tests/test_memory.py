@@ -47,7 +47,8 @@ def resident_after_free(mode: str) -> float:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
-def test_freed_large_blocks_leave_a_tuned_process_and_stay_in_an_untuned_one():
-    # 40 blocks x 8.4 MB = 335 MB written, then freed
-    assert resident_after_free("default") > 250
+def test_freed_large_blocks_leave_a_tuned_process():
+    # 40 blocks x 8.4 MB = 335 MB written, then freed. Untuned, glibc's dynamic threshold keeps
+    # them on the heap on most machines (335 MB stayed resident here), but not on every one, so
+    # only the tuned process's release is asserted.
     assert resident_after_free("tuned") < 20
