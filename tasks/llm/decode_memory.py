@@ -45,7 +45,7 @@ def decode_chunks(rows: list[Any], max_rows: int, slots: int) -> list[list[Any]]
     return chunks + [chunk] if chunk else chunks
 
 
-def joined_cache(caches: list, config: Any = None):
+def joined_cache(caches: list):
     """The first of several ``DynamicCache`` objects of equal width, holding all of their rows.
 
     Joined a layer at a time, each part dropped once copied, so the join holds the whole cache

@@ -228,8 +228,7 @@ class TransformersBackend:
         group = max(1, self.settings.prefill_tokens // width)
         parts = [self._prefill_group(ids[g : g + group], mask[g : g + group])
                  for g in range(0, len(prompts), group)]
-        logits, cache = torch.cat([p[0] for p in parts]), joined_cache(
-            [p[1] for p in parts], self._model.config)
+        logits, cache = torch.cat([p[0] for p in parts]), joined_cache([p[1] for p in parts])
         del parts
         if len(prompts) < len(rows):
             rows_of = torch.tensor(index, device=self.device)
