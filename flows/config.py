@@ -17,14 +17,13 @@ import cycle; ``tests/test_layering.py`` counts it as a part of its own, "Flow p
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ragfactory.flows.config_hash import config_hash
 from ragfactory.schemas.errors import PermanentError
 from ragfactory.tasks.data.config import CorpusConfig, DatasetConfig, Partition, PartitionConfig
 from ragfactory.tasks.eval.inference import InferenceConfig
@@ -32,8 +31,6 @@ from ragfactory.tasks.export.config import ExportConfig
 from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.retrieval.config import RetrievalConfig
 from ragfactory.tasks.search.config import SearchConfig
-from ragfactory.tasks.search.mcts.config import MctsConfig
-from ragfactory.tasks.search.r3.config import R3Config
 from ragfactory.tasks.training.config import LoraSection, TrainMethod
 from ragfactory.tasks.valuation.config import ValuationSection
 
@@ -109,30 +106,9 @@ class BuildConfig(Section):
         return self
 
     def config_hash(self) -> str:
-        """A stable hash of everything that shapes the build's outputs (not whether it may
-        download, nor where its shards run or its warehouse lies: the same model gives the same
-        rows either way).
-
-        Sections added after builds were made are left out at their defaults, so those builds
-        keep their hash (their run ids and cached shards): ``valuation`` (a default one values
-        what TreePS valued in memory before valuation was a stage), ``search.mcts`` and
-        ``search.r3`` (a build that does not set them expands no tree it did not before). Any
-        other setting of them is in the hash.
-        """
-        # the scheduler's token budget decides how calls are batched, never what they answer
-        exclude: dict = {"allow_downloads": True, "runner": True, "llm": {"max_batch_tokens": True}}
-        if self.valuation == ValuationSection():
-            exclude["valuation"] = True
-        later = {"mcts": MctsConfig(), "r3": R3Config()}
-        exclude_search = {name: True for name, default in later.items() if getattr(self.search, name) == default}
-        if exclude_search:
-            exclude["search"] = exclude_search
-        fields = self.model_dump(mode="json", exclude=exclude)
-        # Where the warehouse lies is not what the build makes: a repair of a copied or moved
-        # warehouse keeps the run's hash (and so its run id).
-        fields["warehouse"] = WarehouseConfig().model_dump(mode="json")
-        payload = json.dumps(fields, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        """A stable hash of everything that shapes the build's outputs; what enters it is one
+        rule, written down in ``flows/config_hash.py``."""
+        return config_hash(self)
 
 
 class ConfigError(PermanentError, ValueError):

@@ -84,6 +84,7 @@ PARTS = {
     # the flows' parameter models: task wrappers receive them, so they form a part of their own
     # below Flows (flows/config.py imports no flow)
     "ragfactory.flows.config": "Flow parameters",
+    "ragfactory.flows.config_hash": "Flow parameters",
     "ragfactory.tasks": "Tasks",
     "ragfactory.tasks.llm": "LLM",
     "ragfactory.tasks.retrieval": "Retrieval",
