@@ -130,3 +130,19 @@ def test_a_whole_config_error_reads_as_one_plain_line(tmp_path):
     assert result.exit_code != 0
     assert result.output.strip() == ("error: train --method prm: unknown option(s) ['heldout']; "
                                      "known: heldout_fraction, max_length")
+
+
+def test_routine_prefect_states_stay_off_the_screen_and_every_other_line_shows(tmp_path):
+    import logging
+
+    from ragfactory.cli.common import _ScreenWithoutRoutineStates
+
+    def shown(name: str, message: str) -> bool:
+        record = logging.LogRecord(name, logging.INFO, __file__, 1, message, None, None)
+        return _ScreenWithoutRoutineStates().filter(record)
+
+    assert not shown("prefect.task_runs", "Finished in state Completed()")
+    assert not shown("prefect.flow_runs", "Beginning flow run 'a-b' for flow 'build'")
+    assert shown("prefect.task_runs", "Finished in state Failed('Task run encountered an exception')")
+    assert shown("prefect.task_runs", "bamboogle: 125 questions, 0 passages, 0 rejects")
+    assert shown("ragfactory", "Finished in state Completed()")  # only Prefect's own lines

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -151,6 +152,18 @@ class _ScreenWithoutTraceback(logging.Filter):
         return True
 
 
+class _ScreenWithoutRoutineStates(logging.Filter):
+    """Keep Prefect's routine state lines ("Finished in state Completed()", "Beginning flow run")
+    off the screen: a build has one per task run, hundreds a night, and the progress bars and the
+    summary say the same; the run's log keeps them, and every other state (failed, crashed,
+    retrying) still shows."""
+
+    ROUTINE = re.compile(r"(Finished in state Completed\(|Beginning (sub)?flow run|Created (task|subflow) run)")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name.startswith("prefect.") and self.ROUTINE.match(record.getMessage()))
+
+
 @contextmanager
 def logged_run(root: Path, command: str, after_failure: Callable[[], str] = str) -> Iterator[Path]:
     """Log everything the run logs (Prefect's task and flow logs, tracebacks included) to
@@ -168,10 +181,11 @@ def logged_run(root: Path, command: str, after_failure: Callable[[], str] = str)
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     screen = logging.getLogger()
-    consoles, quiet = list(screen.handlers), _ScreenWithoutTraceback()
+    consoles, quiet, routine = list(screen.handlers), _ScreenWithoutTraceback(), _ScreenWithoutRoutineStates()
     screen.handlers.insert(0, handler)  # first, so it writes each traceback before a console drops it
     for console_handler in consoles if not debug_requested() else []:
         console_handler.addFilter(quiet)
+        console_handler.addFilter(routine)
     try:
         yield path
     except typer.Exit:
@@ -186,6 +200,7 @@ def logged_run(root: Path, command: str, after_failure: Callable[[], str] = str)
         handler.close()
         for console_handler in consoles:
             console_handler.removeFilter(quiet)
+            console_handler.removeFilter(routine)
 
 
 def run_flow(call: Callable, cleanup: Callable[[], None]) -> dict:
