@@ -1,5 +1,5 @@
 """The trainer-facing files without the trainers: verl's data sources and reward overrides,
-LLaMA-Factory's ``dataset_info.json`` and pair layout, and the OpenRLHF keys the README names.
+LLaMA-Factory's ``dataset_info.json`` and pair layout, and the OpenRLHF keys docs/training.md names.
 
 The trainers themselves load a build's exports in ``test_trainer_clients.py``.
 """
@@ -71,7 +71,7 @@ def test_the_folder_lists_every_strategys_shards(tmp_path):
 
 
 def test_openrlhf_keys_read_the_warehouse_exports(tmp_path):
-    """The README's OpenRLHF flags: SFT ``--input_key messages --apply_chat_template`` (prompt: every
+    """The OpenRLHF flags of docs/training.md: SFT ``--input_key messages --apply_chat_template`` (prompt: every
     turn but the last), DPO ``--prompt_key prompt --chosen_key chosen --rejected_key rejected``."""
     for name, row in (("sft", SFT), ("dpo", PAIR)):
         pq.write_table(datasets.Dataset.from_list([row]).data.table, tmp_path / f"{name}.parquet")

@@ -1,6 +1,6 @@
-"""Every command example in README.md and in the command line's help runs as written.
+"""Every command example in README.md, in docs/ and in the command line's help runs as written.
 
-The examples are read when the test runs (README.md's ``bash`` blocks: each ``ragfactory`` or
+The examples are read when the test runs (the ``bash`` blocks of README.md and docs/*.md: each ``ragfactory`` or
 ``curl`` line, continuations joined, comments dropped; each command's help: every backticked
 ``ragfactory ...`` or ``curl ...``), so an example edited, added or renamed is checked too.
 
@@ -39,9 +39,11 @@ _PLACEHOLDER = re.compile(r"<[^<>]+>")
 
 
 def readme_examples() -> list[str]:
-    """The ``ragfactory`` and ``curl`` command lines of README.md's shell blocks."""
+    """The ``ragfactory`` and ``curl`` command lines of the shell blocks of README.md and docs/."""
     found = []
-    for block in _BLOCK.findall((REPO / "README.md").read_text(encoding="utf-8")):
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages)
+    for block in _BLOCK.findall(text):
         for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line, comments=True) if line.strip() else []
             if words and words[0] in ("ragfactory", "curl"):
