@@ -32,8 +32,7 @@ from ragfactory.tasks.export.config import ExportConfig
 from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.retrieval.config import RetrievalConfig
 from ragfactory.tasks.search.config import SearchConfig
-from ragfactory.tasks.search.mcts.config import MctsConfig
-from ragfactory.tasks.search.r3.config import R3Config
+from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.training.config import LoraSection, TrainMethod
 from ragfactory.tasks.valuation.config import ValuationSection
 
@@ -115,16 +114,17 @@ class BuildConfig(Section):
 
         Sections added after builds were made are left out at their defaults, so those builds
         keep their hash (their run ids and cached shards): ``valuation`` (a default one values
-        what TreePS valued in memory before valuation was a stage), ``search.mcts`` and
-        ``search.r3`` (a build that does not set them expands no tree it did not before). Any
-        other setting of them is in the hash.
+        what TreePS valued in memory before valuation was a stage) and the sections of
+        strategies registered with ``hashed_at_default=False`` (``tasks/search/strategy.py``: a
+        build that does not set them expands no tree it did not before). Any other setting of
+        them is in the hash.
         """
         # the scheduler's token budget decides how calls are batched, never what they answer
         exclude: dict = {"allow_downloads": True, "runner": True, "llm": {"max_batch_tokens": True}}
         if self.valuation == ValuationSection():
             exclude["valuation"] = True
-        later = {"mcts": MctsConfig(), "r3": R3Config()}
-        exclude_search = {name: True for name, default in later.items() if getattr(self.search, name) == default}
+        later = [s for s in STRATEGIES if not s.hashed_at_default]
+        exclude_search = {s.name: True for s in later if getattr(self.search, s.name) == s.config_type()}
         if exclude_search:
             exclude["search"] = exclude_search
         fields = self.model_dump(mode="json", exclude=exclude)

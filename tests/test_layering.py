@@ -112,8 +112,12 @@ KNOWN_EXCEPTIONS: set[tuple[str, str]] = set()
 
 
 def part_of(module: str) -> str | None:
-    """The part (docs/architecture.md) of a project module, None for anything not ours."""
+    """The part (docs/architecture.md) of a project module, None for anything not ours. A
+    strategy's exporters (``tasks/search/<name>/exports.py``) live in its folder but belong to
+    Export: they declare ``Exporter`` rows, and the export registry loads them by name."""
     parts = module.split(".")
+    if parts[:3] == ["ragfactory", "tasks", "search"] and parts[4:5] == ["exports"]:
+        return "Export"
     for i in range(len(parts), 0, -1):
         prefix = ".".join(parts[:i])
         if prefix in PARTS:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ragfactory.tasks.data.config import DatasetConfig, Partition
-from ragfactory.tasks.export.apex import ApexExportConfig
 from ragfactory.tasks.export.contamination import ContaminationConfig
 from ragfactory.tasks.export.dpo import DpoConfig
 from ragfactory.tasks.export.ngrams import NgramConfig
+from ragfactory.tasks.export.registry import EXPORTS
 from ragfactory.tasks.export.sft import SftConfig
 from ragfactory.tasks.export.step_labels import StepLabelConfig
 from ragfactory.tasks.export.trajectories import TrajectoryConfig
@@ -64,8 +64,9 @@ class DecontaminationConfig(Section):
                                    cosine=self.cosine, judge=self.judge)
 
 
-class ExportConfig(Section):
-    """How search trees become training data."""
+class ExportSettings(Section):
+    """How search trees become training data (the tables' settings; ``ExportConfig`` adds each
+    strategy's ``export.<name>`` section and decontamination)."""
 
     sft: SftConfig = Field(default_factory=SftConfig, description="Best-chain SFT examples")
     dpo: DpoConfig = Field(default_factory=DpoConfig, description="Sibling preference pairs")
@@ -75,10 +76,15 @@ class ExportConfig(Section):
     step_labels: StepLabelConfig = Field(
         default_factory=StepLabelConfig, description="Stepwise process labels for PRMs (TreePS)"
     )
-    apex: ApexExportConfig = Field(
-        default_factory=ApexExportConfig, description="Executor SFT and planner GRPO rows (APEX)"
-    )
-    decontamination: DecontaminationConfig = Field(
+
+
+ExportConfig = create_model(
+    "ExportConfig", __base__=ExportSettings, __module__=__name__,
+    __doc__="How search trees become training data.",
+    **{name: (model, Field(default_factory=model, description=description))
+       for name, (description, model) in EXPORTS.export_configs().items()},
+    decontamination=(DecontaminationConfig, Field(
         default_factory=DecontaminationConfig,
         description="Training rows whose question matches a held-out or evaluation question",
-    )
+    )),
+)

@@ -15,7 +15,7 @@ import math
 import pytest
 
 from ragfactory.flows.config import TrainConfig
-from ragfactory.tasks.export.apex import planner_grpo_prompts
+from ragfactory.tasks.search.apex.exports import planner_grpo_prompts
 from ragfactory.tasks.export.dpo import preference_pairs
 from ragfactory.tasks.export.grpo import grpo_prompt_rows
 from ragfactory.tasks.export.sft import sft_examples

@@ -2,8 +2,8 @@
 
 Each shard opens the SEPR plan scorer from ``search.apex.sepr`` (its embedding model is checked
 by preflight); the trees and plans train the executor on correct runs (SFT) and the planner on
-plans with their SEPR (GRPO) (APEX-Searcher, §2.3), with the exporters
-``tasks/export/registry.py`` keys by its name.
+plans with their SEPR (GRPO) (APEX-Searcher, §2.3), with the exporters of ``exports.py``; its
+views (``views/``) show plans beside their scores.
 """
 
 from __future__ import annotations
@@ -38,4 +38,7 @@ APEX = Strategy(
     expand=expand,
     open_scorer=open_scorer,
     encoders=encoders,
+    description="APEX-Searcher planning, SEPR and execution",
+    exports=f"{__package__}.exports",
+    views=Path(__file__).parent / "views",
 )

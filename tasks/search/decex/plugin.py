@@ -28,4 +28,5 @@ DECEX = Strategy(
     config_type=DecExConfig,
     expand=expand,
     variants=(STRATEGY_NO_PRUNING,),
+    description="DecEx-RAG parameters (paper defaults)",
 )

@@ -9,6 +9,14 @@ from __future__ import annotations
 
 from ragfactory.tasks.search.mcts.config import STRATEGY, MctsConfig
 from ragfactory.tasks.search.mcts.expansion import expand
+from ragfactory.tasks.search.mcts.fates import explain
 from ragfactory.tasks.search.strategy import Strategy
 
-MCTS = Strategy(name=STRATEGY, config_type=MctsConfig, expand=expand)
+MCTS = Strategy(
+    name=STRATEGY,
+    config_type=MctsConfig,
+    expand=expand,
+    description="ReasonRAG MCTS parameters (defaults and their sources in tasks/search/mcts/config.py)",
+    explain=explain,
+    hashed_at_default=False,  # added after builds were made: at its defaults it keeps their run ids
+)

@@ -10,4 +10,10 @@ from ragfactory.tasks.search.r3.config import STRATEGY, R3Config
 from ragfactory.tasks.search.r3.expansion import expand
 from ragfactory.tasks.search.strategy import Strategy
 
-R3 = Strategy(name=STRATEGY, config_type=R3Config, expand=expand)
+R3 = Strategy(
+    name=STRATEGY,
+    config_type=R3Config,
+    expand=expand,
+    description="R3-RAG cold-start parameters (defaults and their sources in tasks/search/r3/config.py)",
+    hashed_at_default=False,  # added after builds were made: at its defaults it keeps their run ids
+)

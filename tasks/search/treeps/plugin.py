@@ -27,4 +27,5 @@ TREEPS = Strategy(
     config_type=TreePSConfig,
     expand=expand,
     valued=True,  # trajectories and step labels carry the nodes' advantages and values (§2.3)
+    description="TreePS-RAG parameters (paper defaults)",
 )
