@@ -32,13 +32,11 @@ from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.strategy import Registry
 from ragfactory.tasks.export.dpo import preference_pairs
 from ragfactory.tasks.export.grpo import grpo_prompt_rows
-from ragfactory.tasks.export.r3 import r3_sft_examples
 from ragfactory.tasks.export.sft import sft_examples
 from ragfactory.tasks.export.step_labels import step_label_rows
 from ragfactory.tasks.export.trajectories import trajectory_rows
 from ragfactory.tasks.export.verl import verl_rows
 from ragfactory.tasks.search.decex.config import STRATEGY as DECEX
-from ragfactory.tasks.search.r3.config import STRATEGY as R3
 from ragfactory.tasks.search.treeps.expansion import STRATEGY as TREEPS
 
 Rows = list[dict[str, Any]]
@@ -177,10 +175,6 @@ def _treeps_step_labels(inputs: ExportInputs, config: Any, run_seed: int) -> Row
 TEXTS = {"questions": ("question_id", "question")}
 GOLDS = {"questions": ("question_id", "golden_answers")}
 
-def _r3_sft(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return r3_sft_examples(inputs["nodes"], inputs["questions"])
-
-
 EXPORTS = ExportRegistry(strategies=STRATEGIES, entries=[
     StrategyExports(DECEX, (
         Exporter("sft_examples", {"nodes": TREE_COLUMNS} | TEXTS, _decex_sft),
@@ -192,8 +186,5 @@ EXPORTS = ExportRegistry(strategies=STRATEGIES, entries=[
         Exporter("verl_prompts", {"nodes": TREE_COLUMNS,
                                   "questions": ("question_id", "dataset", "split", "golden_answers")}, _treeps_verl),
         Exporter("step_labels", {"nodes": TREE_COLUMNS}, _treeps_step_labels),
-    )),
-    StrategyExports(R3, (
-        Exporter("sft_examples", {"nodes": TREE_COLUMNS} | TEXTS, _r3_sft),
     )),
 ])

@@ -1,10 +1,13 @@
 """R3-RAG cold start as a registered strategy (``tasks/search/strategy.py``).
 
-Its trees feed step-wise SFT (Algorithm 2, ``tasks/export/r3.py``); its per-step rewards are the
-``rewards`` rows it writes itself, so the valuation stage leaves its trees alone.
+Its trees feed step-wise SFT (Algorithm 2, ``exports.py``; its SQL views are in ``views/``); its
+per-step rewards are the ``rewards`` rows it writes itself, so the valuation stage leaves its
+trees alone.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from ragfactory.tasks.search.r3.config import STRATEGY, R3Config
 from ragfactory.tasks.search.r3.expansion import expand
@@ -15,5 +18,7 @@ R3 = Strategy(
     config_type=R3Config,
     expand=expand,
     description="R3-RAG cold-start parameters (defaults and their sources in tasks/search/r3/config.py)",
-    hashed_at_default=False,  # added after builds were made: at its defaults it keeps their run ids
+    hashed_at_default=False,
+    exports=f"{__package__}.exports",
+    views=Path(__file__).parent / "views",  # added after builds were made: at its defaults it keeps their run ids
 )
