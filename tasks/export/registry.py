@@ -30,13 +30,10 @@ from typing import Any
 from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.strategy import Registry
-from ragfactory.tasks.export.dpo import preference_pairs
 from ragfactory.tasks.export.grpo import grpo_prompt_rows
-from ragfactory.tasks.export.sft import sft_examples
 from ragfactory.tasks.export.step_labels import step_label_rows
 from ragfactory.tasks.export.trajectories import trajectory_rows
 from ragfactory.tasks.export.verl import verl_rows
-from ragfactory.tasks.search.decex.config import STRATEGY as DECEX
 from ragfactory.tasks.search.treeps.expansion import STRATEGY as TREEPS
 
 Rows = list[dict[str, Any]]
@@ -148,14 +145,6 @@ class ExportRegistry:
         return getattr(module, "EXPORTS", None) or StrategyExports(strategy)
 
 
-def _decex_sft(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return sft_examples(inputs["nodes"], inputs["questions"], config.sft)
-
-
-def _decex_dpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return preference_pairs(inputs["nodes"], inputs["questions"], config.dpo)
-
-
 def _treeps_trajectories(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
     return trajectory_rows(inputs["nodes"], config.trajectories, run_seed)
 
@@ -176,10 +165,6 @@ TEXTS = {"questions": ("question_id", "question")}
 GOLDS = {"questions": ("question_id", "golden_answers")}
 
 EXPORTS = ExportRegistry(strategies=STRATEGIES, entries=[
-    StrategyExports(DECEX, (
-        Exporter("sft_examples", {"nodes": TREE_COLUMNS} | TEXTS, _decex_sft),
-        Exporter("preference_pairs", {"nodes": TREE_COLUMNS} | TEXTS, _decex_dpo),
-    )),
     StrategyExports(TREEPS, (
         Exporter("trajectories", {"nodes": TREE_COLUMNS}, _treeps_trajectories),
         Exporter("grpo_prompts", {"nodes": TREE_COLUMNS} | GOLDS, _treeps_grpo),
