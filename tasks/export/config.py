@@ -1,7 +1,8 @@
 """Parameters of the export stage: how search trees become training data, and decontamination.
 
 The ``export`` section of the build config (``flows/config.py``), gathering the exporters' own
-parameters (each beside its writer in ``tasks/export/``).
+parameters: those several strategies share beside their code in ``tasks/export/``, and the
+sections each strategy's exporters declare in its folder (``tasks/export/registry.py``).
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from ragfactory.tasks.export.dpo import DpoConfig
 from ragfactory.tasks.export.ngrams import NgramConfig
 from ragfactory.tasks.export.registry import EXPORTS
 from ragfactory.tasks.export.sft import SftConfig
-from ragfactory.tasks.export.step_labels import StepLabelConfig
-from ragfactory.tasks.export.trajectories import TrajectoryConfig
 
 
 class Section(BaseModel):
@@ -65,17 +64,11 @@ class DecontaminationConfig(Section):
 
 
 class ExportSettings(Section):
-    """How search trees become training data (the tables' settings; ``ExportConfig`` adds each
-    strategy's ``export.<name>`` section and decontamination)."""
+    """How search trees become training data (the settings several strategies' exporters share;
+    ``ExportConfig`` adds the sections the strategies declare, and decontamination)."""
 
     sft: SftConfig = Field(default_factory=SftConfig, description="Best-chain SFT examples")
     dpo: DpoConfig = Field(default_factory=DpoConfig, description="Sibling preference pairs")
-    trajectories: TrajectoryConfig = Field(
-        default_factory=TrajectoryConfig, description="Sampled root-to-leaf paths (TreePS)"
-    )
-    step_labels: StepLabelConfig = Field(
-        default_factory=StepLabelConfig, description="Stepwise process labels for PRMs (TreePS)"
-    )
 
 
 ExportConfig = create_model(

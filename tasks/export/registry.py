@@ -10,7 +10,8 @@ formats.
 
 Each strategy declares its exporters in its own folder: the module its plug-in names as
 ``exports`` (``tasks/search/<name>/exports.py``) holds ``EXPORTS``, a ``StrategyExports``, and
-may hold ``EXPORT_CONFIG``, the ``(description, model)`` of its ``export.<name>`` settings. That
+may hold ``EXPORT_CONFIG``, ``{section: (description, model)}`` of the ``export.<section>``
+settings its exporters read. That
 module belongs to the export part (it reads the tree model and the strategy's step formats and
 declares ``Exporter`` rows), so the plug-in names it rather than importing it and Search never
 imports Export; ``EXPORTS`` here loads it on first use. The export task
@@ -30,11 +31,6 @@ from typing import Any
 from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.strategy import Registry
-from ragfactory.tasks.export.grpo import grpo_prompt_rows
-from ragfactory.tasks.export.step_labels import step_label_rows
-from ragfactory.tasks.export.trajectories import trajectory_rows
-from ragfactory.tasks.export.verl import verl_rows
-from ragfactory.tasks.search.treeps.expansion import STRATEGY as TREEPS
 
 Rows = list[dict[str, Any]]
 ExportInputs = Mapping[str, Sequence[Mapping[str, Any]]]
@@ -114,10 +110,16 @@ class ExportRegistry:
         return [self.get(name) for name in dict.fromkeys([*self._by_strategy, *names])]
 
     def export_configs(self) -> dict[str, tuple[str, type]]:
-        """``{strategy: (description, model)}`` of the ``export.<strategy>`` settings the
-        strategies declare, in registration order."""
-        modules = {s.name: self.declared(s.name) for s in (self._strategies or ())}
-        return {name: m.EXPORT_CONFIG for name, m in modules.items() if hasattr(m, "EXPORT_CONFIG")}
+        """``{section: (description, model)}`` of the ``export.<section>`` settings the
+        strategies declare, in registration order; a section declared twice is an error."""
+        sections: dict[str, tuple[str, type]] = {}
+        for strategy in self._strategies or ():
+            declared = getattr(self.declared(strategy.name), "EXPORT_CONFIG", {})
+            clash = sorted(set(declared) & set(sections))
+            if clash:
+                raise ValueError(f"strategy {strategy.name!r} declares export sections {clash} again")
+            sections |= declared
+        return sections
 
     def register(self, entry: StrategyExports) -> None:
         if entry.strategy in self._by_strategy:
@@ -145,31 +147,4 @@ class ExportRegistry:
         return getattr(module, "EXPORTS", None) or StrategyExports(strategy)
 
 
-def _treeps_trajectories(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return trajectory_rows(inputs["nodes"], config.trajectories, run_seed)
-
-
-def _treeps_grpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return grpo_prompt_rows(inputs["nodes"], inputs["questions"])
-
-
-def _treeps_verl(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return verl_rows(inputs["nodes"], inputs["questions"])
-
-
-def _treeps_step_labels(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return step_label_rows(inputs["nodes"], config.step_labels)
-
-
-TEXTS = {"questions": ("question_id", "question")}
-GOLDS = {"questions": ("question_id", "golden_answers")}
-
-EXPORTS = ExportRegistry(strategies=STRATEGIES, entries=[
-    StrategyExports(TREEPS, (
-        Exporter("trajectories", {"nodes": TREE_COLUMNS}, _treeps_trajectories),
-        Exporter("grpo_prompts", {"nodes": TREE_COLUMNS} | GOLDS, _treeps_grpo),
-        Exporter("verl_prompts", {"nodes": TREE_COLUMNS,
-                                  "questions": ("question_id", "dataset", "split", "golden_answers")}, _treeps_verl),
-        Exporter("step_labels", {"nodes": TREE_COLUMNS}, _treeps_step_labels),
-    )),
-])
+EXPORTS = ExportRegistry(strategies=STRATEGIES)

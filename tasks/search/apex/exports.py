@@ -165,7 +165,7 @@ def _planner_grpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
     return planner_grpo_prompts(inputs["plans"], inputs["plan_scores"], inputs["questions"], config.apex)
 
 
-EXPORT_CONFIG = ("Executor SFT and planner GRPO rows (APEX)", ApexExportConfig)
+EXPORT_CONFIG = {"apex": ("Executor SFT and planner GRPO rows (APEX)", ApexExportConfig)}
 EXPORTS = StrategyExports(STRATEGY, (
     Exporter("sft_examples", {"nodes": TREE_COLUMNS, "questions": ("question_id", "question")}, _executor_sft),
     Exporter("grpo_prompts", {"plans": ("run_id", "question_id", "plan_id", "source", "steps"),

@@ -1,13 +1,14 @@
 """TreePS-RAG as a registered strategy (``tasks/search/strategy.py``).
 
 Its trees train on sampled root-to-leaf trajectories with process advantages, GRPO and verl prompts,
-and stepwise process labels (TreePS-RAG, §2.3), with the exporters ``tasks/export/registry.py`` keys
-by its name; those read node values, so the build's valuation stage values its trees.
+and stepwise process labels (TreePS-RAG, §2.3), with the exporters of ``exports.py`` (its SQL views
+are in ``views/``); those read node values, so the build's valuation stage values its trees.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ragfactory.tasks.search.strategy import ShardContext, Strategy
@@ -28,4 +29,6 @@ TREEPS = Strategy(
     expand=expand,
     valued=True,  # trajectories and step labels carry the nodes' advantages and values (§2.3)
     description="TreePS-RAG parameters (paper defaults)",
+    exports=f"{__package__}.exports",
+    views=Path(__file__).parent / "views",
 )
