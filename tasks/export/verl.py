@@ -14,8 +14,8 @@ Search-R1) has one row per question with five columns, typed as follows:
     extra_info    struct<split: string, index: int64, question_id: string, run_id: string,
                          strategy: string, node_ids: list<string>>
 
-A strategy's exporter gives ``verl_prompts`` rows (those five plus prompt_id, run_id and
-question_id for the warehouse; TreePS-RAG's in ``tasks/search/treeps/exports.py``);
+A strategy's exporter (TreePS-RAG's, in its folder) gives ``verl_prompts`` rows (those five plus
+prompt_id, run_id and question_id for the warehouse);
 ``write_verl_parquet`` writes the five columns alone as the file
 ``data.train_files`` points at.
 
