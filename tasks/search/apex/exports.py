@@ -29,7 +29,7 @@ from typing import Any
 from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
 from ragfactory.tasks.export.sft import question_text, question_texts
 from ragfactory.tasks.rewards.answer import METRICS
-from ragfactory.tasks.search.apex.expansion import STRATEGY
+from ragfactory.tasks.search.apex.config import STRATEGY
 from ragfactory.tasks.search.apex.execute import CALLS, replay
 from ragfactory.tasks.search.apex.plan_format import MAX_STEPS, planner_prompt
 from ragfactory.tasks.search.tree import RowTree, group_trees, path_key, stable_id

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ragfactory.tasks.rewards.sepr import PlanScorer, load_plan_scorer
-from ragfactory.tasks.search.apex.expansion import STRATEGY, ApexConfig, run_apex_question
+from ragfactory.tasks.search.apex.config import STRATEGY, ApexConfig
+from ragfactory.tasks.search.apex.expansion import run_apex_question
 from ragfactory.tasks.search.strategy import ShardContext, Strategy
 from ragfactory.tasks.search.tree import TableRows
 

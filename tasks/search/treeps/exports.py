@@ -14,7 +14,7 @@ from typing import Any
 from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
 from ragfactory.tasks.export.verl import ABILITY, ANSWER_TAG, REWARD_STYLE, data_source
 from ragfactory.tasks.search.tree import RowTree, group_trees, stable_id
-from ragfactory.tasks.search.treeps.expansion import STRATEGY
+from ragfactory.tasks.search.treeps.config import STRATEGY
 from ragfactory.tasks.search.treeps.grpo import golden_list, grpo_prompt_rows, question_rows, root_id, tree_question
 from ragfactory.tasks.search.treeps.step_labels import StepLabelConfig, step_label_rows
 from ragfactory.tasks.search.treeps.trajectories import TrajectoryConfig, tree_prompt, trajectory_rows

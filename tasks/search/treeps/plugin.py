@@ -13,7 +13,8 @@ from typing import Any
 
 from ragfactory.tasks.search.strategy import ShardContext, Strategy
 from ragfactory.tasks.search.tree import TableRows
-from ragfactory.tasks.search.treeps.expansion import STRATEGY, TreePSConfig, expand_question
+from ragfactory.tasks.search.treeps.config import STRATEGY, TreePSConfig
+from ragfactory.tasks.search.treeps.expansion import expand_question
 
 
 async def expand(question: Mapping[str, Any], context: ShardContext, config: TreePSConfig) -> TableRows:
