@@ -73,10 +73,10 @@ class SearchSettings(Section):
         return self.question_ids
 
 
+# one ``search.<name>`` field per registered strategy, after the settings above
 SearchConfig = create_model(
     "SearchConfig", __base__=SearchSettings, __module__=__name__,
-    __doc__="Which strategies expand which questions, how questions are sharded, and each "
-    "registered strategy's parameters (``search.<name>``).",
+    __doc__="Which strategies expand which questions, and how questions are sharded.",
     **{s.name: (s.config_type, Field(default_factory=s.config_type, description=s.description))
        for s in STRATEGIES},
 )

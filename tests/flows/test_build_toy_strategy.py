@@ -1,108 +1,78 @@
-"""A strategy the library does not ship, which is nothing but a folder: its plug-in, its
-exporters and its SQL view, built through the build flow.
+"""A strategy the library does not ship, registered by the test and built through the build flow.
 
-The folder (written here into a temporary directory, as a package the library does not ship)
-holds what a shipped strategy's folder holds: ``plugin.py`` (the ``Strategy``, naming its
-``exports`` module and its ``views/``), ``exports.py`` (its ``EXPORTS``) and
-``views/toy_answers.sql``. Registering its plug-in in the strategy registry, the one line a
-shipped strategy adds to ``tasks/search/registry.py``, is all it takes: the build expands it with
-a scripted engine, the export stage finds its exporter, the catalog shows its view, and a
-rebuild is answered from the call cache.
+The toy strategy answers each question with one greedy sample (a root and an ``answer`` node)
+and exports one SFT example per question. Registering it (and its exporter) is all it takes:
+the config accepts its name, the flow shards and expands it, the export task writes its table, and a rebuild is
+answered from the call cache.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from ragfactory.flows.build import build
 from ragfactory.flows.config import BuildConfig
 from ragfactory.tasks.data.loaders import load_bundled
+from ragfactory.tasks.llm.types import Message, Request, Sampling
+from ragfactory.tasks.search.common import Expansion, question_fields
 from ragfactory.tasks.search.registry import STRATEGIES
-from ragfactory.warehouse.catalog import query, sql_views
+from ragfactory.tasks.export.registry import EXPORTS, ExportInputs, Exporter, StrategyExports
+from ragfactory.tasks.search.strategy import ShardContext, Strategy
+from ragfactory.tasks.search.tree import QuestionTree, TableRows, stable_id
+from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm
 
-PACKAGE = "ragfactory_toy_strategy"
-FOLDER = {
-    "__init__.py": '"""A toy strategy: one greedy answer per question."""\n',
-    "plugin.py": '''
-from dataclasses import dataclass
-from pathlib import Path
-
-from ragfactory.tasks.llm.types import Message, Request, Sampling
-from ragfactory.tasks.search.common import Expansion, question_fields
-from ragfactory.tasks.search.strategy import Strategy
-from ragfactory.tasks.search.tree import QuestionTree
+GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=3).questions}
 
 
 @dataclass(frozen=True)
 class ToyConfig:
-    max_tokens: int = 32
+    """One greedy answer per question."""
+
+    max_tokens: int = 32  # a short answer
 
 
-async def expand(question, context, config):
+async def expand_toy(question: Mapping[str, Any], context: ShardContext, config: ToyConfig) -> TableRows:
     question_id, text, golden = question_fields(question)
     tree = QuestionTree(context.run_id, question_id, "toy")
     root = tree.add_root(text)
     exp = Expansion(tree, golden, context.generator, context.retriever, context.run_seed)
     path = f"{root.path}/a"
     sampling = Sampling(max_tokens=config.max_tokens, seed=exp.seed(path))
-    [done] = await exp.sample(Request((Message("user", text),), sampling, "policy", exp.tags(path)))
-    scores = exp.scores(done.text)
-    tree.add_child(root, "a0", "answer", done.text, parsed=scores, llm_call_id=done.call_id,
+    [completion] = await exp.sample(Request((Message("user", text),), sampling, "policy", exp.tags(path)))
+    scores = exp.scores(completion.text)
+    tree.add_child(root, "a0", "answer", completion.text, parsed=scores, llm_call_id=completion.call_id,
                    is_leaf=True, reward=scores["em"])
     return tree.table_rows()
 
 
-TOY = Strategy("toy", ToyConfig, expand, exports=f"{__package__}.exports",
-               views=Path(__file__).parent / "views")
-''',
-    "exports.py": '''
-from ragfactory.tasks.export.registry import Exporter, StrategyExports
-from ragfactory.tasks.search.tree import stable_id
-
-
-def sft(inputs, config, run_seed):
+def toy_sft(inputs: ExportInputs, config: Any, run_seed: int) -> list[dict]:
+    answers = [n for n in inputs["nodes"] if n["kind"] == "answer"]
     texts = {q["question_id"]: q["question"] for q in inputs["questions"]}
     return [{
         "example_id": stable_id("toy-sft", n["run_id"], n["node_id"]), "run_id": n["run_id"],
         "question_id": n["question_id"], "strategy": "toy", "node_ids": [n["node_id"]],
         "messages": [{"role": "user", "content": texts[n["question_id"]]},
                      {"role": "assistant", "content": n["text"]}],
-    } for n in inputs["nodes"] if n["kind"] == "answer"]
+    } for n in answers]
 
 
-EXPORTS = StrategyExports("toy", (Exporter(
+TOY = Strategy("toy", ToyConfig, expand_toy)
+# the export task hands the exporter these columns only: reading one more would be a KeyError
+TOY_EXPORTS = StrategyExports("toy", (Exporter(
     "sft_examples", {"nodes": ("node_id", "run_id", "question_id", "kind", "text"),
-                     "questions": ("question_id", "question")}, sft),))
-''',
-    "views/toy_answers.sql": "select question_id, text as answer, reward from nodes "
-                             "where strategy = 'toy' and kind = 'answer'\n",
-}
-GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=3).questions}
+                     "questions": ("question_id", "question")}, toy_sft),))
 
 
 @pytest.fixture
-def toy_folder(tmp_path):
-    """The folder as an importable package, its plug-in registered for the test."""
-    root = tmp_path / PACKAGE
-    for rel, text in FOLDER.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    spec = importlib.util.spec_from_file_location(PACKAGE, root / "__init__.py",
-                                                  submodule_search_locations=[str(root)])
-    sys.modules[PACKAGE] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sys.modules[PACKAGE])
-    try:
-        plugin = importlib.import_module(f"{PACKAGE}.plugin")
-        with STRATEGIES.registered(plugin.TOY):
-            yield root
-    finally:
-        for name in [m for m in sys.modules if m == PACKAGE or m.startswith(PACKAGE + ".")]:
-            del sys.modules[name]
+def toy():
+    with STRATEGIES.registered(TOY), EXPORTS.registered(TOY_EXPORTS):
+        yield TOY
 
 
 def _config(root) -> BuildConfig:
@@ -122,7 +92,7 @@ def test_an_unregistered_strategy_is_a_config_error_naming_the_known_ones(tmp_pa
         _config(tmp_path)
 
 
-def test_a_strategy_folder_builds_exports_shows_its_view_and_rebuilds_from_cache(tmp_path, toy_folder, engines):
+def test_a_registered_toy_strategy_builds_exports_and_rebuilds_from_cache(tmp_path, toy, engines):
     backend = ScriptedBackend(lambda request, sample: GOLD[request.messages[0].content])
     engines(backend)
     root = tmp_path / "wh"
@@ -135,20 +105,11 @@ def test_a_strategy_folder_builds_exports_shows_its_view_and_rebuilds_from_cache
     assert nodes == [{"strategy": "toy", "kind": kind, "reward": reward}
                      for _ in range(3) for kind, reward in (("question", None), ("answer", 1.0))]
     assert summary["exports"] == [{"strategy": "toy", "sft_examples": 3, "contaminated": 0}]
-    examples = query(wh, "select messages from sft_examples").to_pylist()
+    examples = query(wh, "select strategy, messages from sft_examples").to_pylist()
     assert sorted(e["messages"][1]["content"] for e in examples) == sorted(GOLD.values())
-    answers = query(wh, "select answer, reward from toy_answers order by answer").to_pylist()
-    assert answers == [{"answer": a, "reward": 1.0} for a in sorted(GOLD.values())]
 
     calls = backend.calls
     again = build(_config(root))
     assert again["status"] == "completed"
     assert backend.calls == calls, "the rebuild called the engine"
     assert [s["cached"] for s in again["shards"]] == [True, True]
-
-
-def test_a_strategy_view_leaves_the_catalog_with_its_strategy(toy_folder):
-    assert "toy_answers" in sql_views()
-    STRATEGIES.unregister("toy")
-    assert "toy_answers" not in sql_views()
-    assert {"decex_layers", "treeps_tree", "apex_plans", "mcts_tree", "r3_trajectories"} <= set(sql_views())
