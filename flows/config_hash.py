@@ -14,7 +14,7 @@ the outputs change serves stale shards. The rule:
 3. A field added since then enters only when its value differs from its default, and then whole
    (a section that is set enters with all of its fields). A build that does not use a new setting
    keeps its hash, so adding a setting never rebuilds a warehouse; the rule holds for sections
-   added after version 1 too (``valuation``, ``search.mcts``, ``search.r3``).
+   added after version 1 too (``valuation``, and the sections of two strategies added since).
 4. Changing the default of a version-1 field would change what an unchanged config builds while
    its hash stays; ``tests/test_config_hash.py`` fails then, and the fix is a new
    ``HASH_VERSION`` with a new field list (the version then enters the payload, so every id moves

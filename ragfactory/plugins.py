@@ -3,9 +3,17 @@
 Engines (``tasks/llm/registry.py``) and retrievers (``tasks/retrieval/factory.py``) are looked up
 by name; a config names either a built-in or a plugged one. This module imports nothing of ours,
 so both parts share the one check without importing each other.
+
+It also holds the folders of SQL views that plugged parts ship: a search strategy registers its
+``views/`` folder here (``tasks/search/strategy.py``) and the warehouse catalog reads them
+(``warehouse/catalog.py``), so neither part imports the other.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+
+_VIEW_FOLDERS: dict[str, Path] = {}
 
 
 def builtin_or_plugged(name: str, builtins: tuple[str, ...], field: str, what: str) -> str:
@@ -18,3 +26,17 @@ def builtin_or_plugged(name: str, builtins: tuple[str, ...], field: str, what: s
         return name
     raise ValueError(f"{field} {name!r} is neither a built-in {what} ({', '.join(builtins)}) "
                      "nor a registered one named '<plugin>:<name>'")
+
+
+def register_views(owner: str, folder: Path) -> None:
+    """Show the ``*.sql`` views of ``folder`` in the catalog, on behalf of ``owner``."""
+    _VIEW_FOLDERS[owner] = Path(folder)
+
+
+def unregister_views(owner: str) -> None:
+    _VIEW_FOLDERS.pop(owner, None)
+
+
+def view_folders() -> list[Path]:
+    """The registered view folders, in registration order."""
+    return list(_VIEW_FOLDERS.values())

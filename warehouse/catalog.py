@@ -1,4 +1,5 @@
-"""The DuckDB catalog: a view per warehouse table over its Parquet, plus the views in ``sql/``.
+"""The DuckDB catalog: a view per warehouse table over its Parquet, plus the views in ``sql/`` and
+those the search strategies ship (``tasks/search/<name>/views/``).
 
 The catalog file holds view definitions only, so it is small and cheap to rebuild: a refresh
 writes a new file beside the old one and renames it over, which never blocks a person who has
@@ -23,6 +24,7 @@ import duckdb
 import pyarrow as pa
 
 from ragfactory.atomic import atomic_path
+from ragfactory.plugins import view_folders
 from ragfactory.schemas.tables import TABLES
 from ragfactory.warehouse.confined import LimitReached, SqlLimits, close, confined_duckdb, refusal, rows_refusal, within_limits
 from ragfactory.warehouse.guard import (
@@ -39,13 +41,19 @@ __all__ = [
 ]
 
 def sql_views() -> dict[str, str]:
-    """The views shipped in ``warehouse/sql/``: file stem -> ``with … select`` text."""
-    folder = resources.files("ragfactory.warehouse") / "sql"
-    views = {}
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".sql"):
-            views[entry.name[:-4]] = entry.read_text(encoding="utf-8").strip().rstrip(";")
-    return views
+    """The views shipped in ``warehouse/sql/`` and in the folders plugged parts registered (each
+    search strategy's ``views/``, ``ragfactory/plugins.py``): file stem -> ``with … select``
+    text, by name. Two files of one name are an error naming both."""
+    found: dict[str, tuple[str, str]] = {}
+    for folder in [resources.files("ragfactory.warehouse") / "sql", *view_folders()]:
+        for entry in folder.iterdir():
+            name = entry.name[:-4]
+            if not entry.name.endswith(".sql"):
+                continue
+            if name in found:
+                raise ValueError(f"view {name!r} is defined twice: {found[name][0]} and {entry}")
+            found[name] = (str(entry), entry.read_text(encoding="utf-8").strip().rstrip(";"))
+    return {name: found[name][1] for name in sorted(found)}
 
 
 def tables_read(sql: str) -> set[str] | None:

@@ -63,6 +63,7 @@ def sql(
     Example: `ragfactory sql "select dataset, count(*) from questions group by 1" --format csv`
     """
     from ragfactory.warehouse.catalog import Refused, tables_read, user_query as run_query
+    _register_strategy_views()
     from ragfactory.warehouse.guard import first_line
 
     if fmt not in {"table", "csv", "json"}:
@@ -118,10 +119,17 @@ def tables(root: RootOption = None) -> None:
         raise typer.Exit(code=1)
 
 
+def _register_strategy_views() -> None:
+    """Register the search strategies, whose views (``tasks/search/<name>/views/``) the catalog
+    shows beside its own."""
+    import ragfactory.tasks.search.registry  # noqa: F401
+
+
 def _refresh_catalog(wh) -> bool:
     """Whether the catalog file could be refreshed: False on a root this user cannot write (no
     permission, or a read-only file system), where ``tables`` still counts from the Parquet files."""
     from ragfactory.warehouse.catalog import refresh_catalog
+    _register_strategy_views()
 
     try:
         refresh_catalog(wh)
@@ -142,6 +150,7 @@ def _table_counts(wh) -> tuple[Table, list[str]]:
     from ragfactory.schemas.tables import TABLES
     from ragfactory.warehouse.catalog import connect, sql_views
     from ragfactory.warehouse.guard import first_line
+    _register_strategy_views()
 
     view = Table(title=f"warehouse {wh.root}")
     for column in ("name", "kind", "rows", "files"):

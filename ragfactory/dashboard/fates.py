@@ -6,12 +6,15 @@ the termination votes of the majority (DecEx-RAG §3.2); TreePS keeps one search
 Jaccard-similar passage sets (TreePS-RAG §2.2); ReasonRAG MCTS keeps the steps on a path to an
 answer (§2.2.3); R3-RAG keeps the best correct attempt (Algorithm 2); APEX executes the plans
 with the highest SEPR F1 (APEX-Searcher §2.2.1). The sentence reads those fields; a node with
-none of them says only what it is.
+none of them says only what it is. A strategy may explain its own nodes first (its plug-in's
+``explain`` hook, ``tasks/search/strategy.py``), as ReasonRAG MCTS does with their Q and N.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from ragfactory.tasks.search.registry import STRATEGIES
 
 
 def status(node: dict) -> str:
@@ -32,7 +35,7 @@ def fate(node: dict, siblings: Sequence[dict]) -> str:
         return "the question: every branch of the tree starts here"
     if state == "format error":
         return f"format error: {node.get('format_error') or 'the output did not parse'}"
-    for rule in (_rollout, _duplicate, _vote, _attempt, _plan, _cluster, _mcts, _valued):
+    for rule in (_rollout, _duplicate, _vote, _attempt, _plan, _cluster, _strategy, _valued):
         sentence = rule(node, parsed, siblings, state)
         if sentence:
             return sentence
@@ -106,13 +109,12 @@ def jaccard(a: Sequence[str], b: Sequence[str]) -> float:
     return len(set(a) & set(b)) / len(union) if union else 1.0
 
 
-def _mcts(node, parsed, siblings, state) -> str | None:
-    if node.get("strategy") != "mcts":
+def _strategy(node, parsed, siblings, state) -> str | None:
+    try:
+        strategy = STRATEGIES.by_tree_name(node.get("strategy"))
+    except ValueError:  # a tree of a strategy this process does not register: the generic rules
         return None
-    stats = f"Q {_num(node.get('value'))}, N {node.get('visits')}"
-    if state == "kept":
-        return f"kept: on a path that reaches an answer ({stats})"
-    return f"pruned: no path through it reached an answer ({stats})"
+    return strategy.explain(node, state) if strategy.explain else None
 
 
 def _valued(node, parsed, siblings, state) -> str | None:

@@ -1,23 +1,22 @@
 """Parameters of the export stage: how search trees become training data, and decontamination.
 
 The ``export`` section of the build config (``flows/config.py``), gathering the exporters' own
-parameters (each beside its writer in ``tasks/export/``).
+parameters: those several strategies share beside their code in ``tasks/export/``, and the
+sections each strategy's exporters declare in its folder (``tasks/export/registry.py``).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ragfactory.tasks.data.config import DatasetConfig, Partition
-from ragfactory.tasks.export.apex import ApexExportConfig
 from ragfactory.tasks.export.contamination import ContaminationConfig
 from ragfactory.tasks.export.dpo import DpoConfig
 from ragfactory.tasks.export.ngrams import NgramConfig
+from ragfactory.tasks.export.registry import EXPORTS
 from ragfactory.tasks.export.sft import SftConfig
-from ragfactory.tasks.export.step_labels import StepLabelConfig
-from ragfactory.tasks.export.trajectories import TrajectoryConfig
 
 
 class Section(BaseModel):
@@ -64,21 +63,21 @@ class DecontaminationConfig(Section):
                                    cosine=self.cosine, judge=self.judge)
 
 
-class ExportConfig(Section):
-    """How search trees become training data."""
+class ExportSettings(Section):
+    """How search trees become training data (the settings several strategies' exporters share;
+    ``ExportConfig`` adds the sections the strategies declare, and decontamination)."""
 
     sft: SftConfig = Field(default_factory=SftConfig, description="Best-chain SFT examples")
     dpo: DpoConfig = Field(default_factory=DpoConfig, description="Sibling preference pairs")
-    trajectories: TrajectoryConfig = Field(
-        default_factory=TrajectoryConfig, description="Sampled root-to-leaf paths (TreePS)"
-    )
-    step_labels: StepLabelConfig = Field(
-        default_factory=StepLabelConfig, description="Stepwise process labels for PRMs (TreePS)"
-    )
-    apex: ApexExportConfig = Field(
-        default_factory=ApexExportConfig, description="Executor SFT and planner GRPO rows (APEX)"
-    )
-    decontamination: DecontaminationConfig = Field(
+
+
+ExportConfig = create_model(
+    "ExportConfig", __base__=ExportSettings, __module__=__name__,
+    __doc__="How search trees become training data.",
+    **{name: (model, Field(default_factory=model, description=description))
+       for name, (description, model) in EXPORTS.export_configs().items()},
+    decontamination=(DecontaminationConfig, Field(
         default_factory=DecontaminationConfig,
         description="Training rows whose question matches a held-out or evaluation question",
-    )
+    )),
+)

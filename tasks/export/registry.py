@@ -6,18 +6,18 @@ steps declare theirs); ``rows(inputs, export_config, run_seed)`` reads ``inputs[
 columns (``tasks/training_data.py``), so a column an exporter uses without declaring it is a
 KeyError in its tests, not a silent dependency. Exporters of trees read whole ``nodes`` rows
 (``TREE_COLUMNS``): the tree model (``tasks/search/tree.py``) carries every column to the step
-formats. The export part owns this registry rather than the
-strategies' plug-ins: exporters read the tree model and the strategies' step formats
-(``tasks/search``), so a plug-in naming its exporters would make Search and Export import each
-other. The export task (``tasks/training_data.py``) looks a strategy's exporters up here by the
-registered name of the strategy that wrote the trees and knows none by name; a strategy with no
-entry exports nothing, and a test adds exporters for a toy strategy with ``EXPORTS.registered``.
+formats.
 
-DecEx-RAG: SFT on the best chains and DPO on sibling branches (§2.3). TreePS-RAG: sampled
-root-to-leaf trajectories with process advantages, GRPO and verl prompts, stepwise process
-labels (TreePS-RAG, §2.3; they read node values, which the valuation stage fills in). APEX-Searcher:
-executor SFT on correct runs and planner GRPO prompts with their SEPR (APEX-Searcher, §2.3). ReasonRAG
-MCTS: step preference pairs per state and SFT on the best answer's path (ReasonRAG, §2.2.3).
+Each strategy declares its exporters in its own folder: the module its plug-in names as
+``exports`` (``tasks/search/<name>/exports.py``) holds ``EXPORTS``, a ``StrategyExports``, and
+may hold ``EXPORT_CONFIG``, ``{section: (description, model)}`` of the ``export.<section>``
+settings its exporters read. That
+module belongs to the export part (it reads the tree model and the strategy's step formats and
+declares ``Exporter`` rows), so the plug-in names it rather than importing it and Search never
+imports Export; ``EXPORTS`` here loads it on first use. The export task
+(``tasks/training_data.py``) looks a strategy's exporters up here by the registered name of the
+strategy that wrote the trees and knows none by name; a strategy that declares none exports
+nothing, and a test may add exporters with ``EXPORTS.registered``.
 """
 
 from __future__ import annotations
@@ -25,23 +25,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Any
 
 from ragfactory.schemas.tables import table_spec
-from ragfactory.tasks.export.apex import executor_sft_examples, planner_grpo_prompts
-from ragfactory.tasks.export.dpo import preference_pairs
-from ragfactory.tasks.export.grpo import grpo_prompt_rows
-from ragfactory.tasks.export.mcts import mcts_preference_pairs, mcts_sft_examples
-from ragfactory.tasks.export.r3 import r3_sft_examples
-from ragfactory.tasks.export.sft import sft_examples
-from ragfactory.tasks.export.step_labels import step_label_rows
-from ragfactory.tasks.export.trajectories import trajectory_rows
-from ragfactory.tasks.export.verl import verl_rows
-from ragfactory.tasks.search.apex.expansion import STRATEGY as APEX
-from ragfactory.tasks.search.decex.config import STRATEGY as DECEX
-from ragfactory.tasks.search.mcts.config import STRATEGY as MCTS
-from ragfactory.tasks.search.r3.config import STRATEGY as R3
-from ragfactory.tasks.search.treeps.expansion import STRATEGY as TREEPS
+from ragfactory.tasks.search.registry import STRATEGIES
+from ragfactory.tasks.search.strategy import Registry
 
 Rows = list[dict[str, Any]]
 ExportInputs = Mapping[str, Sequence[Mapping[str, Any]]]
@@ -100,12 +89,37 @@ class StrategyExports:
 
 
 class ExportRegistry:
-    """Exporters by strategy name (``Strategy.name`` in ``tasks/search/registry.py``)."""
+    """Exporters by strategy name (``Strategy.name`` in ``tasks/search/registry.py``): those
+    registered here, else those the strategy's ``exports`` module declares."""
 
-    def __init__(self, entries: Sequence[StrategyExports] = ()):
+    def __init__(self, entries: Sequence[StrategyExports] = (), strategies: Registry | None = None):
         self._by_strategy: dict[str, StrategyExports] = {}
+        self._strategies = strategies
         for entry in entries:
             self.register(entry)
+
+    def declared(self, strategy: str) -> Any:
+        """The ``exports`` module a registered strategy names, loaded; None when it names none."""
+        if self._strategies is None or strategy not in self._strategies.names():
+            return None
+        module = self._strategies.get(strategy).exports
+        return import_module(module) if module else None
+
+    def _entries(self) -> list[StrategyExports]:
+        names = [] if self._strategies is None else self._strategies.names()
+        return [self.get(name) for name in dict.fromkeys([*self._by_strategy, *names])]
+
+    def export_configs(self) -> dict[str, tuple[str, type]]:
+        """``{section: (description, model)}`` of the ``export.<section>`` settings the
+        strategies declare, in registration order; a section declared twice is an error."""
+        sections: dict[str, tuple[str, type]] = {}
+        for strategy in self._strategies or ():
+            declared = getattr(self.declared(strategy.name), "EXPORT_CONFIG", {})
+            clash = sorted(set(declared) & set(sections))
+            if clash:
+                raise ValueError(f"strategy {strategy.name!r} declares export sections {clash} again")
+            sections |= declared
+        return sections
 
     def register(self, entry: StrategyExports) -> None:
         if entry.strategy in self._by_strategy:
@@ -123,84 +137,14 @@ class ExportRegistry:
 
     def tables(self) -> list[str]:
         """Every table some registered strategy exports, sorted."""
-        return sorted({e.table for entry in self._by_strategy.values() for e in entry.exporters})
+        return sorted({e.table for entry in self._entries() for e in entry.exporters})
 
     def get(self, strategy: str) -> StrategyExports:
-        """The exporters of ``strategy``; none when it registered none."""
-        return self._by_strategy.get(strategy) or StrategyExports(strategy)
+        """The exporters of ``strategy``; none when it declared none."""
+        if strategy in self._by_strategy:
+            return self._by_strategy[strategy]
+        module = self.declared(strategy)
+        return getattr(module, "EXPORTS", None) or StrategyExports(strategy)
 
 
-def _decex_sft(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return sft_examples(inputs["nodes"], inputs["questions"], config.sft)
-
-
-def _decex_dpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return preference_pairs(inputs["nodes"], inputs["questions"], config.dpo)
-
-
-def _treeps_trajectories(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return trajectory_rows(inputs["nodes"], config.trajectories, run_seed)
-
-
-def _treeps_grpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return grpo_prompt_rows(inputs["nodes"], inputs["questions"])
-
-
-def _treeps_verl(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return verl_rows(inputs["nodes"], inputs["questions"])
-
-
-def _treeps_step_labels(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return step_label_rows(inputs["nodes"], config.step_labels)
-
-
-def _apex_executor_sft(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return executor_sft_examples(inputs["nodes"], inputs["questions"], config.apex)
-
-
-def _apex_planner_grpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return planner_grpo_prompts(inputs["plans"], inputs["plan_scores"], inputs["questions"], config.apex)
-
-
-TEXTS = {"questions": ("question_id", "question")}
-GOLDS = {"questions": ("question_id", "golden_answers")}
-
-def _mcts_sft(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return mcts_sft_examples(inputs["nodes"], inputs["questions"], config.sft)
-
-
-def _r3_sft(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return r3_sft_examples(inputs["nodes"], inputs["questions"])
-
-
-def _mcts_dpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return mcts_preference_pairs(inputs["nodes"], inputs["questions"], config.dpo)
-
-
-EXPORTS = ExportRegistry([
-    StrategyExports(DECEX, (
-        Exporter("sft_examples", {"nodes": TREE_COLUMNS} | TEXTS, _decex_sft),
-        Exporter("preference_pairs", {"nodes": TREE_COLUMNS} | TEXTS, _decex_dpo),
-    )),
-    StrategyExports(TREEPS, (
-        Exporter("trajectories", {"nodes": TREE_COLUMNS}, _treeps_trajectories),
-        Exporter("grpo_prompts", {"nodes": TREE_COLUMNS} | GOLDS, _treeps_grpo),
-        Exporter("verl_prompts", {"nodes": TREE_COLUMNS,
-                                  "questions": ("question_id", "dataset", "split", "golden_answers")}, _treeps_verl),
-        Exporter("step_labels", {"nodes": TREE_COLUMNS}, _treeps_step_labels),
-    )),
-    StrategyExports(APEX, (
-        Exporter("sft_examples", {"nodes": TREE_COLUMNS} | TEXTS, _apex_executor_sft),
-        Exporter("grpo_prompts", {"plans": ("run_id", "question_id", "plan_id", "source", "steps"),
-                                  "plan_scores": ("plan_id", "f1"),
-                                  "questions": ("question_id", "question", "golden_answers")},
-                 _apex_planner_grpo),
-    )),
-    StrategyExports(MCTS, (
-        Exporter("sft_examples", {"nodes": TREE_COLUMNS} | TEXTS, _mcts_sft),
-        Exporter("preference_pairs", {"nodes": TREE_COLUMNS} | TEXTS, _mcts_dpo),
-    )),
-    StrategyExports(R3, (
-        Exporter("sft_examples", {"nodes": TREE_COLUMNS} | TEXTS, _r3_sft),
-    )),
-])
+EXPORTS = ExportRegistry(strategies=STRATEGIES)

@@ -1,4 +1,4 @@
-"""verl RL data from TreePS-RAG trees: the parquet verl's Search-R1 recipe reads (App. C.2).
+"""verl RL data: the parquet verl's Search-R1 recipe reads (TreePS-RAG, App. C.2).
 
 TreePS-RAG trained with verl. Its Search-R1 data (``scripts/data_process/nq_search.py`` of
 Search-R1) has one row per question with five columns, typed as follows:
@@ -14,8 +14,9 @@ Search-R1) has one row per question with five columns, typed as follows:
     extra_info    struct<split: string, index: int64, question_id: string, run_id: string,
                          strategy: string, node_ids: list<string>>
 
-``verl_rows`` gives ``verl_prompts`` rows (those five plus prompt_id, run_id and question_id
-for the warehouse); ``write_verl_parquet`` writes the five columns alone as the file
+A strategy's exporter (TreePS-RAG's, in its folder) gives ``verl_prompts`` rows (those five plus
+prompt_id, run_id and question_id for the warehouse);
+``write_verl_parquet`` writes the five columns alone as the file
 ``data.train_files`` points at.
 
 The reward is stock verl's: ``verl.utils.reward_score.default_compute_score`` (verl 0.9.1) scores
@@ -37,9 +38,6 @@ import pyarrow.parquet as pq
 
 from ragfactory.atomic import atomic_path
 from ragfactory.schemas.tables import VERL_COLUMNS
-from ragfactory.tasks.export.grpo import golden_list, question_rows, root_id, tree_question
-from ragfactory.tasks.export.trajectories import tree_prompt
-from ragfactory.tasks.search.tree import RowTree, group_trees, stable_id
 from ragfactory.warehouse.store import conform, write_parquet
 
 ABILITY = "fact-reasoning"  # Search-R1's value for its QA datasets
@@ -64,42 +62,6 @@ def reward_overrides(data_sources: Iterable[str]) -> list[str]:
         return []
     return [f"reward.custom_reward_function.path={REWARD_MODULE}",
             "reward.custom_reward_function.name=compute_score"]
-
-
-def _user_prompt(tree: RowTree) -> str:
-    text = tree_prompt(tree)
-    if ANSWER_TAG not in text:
-        raise ValueError(f"question {tree.question_id!r}: the prompt does not ask for {ANSWER_TAG}…"
-                         "</answer>, which verl's Search-R1 reward parses")
-    return text
-
-
-def verl_rows(
-    nodes_rows: Iterable[Mapping[str, Any]], questions: Iterable[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
-    """One ``verl_prompts`` row per question tree in ``nodes_rows``, indexed in tree order."""
-    by_id = question_rows(questions)
-    rows = []
-    for index, tree in enumerate(group_trees(nodes_rows).values()):
-        question = tree_question(by_id, tree)
-        rows.append({
-            "prompt_id": stable_id("verl", tree.run_id, tree.question_id, tree.strategy),
-            "run_id": tree.run_id,
-            "question_id": tree.question_id,
-            "data_source": data_source(question.get("dataset")),
-            "prompt": [{"role": "user", "content": _user_prompt(tree)}],
-            "ability": ABILITY,
-            "reward_model": {"style": REWARD_STYLE, "ground_truth": {"target": golden_list(question)}},
-            "extra_info": {
-                "split": question.get("split"),
-                "index": index,
-                "question_id": tree.question_id,
-                "run_id": tree.run_id,
-                "strategy": tree.strategy,
-                "node_ids": [root_id(tree)],
-            },
-        })
-    return rows
 
 
 def write_verl_parquet(rows: pa.Table | Iterable[Mapping[str, Any]], path: str | os.PathLike) -> Path:

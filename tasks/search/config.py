@@ -1,31 +1,30 @@
 """Parameters of the search stage: which strategies expand which questions, and the sharding.
 
 The ``search`` section of the build config (``flows/config.py``); each strategy's own parameters
-live beside it (``tasks/search/<strategy>/``), with the papers' defaults.
+live beside it (``tasks/search/<strategy>/``), with the papers' defaults, and appear here as
+``search.<name>``, one field per registered strategy in registration order
+(``tasks/search/registry.py``).
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from ragfactory.tasks.data.config import Partition
-from ragfactory.tasks.search.apex.expansion import ApexConfig
-from ragfactory.tasks.search.decex.config import DecExConfig
-from ragfactory.tasks.search.mcts.config import MctsConfig
-from ragfactory.tasks.search.r3.config import R3Config
-from ragfactory.tasks.search.treeps.expansion import TreePSConfig
+from ragfactory.tasks.search.registry import STRATEGIES
 
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SearchConfig(Section):
-    """Which strategies expand which questions, and how questions are sharded."""
+class SearchSettings(Section):
+    """Which strategies expand which questions, and how questions are sharded (without the
+    strategies' own sections, which ``SearchConfig`` adds)."""
 
     strategies: list[str] = Field(
-        default_factory=list, description="Search strategies to run, by registered name (decex, treeps, "
-        "apex, mcts, r3; tasks/search/registry.py); none: ingest and index only",
+        default_factory=list, description="Search strategies to run, by registered name (" +
+        ", ".join(s.name for s in STRATEGIES) + "; tasks/search/registry.py); none: ingest and index only",
     )
     datasets: list[str] | None = Field(
         None, description="Datasets whose questions are expanded; default: every dataset built"
@@ -50,29 +49,9 @@ class SearchConfig(Section):
         4, ge=1, description="Shards a worker expands at once; their engine calls merge into shared "
         "batches (an engine's decode step costs about the same for 4 rows as for 8)",
     )
-    decex: DecExConfig = Field(
-        default_factory=DecExConfig, description="DecEx-RAG parameters (paper defaults)"
-    )
-    treeps: TreePSConfig = Field(
-        default_factory=TreePSConfig, description="TreePS-RAG parameters (paper defaults)"
-    )
-    apex: ApexConfig = Field(
-        default_factory=ApexConfig, description="APEX-Searcher planning, SEPR and execution"
-    )
-    mcts: MctsConfig = Field(
-        default_factory=MctsConfig, description="ReasonRAG MCTS parameters (defaults and their sources "
-        "in tasks/search/mcts/config.py)"
-    )
-    r3: R3Config = Field(
-        default_factory=R3Config, description="R3-RAG cold-start parameters (defaults and their sources "
-        "in tasks/search/r3/config.py)"
-    )
-
     @field_validator("strategies")
     @classmethod
     def _registered(cls, names: list[str]) -> list[str]:
-        from ragfactory.tasks.search.registry import STRATEGIES  # the registry imports every strategy
-
         known = STRATEGIES.names()
         unknown = [n for n in names if n not in known]
         if unknown:
@@ -80,7 +59,7 @@ class SearchConfig(Section):
         return names
 
     @model_validator(mode="after")
-    def _listed_strategies_run(self) -> SearchConfig:
+    def _listed_strategies_run(self) -> SearchSettings:
         if isinstance(self.question_ids, dict):
             unknown = sorted(set(self.question_ids) - set(self.strategies))
             if unknown:
@@ -92,3 +71,12 @@ class SearchConfig(Section):
         if isinstance(self.question_ids, dict):
             return self.question_ids.get(strategy)
         return self.question_ids
+
+
+# one ``search.<name>`` field per registered strategy, after the settings above
+SearchConfig = create_model(
+    "SearchConfig", __base__=SearchSettings, __module__=__name__,
+    __doc__="Which strategies expand which questions, and how questions are sharded.",
+    **{s.name: (s.config_type, Field(default_factory=s.config_type, description=s.description))
+       for s in STRATEGIES},
+)

@@ -13,16 +13,23 @@ A strategy is a registered plug-in that declares:
    config field, so preflight resolves them before the build starts);
 5. ``valued``: whether its exporters read Monte-Carlo node values (``visits``, ``value``,
    ``advantage``), which the build's valuation stage fills in over its ``nodes`` after expansion
-   (``tasks/valuate.py``); a strategy never values its tree itself for export.
+   (``tasks/valuate.py``); a strategy never values its tree itself for export;
+6. ``description``: the one line the build config shows for its ``search.<name>`` section (a
+   strategy added later enters the config hash only once its section is set:
+   ``flows/config_hash.py``, so the run ids of builds made before it hold);
+7. ``exports``: the dotted name of the module in its folder that declares its exporters
+   (``EXPORTS``, a ``StrategyExports``) and, optionally, its ``export.<name>`` settings
+   (``EXPORT_CONFIG``). It is named, not imported: that module belongs to the export part
+   (``tasks/export/registry.py`` loads it), so Search never imports Export;
+8. ``views``: the folder of its SQL views (``<view name>.sql``), which the warehouse catalog
+   shows beside its own (registered through ``ragfactory/plugins.py``);
+9. ``explain``: optionally, why one of its nodes was kept or pruned, in the dashboard's words
+   (``ragfactory/dashboard/fates.py``), before the generic rules.
 
-Its exporters (the training-data tables its trees feed) are not part of the plug-in: they read
-the tree model and the step formats defined here, so the export part keys them by strategy name
-(``tasks/export/registry.py``) and Search never imports Export.
-
-The shard runner, the expand task and the export task look strategies up here and know none by
-name. Adding a strategy is one sub-package under ``tasks/search/`` and one line in
-``tasks/search/registry.py`` (and one entry in ``tasks/export/registry.py`` for the tables it
-feeds); a test may ``register`` a toy one for as long as it runs.
+The shard runner, the config, its hash, the expand and export tasks and the catalog look
+strategies up here and know none by name. Adding a strategy is one sub-package under
+``tasks/search/`` and one line in ``tasks/search/registry.py``; a test may ``register`` a toy
+one for as long as it runs.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragfactory.plugins import register_views, unregister_views
 from ragfactory.tasks.llm.types import Generator
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.search.tree import TableRows
@@ -63,6 +71,10 @@ class Strategy:
     open_scorer: Callable[[Any, Path], Any] | None = None
     encoders: Callable[[Any], dict[str, str]] = field(default=lambda config: {})
     valued: bool = False
+    description: str = ""
+    exports: str | None = None
+    views: Path | None = None
+    explain: Callable[[Mapping[str, Any], str], str | None] | None = None
 
     @property
     def tree_names(self) -> tuple[str, ...]:
@@ -98,9 +110,16 @@ class Registry:
         if clash:
             raise ValueError(f"strategy {strategy.name!r}: names {clash} are already registered")
         self._by_name[strategy.name] = strategy
+        if strategy.views is not None:
+            register_views(strategy.name, strategy.views)
 
     def unregister(self, name: str) -> None:
-        self._by_name.pop(name, None)
+        if self._by_name.pop(name, None) is not None:
+            unregister_views(name)
+
+    def __iter__(self) -> Iterator[Strategy]:
+        """The strategies in registration order (the order of the config's sections)."""
+        return iter(list(self._by_name.values()))
 
     @contextmanager
     def registered(self, strategy: Strategy) -> Iterator[Strategy]:

@@ -49,10 +49,10 @@ def node_id(run_id: str, question_id: str, strategy: str, path: str) -> str:
     The strategy is part of the address: one run may grow several trees per question (DecEx
     and TreePS, or DecEx with and without pruning), and their paths overlap from the root on.
 
-    >>> node_id("r", "q1", "decex", "q/s0") == node_id("r", "q1", "decex", "q/s0")
+    >>> node_id("r", "q1", "one", "q/s0") == node_id("r", "q1", "one", "q/s0")
     True
-    >>> len({node_id("r", "q1", "decex", "q/s0"), node_id("r", "q1", "decex", "q/s1"),
-    ...      node_id("r", "q1", "treeps", "q/s0")})
+    >>> len({node_id("r", "q1", "one", "q/s0"), node_id("r", "q1", "one", "q/s1"),
+    ...      node_id("r", "q1", "other", "q/s0")})
     3
     """
     return stable_id("node", run_id, question_id, strategy, path)

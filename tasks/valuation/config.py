@@ -24,7 +24,7 @@ class ValuationSection(BaseModel):
 
     strategies: list[str] | None = Field(
         None, description="Strategies (names in search.strategies) whose trees are valued; default those "
-        "whose plug-in asks for values (treeps). [] values none; DecEx values its own nodes as it searches",
+        "whose plug-in asks for values (TreePS-RAG's). [] values none; DecEx values its own nodes as it searches",
     )
     metric: Literal["em", "f1", "cover_em"] | None = Field(
         ValuationConfig.metric, description="Leaf outcome: default the reward the strategy scored (EM for "

@@ -6,8 +6,10 @@ import pyarrow as pa
 import pytest
 
 from ragfactory.schemas.tables import table_spec
-from ragfactory.tasks.export.dpo import DpoConfig, preference_pairs
-from ragfactory.tasks.export.sft import SftConfig, sft_examples
+from ragfactory.tasks.export.dpo import DpoConfig
+from ragfactory.tasks.search.decex.exports import preference_pairs
+from ragfactory.tasks.export.sft import SftConfig
+from ragfactory.tasks.search.decex.exports import sft_examples
 from ragfactory.tasks.search.tree import QuestionTree
 
 QUESTIONS = [{"question_id": "q", "question": "Capital of France?"}]

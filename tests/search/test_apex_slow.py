@@ -12,7 +12,7 @@ import asyncio
 import pytest
 
 from ragfactory.tasks.data.loaders import load_bundled
-from ragfactory.tasks.export.apex import executor_sft_examples, planner_grpo_prompts
+from ragfactory.tasks.search.apex.exports import executor_sft_examples, planner_grpo_prompts
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.retrieval.bm25 import BM25Retriever
 from ragfactory.tasks.rewards.sepr import load_plan_scorer

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from ragfactory.tasks.export.dpo import preference_pairs
-from ragfactory.tasks.export.sft import sft_examples
+from ragfactory.tasks.search.decex.exports import preference_pairs
+from ragfactory.tasks.search.decex.exports import sft_examples
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.llm.types import Request
 from ragfactory.tasks.retrieval.types import Hit

@@ -94,7 +94,7 @@ def test_a_malformed_step_is_a_format_error_valued_zero():
 
 
 def test_the_exports_of_the_tree():
-    from ragfactory.tasks.export.mcts import mcts_preference_pairs, mcts_sft_examples
+    from ragfactory.tasks.search.mcts.exports import mcts_preference_pairs, mcts_sft_examples
 
     tree = _search(ScriptedBackend(policy))
     rows = tree.table_rows().nodes

@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import pytest
 
-from ragfactory.tasks.export.r3 import r3_sft_examples
+from ragfactory.tasks.search.r3.exports import r3_sft_examples
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.prompts.loader import render_prompt
 from ragfactory.tasks.retrieval.types import Hit

@@ -2,8 +2,8 @@
 
 Each shard opens the SEPR plan scorer from ``search.apex.sepr`` (its embedding model is checked
 by preflight); the trees and plans train the executor on correct runs (SFT) and the planner on
-plans with their SEPR (GRPO) (APEX-Searcher, §2.3), with the exporters
-``tasks/export/registry.py`` keys by its name.
+plans with their SEPR (GRPO) (APEX-Searcher, §2.3), with the exporters of ``exports.py``; its
+views (``views/``) show plans beside their scores.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ragfactory.tasks.rewards.sepr import PlanScorer, load_plan_scorer
-from ragfactory.tasks.search.apex.expansion import STRATEGY, ApexConfig, run_apex_question
+from ragfactory.tasks.search.apex.config import STRATEGY, ApexConfig
+from ragfactory.tasks.search.apex.expansion import run_apex_question
 from ragfactory.tasks.search.strategy import ShardContext, Strategy
 from ragfactory.tasks.search.tree import TableRows
 
@@ -38,4 +39,7 @@ APEX = Strategy(
     expand=expand,
     open_scorer=open_scorer,
     encoders=encoders,
+    description="APEX-Searcher planning, SEPR and execution",
+    exports=f"{__package__}.exports",
+    views=Path(__file__).parent / "views",
 )

@@ -2,12 +2,13 @@
 
 Without pruning (``no_pruning``, §4.1) it writes trees named ``decex_no_pruning`` beside
 ``decex``; its trees train SFT on the best chains and DPO on sibling branches (DecEx-RAG, §2.3), with
-the exporters ``tasks/export/registry.py`` keys by its name.
+the exporters of ``exports.py``; its SQL views are in ``views/``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ragfactory.tasks.search.decex.config import STRATEGY, STRATEGY_NO_PRUNING, DecExConfig
@@ -28,4 +29,7 @@ DECEX = Strategy(
     config_type=DecExConfig,
     expand=expand,
     variants=(STRATEGY_NO_PRUNING,),
+    description="DecEx-RAG parameters (paper defaults)",
+    exports=f"{__package__}.exports",
+    views=Path(__file__).parent / "views",
 )

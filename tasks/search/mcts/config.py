@@ -4,7 +4,7 @@ The paper prints none of the search's numbers (iterations, exploration constant,
 node, α, child limit); the defaults below say where each comes from. "Authors' code" is the
 public ReasonRAG repository's data generation (``data_generation.py`` and its pipeline): read
 for its choices, not copied. Which pairs are exported is the export config's (``dpo.min_gap``,
-``tasks/export/mcts.py``), as for DecEx.
+``tasks/search/mcts/exports.py``), as for DecEx.
 """
 
 from __future__ import annotations

@@ -1,13 +1,23 @@
 """R3-RAG cold start as a registered strategy (``tasks/search/strategy.py``).
 
-Its trees feed step-wise SFT (Algorithm 2, ``tasks/export/r3.py``); its per-step rewards are the
-``rewards`` rows it writes itself, so the valuation stage leaves its trees alone.
+Its trees feed step-wise SFT (Algorithm 2, ``exports.py``; its SQL views are in ``views/``); its
+per-step rewards are the ``rewards`` rows it writes itself, so the valuation stage leaves its
+trees alone.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from ragfactory.tasks.search.r3.config import STRATEGY, R3Config
 from ragfactory.tasks.search.r3.expansion import expand
 from ragfactory.tasks.search.strategy import Strategy
 
-R3 = Strategy(name=STRATEGY, config_type=R3Config, expand=expand)
+R3 = Strategy(
+    name=STRATEGY,
+    config_type=R3Config,
+    expand=expand,
+    description="R3-RAG cold-start parameters (defaults and their sources in tasks/search/r3/config.py)",
+    exports=f"{__package__}.exports",
+    views=Path(__file__).parent / "views",
+)

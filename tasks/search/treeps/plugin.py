@@ -1,18 +1,20 @@
 """TreePS-RAG as a registered strategy (``tasks/search/strategy.py``).
 
 Its trees train on sampled root-to-leaf trajectories with process advantages, GRPO and verl prompts,
-and stepwise process labels (TreePS-RAG, §2.3), with the exporters ``tasks/export/registry.py`` keys
-by its name; those read node values, so the build's valuation stage values its trees.
+and stepwise process labels (TreePS-RAG, §2.3), with the exporters of ``exports.py`` (its SQL views
+are in ``views/``); those read node values, so the build's valuation stage values its trees.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ragfactory.tasks.search.strategy import ShardContext, Strategy
 from ragfactory.tasks.search.tree import TableRows
-from ragfactory.tasks.search.treeps.expansion import STRATEGY, TreePSConfig, expand_question
+from ragfactory.tasks.search.treeps.config import STRATEGY, TreePSConfig
+from ragfactory.tasks.search.treeps.expansion import expand_question
 
 
 async def expand(question: Mapping[str, Any], context: ShardContext, config: TreePSConfig) -> TableRows:
@@ -27,4 +29,7 @@ TREEPS = Strategy(
     config_type=TreePSConfig,
     expand=expand,
     valued=True,  # trajectories and step labels carry the nodes' advantages and values (§2.3)
+    description="TreePS-RAG parameters (paper defaults)",
+    exports=f"{__package__}.exports",
+    views=Path(__file__).parent / "views",
 )

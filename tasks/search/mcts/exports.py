@@ -7,6 +7,8 @@
   ``tasks/search/mcts/steps.py``), so a DPO step trains exactly the turn the policy sees.
 - ``sft_examples``: the best answer's path (highest value, the first generated on a tie) when
   its F1 reaches ``sft.min_reward``, one example per step with that step's prompt.
+
+``EXPORTS`` declares both with the columns they read (``tasks/export/registry.py``).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ragfactory.tasks.export.dpo import DpoConfig
+from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
 from ragfactory.tasks.export.sft import SftConfig, question_text, question_texts
 from ragfactory.tasks.prompts.loader import render_prompt
 from ragfactory.tasks.search.common import hits_from_records
+from ragfactory.tasks.search.mcts.config import STRATEGY
 from ragfactory.tasks.search.mcts.pairs import step_pairs
 from ragfactory.tasks.search.mcts.steps import REASONING, grounding_input, reasoning_input
 from ragfactory.tasks.search.tree import RowTree, group_trees, path_key, stable_id
@@ -81,3 +85,18 @@ def mcts_sft_examples(nodes: Iterable[Mapping[str, Any]], questions: Iterable[Ma
                 "node_ids": [row["node_id"] for row in chain[: i + 1]],
             })
     return rows
+
+
+def _sft(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
+    return mcts_sft_examples(inputs["nodes"], inputs["questions"], config.sft)
+
+
+def _dpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
+    return mcts_preference_pairs(inputs["nodes"], inputs["questions"], config.dpo)
+
+
+_READS = {"nodes": TREE_COLUMNS, "questions": ("question_id", "question")}
+EXPORTS = StrategyExports(STRATEGY, (
+    Exporter("sft_examples", _READS, _sft),
+    Exporter("preference_pairs", _READS, _dpo),
+))

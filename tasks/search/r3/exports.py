@@ -6,7 +6,8 @@ Fig. 7 with the earlier steps and their retrieved documents after it — and the
 step itself written in the required format ("The problem analysis: …" then "The retrieval
 query: …" or "The final answer: …"). The documents appear only in inputs; the train flow's
 assistant-only loss masks every input, as the paper's masking of retrieved documents requires.
-Questions without a kept (correct) trajectory give no example.
+Questions without a kept (correct) trajectory give no example. ``EXPORTS`` declares the table
+with the columns it reads (``tasks/export/registry.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
 from ragfactory.tasks.search.common import hits_from_records
+from ragfactory.tasks.search.r3.config import STRATEGY
 from ragfactory.tasks.search.r3.steps import Step, step_prompt, step_text
 from ragfactory.tasks.search.tree import group_trees, path_key, stable_id
 from ragfactory.tasks.export.sft import question_text, question_texts
@@ -47,3 +50,12 @@ def r3_sft_examples(nodes: Iterable[Mapping[str, Any]], questions: Iterable[Mapp
                 "node_ids": [r["node_id"] for r in kept[: k + 1]],
             })
     return rows
+
+
+def _sft(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
+    return r3_sft_examples(inputs["nodes"], inputs["questions"])
+
+
+EXPORTS = StrategyExports(STRATEGY, (
+    Exporter("sft_examples", {"nodes": TREE_COLUMNS, "questions": ("question_id", "question")}, _sft),
+))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ragfactory.tasks.export.trajectories import tree_prompt
+from ragfactory.tasks.search.treeps.trajectories import tree_prompt
 from ragfactory.tasks.search.tree import RowTree, group_trees, stable_id
 
 TASK = "qa"

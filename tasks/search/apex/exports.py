@@ -1,11 +1,12 @@
-"""APEX-Searcher exports: executor SFT examples and planner GRPO prompts (§2.2-2.3).
+"""APEX-Searcher exports: executor SFT examples and planner GRPO prompts (§2.2-2.3), with the
+columns each reads (``EXPORTS``) and the ``export.apex`` settings (``EXPORT_CONFIG``).
 
 Executor (§2.3, "SFT-based Agentic Execution"): the paper fine-tunes the Execution Agent on
 multi-round trajectories "filtered for answer correctness". Every execution chain (``nodes`` of
 strategy "apex") whose final answer scores at least ``min_score`` on ``metric`` yields one
 example per model call in it (sufficiency check, answer from knowledge, continuation decision,
 first and later queries, sub-answer, synthesis): the prompt that call answered, replayed from
-the chain (``apex_execute.replay``), and the model's output with the closing tag its stop string
+the chain (``execute.replay``), and the model's output with the closing tag its stop string
 cut restored. Calls that were format errors are left out (they would teach the malformed form).
 Rows are TRL conversational ``messages`` for ``sft_examples``; an example's node ids run from the
 root to the call's node, whose ``parsed.call`` names the call type.
@@ -25,9 +26,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
 from ragfactory.tasks.export.sft import question_text, question_texts
 from ragfactory.tasks.rewards.answer import METRICS
-from ragfactory.tasks.search.apex.expansion import STRATEGY
+from ragfactory.tasks.search.apex.config import STRATEGY
 from ragfactory.tasks.search.apex.execute import CALLS, replay
 from ragfactory.tasks.search.apex.plan_format import MAX_STEPS, planner_prompt
 from ragfactory.tasks.search.tree import RowTree, group_trees, path_key, stable_id
@@ -153,3 +155,21 @@ def gold_plan_json(steps: Iterable[Mapping[str, Any]]) -> str:
         [{"step": s["step"], "question": s["question"], "original": s["original"]} for s in steps],
         ensure_ascii=False,
     )
+
+
+def _executor_sft(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
+    return executor_sft_examples(inputs["nodes"], inputs["questions"], config.apex)
+
+
+def _planner_grpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
+    return planner_grpo_prompts(inputs["plans"], inputs["plan_scores"], inputs["questions"], config.apex)
+
+
+EXPORT_CONFIG = {"apex": ("Executor SFT and planner GRPO rows (APEX)", ApexExportConfig)}
+EXPORTS = StrategyExports(STRATEGY, (
+    Exporter("sft_examples", {"nodes": TREE_COLUMNS, "questions": ("question_id", "question")}, _executor_sft),
+    Exporter("grpo_prompts", {"plans": ("run_id", "question_id", "plan_id", "source", "steps"),
+                              "plan_scores": ("plan_id", "f1"),
+                              "questions": ("question_id", "question", "golden_answers")},
+             _planner_grpo),
+))

@@ -1,0 +1,85 @@
+"""TreePS-RAG's training data (§2.3), declared with the columns each exporter reads
+(``EXPORTS``): sampled root-to-leaf trajectories with process advantages (``trajectories.py``),
+GRPO prompts (``grpo.py``), verl prompts (the file format of ``tasks/export/verl.py``) and
+stepwise process labels (``step_labels.py``). They read node values, which the build's valuation
+stage fills in. ``EXPORT_CONFIG`` adds the ``export.trajectories`` and ``export.step_labels``
+sections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
+from ragfactory.tasks.export.verl import ABILITY, ANSWER_TAG, REWARD_STYLE, data_source
+from ragfactory.tasks.search.tree import RowTree, group_trees, stable_id
+from ragfactory.tasks.search.treeps.config import STRATEGY
+from ragfactory.tasks.search.treeps.grpo import golden_list, grpo_prompt_rows, question_rows, root_id, tree_question
+from ragfactory.tasks.search.treeps.step_labels import StepLabelConfig, step_label_rows
+from ragfactory.tasks.search.treeps.trajectories import TrajectoryConfig, tree_prompt, trajectory_rows
+
+
+def _user_prompt(tree: RowTree) -> str:
+    text = tree_prompt(tree)
+    if ANSWER_TAG not in text:
+        raise ValueError(f"question {tree.question_id!r}: the prompt does not ask for {ANSWER_TAG}…"
+                         "</answer>, which verl's Search-R1 reward parses")
+    return text
+
+
+def verl_rows(
+    nodes_rows: Iterable[Mapping[str, Any]], questions: Iterable[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """One ``verl_prompts`` row per question tree in ``nodes_rows``, indexed in tree order."""
+    by_id = question_rows(questions)
+    rows = []
+    for index, tree in enumerate(group_trees(nodes_rows).values()):
+        question = tree_question(by_id, tree)
+        rows.append({
+            "prompt_id": stable_id("verl", tree.run_id, tree.question_id, tree.strategy),
+            "run_id": tree.run_id,
+            "question_id": tree.question_id,
+            "data_source": data_source(question.get("dataset")),
+            "prompt": [{"role": "user", "content": _user_prompt(tree)}],
+            "ability": ABILITY,
+            "reward_model": {"style": REWARD_STYLE, "ground_truth": {"target": golden_list(question)}},
+            "extra_info": {
+                "split": question.get("split"),
+                "index": index,
+                "question_id": tree.question_id,
+                "run_id": tree.run_id,
+                "strategy": tree.strategy,
+                "node_ids": [root_id(tree)],
+            },
+        })
+    return rows
+
+
+def _trajectories(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
+    return trajectory_rows(inputs["nodes"], config.trajectories, run_seed)
+
+
+def _grpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
+    return grpo_prompt_rows(inputs["nodes"], inputs["questions"])
+
+
+def _verl(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
+    return verl_rows(inputs["nodes"], inputs["questions"])
+
+
+def _step_labels(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
+    return step_label_rows(inputs["nodes"], config.step_labels)
+
+
+EXPORT_CONFIG = {
+    "trajectories": ("Sampled root-to-leaf paths (TreePS)", TrajectoryConfig),
+    "step_labels": ("Stepwise process labels for PRMs (TreePS)", StepLabelConfig),
+}
+EXPORTS = StrategyExports(STRATEGY, (
+    Exporter("trajectories", {"nodes": TREE_COLUMNS}, _trajectories),
+    Exporter("grpo_prompts", {"nodes": TREE_COLUMNS, "questions": ("question_id", "golden_answers")}, _grpo),
+    Exporter("verl_prompts", {"nodes": TREE_COLUMNS,
+                              "questions": ("question_id", "dataset", "split", "golden_answers")}, _verl),
+    Exporter("step_labels", {"nodes": TREE_COLUMNS}, _step_labels),
+))

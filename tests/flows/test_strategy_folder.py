@@ -1,0 +1,124 @@
+"""A sixth strategy that is nothing but a folder: its plug-in, its exporters and its SQL view.
+
+The folder (written here into a temporary directory, as a package the library does not ship)
+holds what a shipped strategy's folder holds: ``plugin.py`` (the ``Strategy``, naming its
+``exports`` module and its ``views/``), ``exports.py`` (its ``EXPORTS``) and
+``views/toy_answers.sql``. Registering its plug-in in the strategy registry, the one line a
+shipped strategy adds to ``tasks/search/registry.py``, is all it takes: the build expands it
+(each question answered with its first gold answer, so the engine is never asked), the export
+stage finds its exporter, and the catalog shows its view.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from ragfactory.flows.build import build
+from ragfactory.flows.config import BuildConfig
+from ragfactory.tasks.data.loaders import load_bundled
+from ragfactory.tasks.search.registry import STRATEGIES
+from ragfactory.warehouse.catalog import query, sql_views
+from ragfactory.warehouse.store import Warehouse
+from tests.fakes import ScriptedBackend, scripted_llm
+
+PACKAGE = "ragfactory_toy_strategy"
+FOLDER = {
+    "__init__.py": '"""A toy strategy: one greedy answer per question."""\n',
+    "plugin.py": '''
+from dataclasses import dataclass
+from pathlib import Path
+
+from ragfactory.tasks.search.common import question_fields
+from ragfactory.tasks.search.strategy import Strategy
+from ragfactory.tasks.search.tree import QuestionTree
+
+
+@dataclass(frozen=True)
+class GoldConfig:
+    answer: int = 0
+
+
+async def expand(question, context, config):
+    question_id, text, golden = question_fields(question)
+    tree = QuestionTree(context.run_id, question_id, "toy")
+    tree.add_child(tree.add_root(text), "a0", "answer", golden[config.answer], is_leaf=True, reward=1.0)
+    return tree.table_rows()
+
+
+TOY = Strategy("toy", GoldConfig, expand, exports=f"{__package__}.exports",
+               views=Path(__file__).parent / "views")
+''',
+    "exports.py": '''
+from ragfactory.tasks.export.registry import Exporter, StrategyExports
+from ragfactory.tasks.search.tree import stable_id
+
+
+def sft(inputs, config, run_seed):
+    texts = {q["question_id"]: q["question"] for q in inputs["questions"]}
+    return [{
+        "example_id": stable_id("toy-sft", n["run_id"], n["node_id"]), "run_id": n["run_id"],
+        "question_id": n["question_id"], "strategy": "toy", "node_ids": [n["node_id"]],
+        "messages": [{"role": "user", "content": texts[n["question_id"]]},
+                     {"role": "assistant", "content": n["text"]}],
+    } for n in inputs["nodes"] if n["kind"] == "answer"]
+
+
+EXPORTS = StrategyExports("toy", (Exporter(
+    "sft_examples", {"nodes": ("node_id", "run_id", "question_id", "kind", "text"),
+                     "questions": ("question_id", "question")}, sft),))
+''',
+    "views/toy_answers.sql": "select question_id, text as answer, reward from nodes "
+                             "where strategy = 'toy' and kind = 'answer'\n",
+}
+GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=3).questions}
+
+
+@pytest.fixture
+def toy_folder(tmp_path):
+    """The folder as an importable package, its plug-in registered for the test."""
+    root = tmp_path / PACKAGE
+    for rel, text in FOLDER.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    spec = importlib.util.spec_from_file_location(PACKAGE, root / "__init__.py",
+                                                  submodule_search_locations=[str(root)])
+    sys.modules[PACKAGE] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules[PACKAGE])
+    try:
+        plugin = importlib.import_module(f"{PACKAGE}.plugin")
+        with STRATEGIES.registered(plugin.TOY):
+            yield root
+    finally:
+        for name in [m for m in sys.modules if m == PACKAGE or m.startswith(PACKAGE + ".")]:
+            del sys.modules[name]
+
+
+def test_a_strategy_folder_builds_exports_and_shows_its_view(tmp_path, toy_folder, engines):
+    engines(ScriptedBackend())
+    root = tmp_path / "wh"
+    summary = build(BuildConfig.model_validate({
+        "name": "toy-folder",
+        "warehouse": {"root": str(root)},
+        "datasets": [{"name": "hotpotqa", "limit": 3}],
+        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
+        "retrieval": {"dense": {"enabled": False}},
+        "llm": scripted_llm(),
+        "search": {"strategies": ["toy"], "shard_size": 3},
+    }))
+    assert summary["status"] == "completed", summary
+    assert summary["exports"] == [{"strategy": "toy", "sft_examples": 3, "contaminated": 0}]
+    wh = Warehouse(root)
+    answers = query(wh, "select answer, reward from toy_answers order by answer").to_pylist()
+    assert answers == [{"answer": a, "reward": 1.0} for a in sorted(GOLD.values())]
+    examples = query(wh, "select messages from sft_examples").to_pylist()
+    assert sorted(e["messages"][1]["content"] for e in examples) == sorted(GOLD.values())
+
+
+def test_a_strategy_view_leaves_the_catalog_with_its_strategy(toy_folder):
+    assert "toy_answers" in sql_views()
+    STRATEGIES.unregister("toy")
+    assert "toy_answers" not in sql_views()
+    assert {"decex_layers", "treeps_tree", "apex_plans", "mcts_tree", "r3_trajectories"} <= set(sql_views())
