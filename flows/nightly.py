@@ -72,6 +72,8 @@ def nightly(config: NightlyConfig, night: str | None = None) -> dict:
     incumbent = promoted_model(wh, config.name) or config.base_model
     get_run_logger().info("night %s of %s: policy and incumbent %s", night, config.name, incumbent)
     built = build(config.build, policy_model=incumbent, night=night, return_state=True).result(raise_on_failure=False)
+    if isinstance(built, BaseException):  # refused or crashed: no run to train on (a partial one has a summary)
+        raise built
     earlier = earlier_nights(root, config.build.name, built["run_id"], config.window)
     trained = _train(root, config, built["run_id"], earlier, incumbent)
     candidate = trained[-1]["model_id"] if trained else None
@@ -82,7 +84,7 @@ def nightly(config: NightlyConfig, night: str | None = None) -> dict:
         promotion = PromotionConfig(metric=config.metric, mode=config.mode, confidence=config.confidence,
                                     seed=config.evaluation.seed)
         decision = promote(root, config.name, night, candidate, incumbent, runs[candidate], runs[incumbent],
-                           promotion)
+                           promotion, built["run_id"])
     report = _evaluated(wh, config, decision["promoted"], "test")
     refresh_catalog(wh)
     return {"night": night, "status": "completed", "build": {k: built[k] for k in ("run_id", "status")},

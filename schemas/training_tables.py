@@ -202,6 +202,7 @@ TRAINING_TABLES: list[TableSpec] = [
         "promotions", ("pipeline",), ("pipeline", "night"),
         ("pipeline", pa.string()),
         ("night", pa.string()),
+        ("build_run_id", pa.string()),  # the night's build, whose exports trained the candidate
         ("candidate", pa.string()),
         ("incumbent", pa.string()),
         ("metric", pa.string()),

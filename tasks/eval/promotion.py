@@ -91,10 +91,10 @@ def decide(candidate: Mapping[str, float], incumbent: Mapping[str, float], confi
 
 
 def promotion_row(pipeline: str, night: str, candidate: str, incumbent: str, config: PromotionConfig,
-                  decision: Decision, created_at) -> dict:
+                  decision: Decision, created_at, build_run_id: str | None = None) -> dict:
     """The ``promotions`` row of one night's decision; ``promoted`` is the model it leaves in place."""
     promoted = candidate if decision.decision == PROMOTE else incumbent
-    return {"pipeline": pipeline, "night": night, "candidate": candidate, "incumbent": incumbent,
+    return {"pipeline": pipeline, "night": night, "build_run_id": build_run_id, "candidate": candidate, "incumbent": incumbent,
             "metric": config.metric, "mode": config.mode, "n": decision.n, "delta": decision.delta,
             "ci_low": decision.ci_low, "ci_high": decision.ci_high, "p": decision.p,
             "decision": decision.decision, "reason": decision.reason, "promoted": promoted,
