@@ -23,6 +23,7 @@ Completed.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 from prefect import flow, get_run_logger
@@ -31,7 +32,7 @@ from prefect.futures import PrefectFuture
 from ragfactory.flows.config import BuildConfig
 from ragfactory.flows.runner import settled_state, shard_runner
 from ragfactory.flows.runs import final_state, finish, opened_warehouse, recorded_run
-from ragfactory.tasks.expand import expand_trees, plan_shards, result_storage, shard_written
+from ragfactory.tasks.expand import expand_trees, plan_frontier, plan_shards, result_storage, shard_written
 from ragfactory.tasks.index import build_indexes
 from ragfactory.tasks.ingest import backfill_question_partitions, ingest_corpus, ingest_dataset
 from ragfactory.tasks.preflight import apply_network_policy, check_build
@@ -44,7 +45,8 @@ from ragfactory.tasks.training_data import write_training_data
 from ragfactory.tasks.valuate import value_nodes
 from ragfactory.warehouse.catalog import refresh_catalog
 from ragfactory.warehouse.runs import default_run_id
-from ragfactory.warehouse.store import Warehouse
+from ragfactory.warehouse.store import Warehouse, safe_name
+
 
 
 def _settle(futures: dict[str, PrefectFuture], errors: dict[str, str]) -> tuple[list[dict], list[str]]:
@@ -76,9 +78,7 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
     planned = [
         (strategy, shard_name(strategy, index), ids)
         for strategy in search.strategies
-        for index, ids in enumerate(plan_shards(root, wanted, search.questions_per_dataset, search.shard_size,
-                                                search.partition, search.listed_questions(strategy),
-                                                versions))
+        for index, ids in enumerate(_questions(root, run_id, config, strategy, wanted, versions))
     ]
 
     shards, failed = [], []
@@ -98,6 +98,18 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
                 failed.append(name)
                 errors[name] = failure_reason(name, state)
     return shards, failed
+
+
+def _questions(root: str, run_id: str, config: BuildConfig, strategy: str, datasets: list[str],
+               versions: list[str]) -> list[list[str]]:
+    """The shards of questions ``strategy`` expands: the frontier (``search.select``), or the
+    sample or listed questions."""
+    search = config.search
+    if search.select == "frontier":
+        return plan_frontier(root, run_id, tree_strategy(config, strategy), config.llm.policy.model, datasets,
+                             search.questions_per_night, search.shard_size, search.partition, versions)
+    return plan_shards(root, datasets, search.questions_per_dataset, search.shard_size, search.partition,
+                       search.listed_questions(strategy), versions)
 
 
 def _value(root: str, run_id: str, config: BuildConfig, shards: list[dict],
@@ -193,6 +205,15 @@ def _with_policy(config: BuildConfig, model: str) -> BuildConfig:
     return config.model_copy(update={"llm": config.llm.model_copy(update={"policy": policy})})
 
 
+def night_run_id(config: BuildConfig, night: str | None = None) -> str:
+    """The run id of a build: its name and config hash, and for a frontier build the night
+    too (the same config picks new questions each night, so it is a new run)."""
+    run_id = default_run_id(config.name, config.config_hash())
+    if config.search.select != "frontier":
+        return run_id
+    return safe_name(f"{run_id}-{night or dt.datetime.now(dt.timezone.utc).date().isoformat()}")
+
+
 def build_warnings(config: BuildConfig) -> list[str]:
     """What a reader of this build's exports must know: it draws on held-out questions."""
     if config.search.partition == "train" or not config.search.strategies:
@@ -203,11 +224,13 @@ def build_warnings(config: BuildConfig) -> list[str]:
 
 
 @flow(name="build", log_prints=True)
-def build(config: BuildConfig, run_id: str | None = None, policy_model: str | None = None) -> dict:
+def build(config: BuildConfig, run_id: str | None = None, policy_model: str | None = None,
+          night: str | None = None) -> dict:
     """Ingest, index, expand and export as the config says; returns a summary of the run.
 
     ``policy_model`` overrides the config's policy model: 'embedded', a path, a registered model
-    id, or ``latest:<name>``. The whole config is checked first (``tasks/preflight.py``): a
+    id, ``latest:<name>`` or ``promoted``. A frontier build (``search.select: frontier``) is one
+    run per ``night`` (default: today's UTC date), so each night keeps its own runs row. The whole config is checked first (``tasks/preflight.py``): a
     missing input file or a model not on this machine fails before any run is recorded.
     """
     wh = opened_warehouse(config.warehouse.root)
@@ -215,7 +238,7 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
     apply_network_policy(config.allow_downloads)
     check_build(config, wh, policy_model)
     config = with_policy_model(config, wh, policy_model)
-    run_id = run_id or default_run_id(config.name, config.config_hash())
+    run_id = run_id or night_run_id(config, night)
     warnings = build_warnings(config)
     with recorded_run(wh, run_id=run_id, flow="build", config=config.model_dump(mode="json"),
                       config_hash=config.config_hash(), warnings=warnings) as hold:

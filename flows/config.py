@@ -153,6 +153,10 @@ class TrainConfig(Section):
 
     method: TrainMethod
     run_id: str | None = Field(None, description="Build run whose export is trained on")
+    more_run_ids: list[str] = Field(
+        default_factory=list, description="Earlier build runs whose exports are trained on too (the "
+        "nightly pipeline's window of earlier nights); needs run_id",
+    )
     name: str | None = Field(
         None, description="Lineage name of the trained model (default: the method); a build's "
         "policy model 'latest:NAME' picks the newest model of that lineage",
@@ -196,6 +200,8 @@ class TrainConfig(Section):
     def model_post_init(self, __context) -> None:
         if (self.run_id is None) == (self.parquet is None):
             raise ValueError("train: give exactly one of run_id (a build's export) or parquet")
+        if self.more_run_ids and self.run_id is None:
+            raise ValueError("train: more_run_ids adds exports to run_id's; give run_id")
         from ragfactory.tasks.training.methods import check_options
 
         check_options(self.method, self.options)
@@ -215,7 +221,7 @@ class TrainConfig(Section):
         """The fields that shape the trained weights (not where inputs and outputs live).
 
         ``options`` counts only when set, so models trained before it existed keep their ids."""
-        exclude = {"run_id", "parquet", "output_dir", "warehouse", "name", "allow_downloads"}
+        exclude = {"run_id", "more_run_ids", "parquet", "output_dir", "warehouse", "name", "allow_downloads"}
         fields = self.model_dump(mode="json", exclude=exclude | (set() if self.options else {"options"}))
         return fields | {"table": self.export_table}
 
@@ -295,3 +301,39 @@ class EvalConfig(Section):
         """The settings that shape an answer (not which questions or modes, nor where rows go)."""
         fields = self.model_dump(mode="json", include={"sources", "retrieval"})
         return fields | {"inference": vars(self.inference()), "backend": self.llm.policy.backend}
+
+
+class NightlyConfig(Section):
+    """Parameters of the ``nightly`` flow (docs/flywheel.md): build with the promoted policy,
+    train a candidate on the new exports, promote it only on a held-out gain."""
+
+    name: str = Field("nightly", description="The pipeline's name: its promotions rows and its models' lineage")
+    build: BuildConfig = Field(description="The night's build; search.select: frontier adds new questions each night")
+    base_model: str = Field(
+        "embedded", description="The policy and incumbent until a night promotes a model ('promoted' after)"
+    )
+    methods: list[TrainMethod] = Field(
+        default_factory=lambda: ["sft", "dpo"], min_length=1,
+        description="Trainings in order, each from the last one's model (the first from the incumbent); "
+        "the last one's model is the night's candidate",
+    )
+    trl: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="TRL overrides per method, e.g. {sft: {max_steps: 20}}"
+    )
+    window: int = Field(
+        0, ge=0, description="Earlier nights' exports trained on with this night's (0: this night's only)"
+    )
+    evaluation: EvalConfig = Field(
+        default_factory=lambda: EvalConfig(limit=50, modes=["agentic"]),
+        description="How the candidate and the incumbent are evaluated; the partition is set to valid "
+        "for the decision, and the promoted model is then reported on test",
+    )
+    metric: Literal["em", "f1", "cover_em"] = Field("f1", description="The metric whose delta decides")
+    mode: EvalMode = Field("agentic", description="The evaluation mode whose metric decides")
+    confidence: float = Field(0.95, gt=0.0, lt=1.0, description="Confidence of the bootstrap interval")
+
+    @model_validator(mode="after")
+    def _mode_is_evaluated(self) -> NightlyConfig:
+        if self.mode not in self.evaluation.modes:
+            raise ValueError(f"nightly: mode {self.mode!r} decides but evaluation.modes is {self.evaluation.modes}")
+        return self

@@ -30,6 +30,8 @@ from ragfactory.watchdog import die_with_parent
 
 REPO = Path(__file__).resolve().parents[1]
 POOLS = ("cpu", "gpu")
+# the worker setting that maps a job's CUDA request to this machine's CPU (tasks/llm/device.py)
+LOCAL_DEVICE_ENV = "RAGFACTORY_LOCAL_DEVICE"
 TIMEZONE_VARIABLE = "ragfactory_timezone"
 # Runs wait this long at most before a worker picks them up (Prefect's default is 10 s).
 WORKER_QUERY_SECONDS = "3"
@@ -165,6 +167,28 @@ def deploy(env: dict[str, str], repo: Path = REPO, names: Iterable[str] = ()) ->
     return done.stdout
 
 
+def deployment_pools(repo: Path = REPO) -> list[str]:
+    """The work pools prefect.yaml's deployments run on: ``serve`` starts a worker for each, so
+    no deployment's run waits forever for one."""
+    import yaml
+
+    spec = yaml.safe_load((repo / "prefect.yaml").read_text(encoding="utf-8"))
+    return sorted({d["work_pool"]["name"] for d in spec.get("deployments") or [] if d.get("work_pool")})
+
+
+def has_cuda() -> bool:
+    """Whether an NVIDIA driver is loaded here (read from /proc, without importing torch)."""
+    return Path("/proc/driver/nvidia/version").exists()
+
+
+def pool_env(pool: str, cuda: bool | None = None) -> dict[str, str]:
+    """What a worker of ``pool`` adds to the stack's environment: on a machine without CUDA the
+    ``gpu`` pool's worker maps its jobs' CUDA and vLLM to the CPU and transformers, so training
+    submitted to it runs here instead of failing."""
+    cuda = has_cuda() if cuda is None else cuda
+    return {LOCAL_DEVICE_ENV: "cpu"} if pool == "gpu" and not cuda else {}
+
+
 def start_worker(pool: str, env: dict[str, str], log: Path | None = None) -> subprocess.Popen:
     """A process worker polling ``pool``; it runs each flow run as a child process."""
     return _spawn(prefect_command("worker", "start", "--pool", pool, "--type", "process",
@@ -223,7 +247,7 @@ class Stack:
         return self.log_dir / f"{name}.log" if self.log_dir else None
 
     def add_worker(self, pool: str) -> subprocess.Popen:
-        self.workers[pool] = start_worker(pool, self.env, self.log(f"worker-{pool}"))
+        self.workers[pool] = start_worker(pool, self.env | pool_env(pool), self.log(f"worker-{pool}"))
         return self.workers[pool]
 
     @property
@@ -284,13 +308,14 @@ def _bring_up(stack: Stack, timezone: str | None, pools: Iterable[str], echo,
 
 
 def serve(port: int = 4200, root: str | Path | None = None, timezone: str | None = None,
-          pools: Iterable[str] = ("cpu",), prefect_home: Path | None = None,
+          pools: Iterable[str] | None = None, prefect_home: Path | None = None,
           log_dir: Path | None = None, echo=print, dashboard_port: int | None = 8765) -> None:
     """Start the whole stack, print the UI and dashboard addresses, and stop it all on Ctrl-C or
-    SIGTERM. ``dashboard_port`` None or 0: no dashboard."""
+    SIGTERM. ``pools`` None: a worker for every pool the deployments use. ``dashboard_port``
+    None or 0: no dashboard."""
     from ragfactory.warehouse.objectstore import is_remote
 
-    pools = list(pools)
+    pools = list(pools) if pools is not None else deployment_pools()
     if is_remote(root):
         raise StackError(f"--root {root}: the stack serves a local warehouse (its workers' home); "
                          "deployed flows write to an object store through their config's warehouse.root")

@@ -45,7 +45,8 @@ from ragfactory.schemas.training_tables import (
 # 5: the rewards table (per-node rewards with their scale: R3-RAG's judged relevance, format,
 #    process and outcome rewards). Shards written before have no rewards file.
 # 6: runs.flow_run_id (the Prefect flow run behind a run, for the dashboard's link; null before).
-SCHEMA_VERSION = 6
+# 7: the promotions table (each night's candidate against the promoted model on valid).
+SCHEMA_VERSION = 7
 
 # Bookkeeping, then what a build writes, then training and evaluation: `ragfactory tables` lists
 # them in this order.

@@ -1,7 +1,8 @@
 """The tables a model is trained and judged on: the training data a build exports
 (``preference_pairs``, ``sft_examples``, ``grpo_prompts``, ``trajectories``, ``step_labels``,
-``verl_prompts``) and its ``contamination`` check, then the ``models`` trained, their ``evals``
-and the paired comparisons of two models (``eval_compare``)."""
+``verl_prompts``) and its ``contamination`` check, then the ``models`` trained, their ``evals``,
+the paired comparisons of two models (``eval_compare``) and the nightly pipeline's
+``promotions``."""
 
 from __future__ import annotations
 
@@ -194,6 +195,26 @@ TRAINING_TABLES: list[TableSpec] = [
         ("confidence", pa.float64()),
         ("method", pa.string()),
         ("seed", pa.int64()),
+        ("created_at", TS),
+    ),
+    # one row per night of a nightly pipeline: the candidate against the incumbent on valid
+    spec(
+        "promotions", ("pipeline",), ("pipeline", "night"),
+        ("pipeline", pa.string()),
+        ("night", pa.string()),
+        ("build_run_id", pa.string()),  # the night's build, whose exports trained the candidate
+        ("candidate", pa.string()),
+        ("incumbent", pa.string()),
+        ("metric", pa.string()),
+        ("mode", pa.string()),
+        ("n", pa.int64()),
+        ("delta", pa.float64()),
+        ("ci_low", pa.float64()),
+        ("ci_high", pa.float64()),
+        ("p", pa.float64()),
+        ("decision", pa.string()),
+        ("reason", pa.string()),
+        ("promoted", pa.string()),  # the model promoted after this night: candidate or incumbent
         ("created_at", TS),
     ),
 ]

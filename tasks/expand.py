@@ -29,19 +29,24 @@ from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.integrity import is_intact
 from ragfactory.warehouse.store import Warehouse
 
-QUESTIONS_SQL = """
+# the questions of the ingest versions a build read (a dataset it did not ingest offers all)
+VERSIONED = """
 with chosen as (
     select dataset, question_ids from ingests where list_contains($versions, version)
 ),
 versioned as (
     select unnest(question_ids) as question_id from chosen
 ),
+"""
+IN_VERSIONS = "(dataset not in (select dataset from chosen) or question_id in (select question_id from versioned))"
+
+QUESTIONS_SQL = VERSIONED + f"""
 ranked as (
     select question_id, dataset,
            row_number() over (partition by dataset order by sample_key, question_id) as rank
     from questions
     where list_contains($datasets, dataset) and partition = $partition
-      and (dataset not in (select dataset from chosen) or question_id in (select question_id from versioned))
+      and {IN_VERSIONS}
 )
 select question_id from ranked
 where $per_dataset is null or rank <= $per_dataset
@@ -66,6 +71,34 @@ def plan_shards(root: str, datasets: list[str], per_dataset: int | None, shard_s
     params = {"datasets": datasets, "per_dataset": per_dataset, "partition": partition,
               "versions": list(versions or [])}
     rows = query(Warehouse(root), QUESTIONS_SQL, params)
+    return split_shards(rows.column("question_id").to_pylist(), shard_size)
+
+
+FRONTIER_SQL = VERSIONED + f"""
+expanded as (
+    select distinct n.question_id from nodes n join runs r using (run_id)
+    where n.strategy = $strategy and n.run_id <> $run_id
+      and json_extract_string(r.config, '$.llm.policy.model') = $policy
+)
+select question_id from questions
+where list_contains($datasets, dataset) and partition = $partition
+  and {IN_VERSIONS}
+  and question_id not in (select question_id from expanded)
+order by sample_key, question_id
+limit $n
+"""
+
+
+@task(task_run_name="plan-frontier-{strategy}")
+def plan_frontier(root: str, run_id: str, strategy: str, policy: str, datasets: list[str], n: int,
+                  shard_size: int, partition: str = "train", versions: list[str] | None = None) -> list[list[str]]:
+    """The next ``n`` questions of ``partition`` in sample-key order that no other run expanded
+    with tree strategy ``strategy`` (``nodes.strategy``) and policy model ``policy``, cut into
+    shards: each night extends the last. Run ``run_id`` itself is not counted, so a night that
+    resumes plans the questions it planned before."""
+    params = {"datasets": datasets, "n": n, "partition": partition, "versions": list(versions or []),
+              "strategy": strategy, "policy": policy, "run_id": run_id}
+    rows = query(Warehouse(root), FRONTIER_SQL, params)
     return split_shards(rows.column("question_id").to_pylist(), shard_size)
 
 

@@ -29,7 +29,7 @@ from ragfactory.tasks.data.loaders import bundled_names
 from ragfactory.tasks.llm.config import LLMConfig, LLMRoleConfig
 from ragfactory.tasks.llm.embedded import is_embedded
 from ragfactory.tasks.search.registry import STRATEGIES
-from ragfactory.tasks.training.registry import LATEST, find_model, latest_model
+from ragfactory.tasks.training.registry import LATEST, PROMOTED, find_model, latest_model, promoted_model
 from ragfactory.warehouse.store import Warehouse
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -197,6 +197,11 @@ def model_problem(field: str, spec: str, wh: Warehouse, allow_downloads: bool = 
     spec = spec.strip()
     if is_embedded(spec):
         return None
+    if spec == PROMOTED:
+        named = promoted_model(wh)
+        if named is None:
+            return f"{field}: no model promoted in {wh.root} yet (the nightly pipeline's promotions table is empty)"
+        return model_problem(field, named, wh, allow_downloads)
     if spec.startswith(LATEST):
         if latest_model(wh, spec[len(LATEST):]) is not None:
             return None

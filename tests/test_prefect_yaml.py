@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ragfactory.flows.config import BuildConfig, EvalConfig, TrainConfig, load_build_config
+from ragfactory.flows.config import BuildConfig, EvalConfig, NightlyConfig, TrainConfig, load_build_config
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = yaml.safe_load((REPO / "prefect.yaml").read_text())
@@ -27,7 +27,7 @@ def no_engine_env(monkeypatch):
 
 def test_the_deployments_and_their_pools():
     pools = {name: d["work_pool"]["name"] for name, d in DEPLOYMENTS.items()}
-    assert pools == {"nightly-build": "cpu", "train-sft": "gpu", "train-dpo": "gpu", "train-grpo": "gpu",
+    assert pools == {"nightly-build": "cpu", "nightly": "cpu", "train-sft": "gpu", "train-dpo": "gpu", "train-grpo": "gpu",
                      "train-grpo-agentic": "gpu", "train-tree-advantage": "gpu", "train-prm": "gpu",
                      "evaluate": "cpu"}
     envs = {d["work_pool"]["name"]: d["work_pool"]["job_variables"]["env"] for d in DEPLOYMENTS.values()}
@@ -68,7 +68,7 @@ def test_nightly_schedule_and_concurrency():
     assert schedule["cron"] == "0 2 * * *" and schedule["active"] is True
     assert schedule["timezone"] == "{{ prefect.variables.ragfactory_timezone }}"
     assert nightly["concurrency_limit"] == {"limit": 1, "collision_strategy": "CANCEL_NEW"}
-    assert all("schedules" not in d for n, d in DEPLOYMENTS.items() if n != "nightly-build")
+    assert all("schedules" not in d for n, d in DEPLOYMENTS.items() if n not in ("nightly-build", "nightly"))
 
 
 @pytest.mark.parametrize("method, table, extra", [
@@ -97,3 +97,13 @@ def test_the_nightly_build_expands_train_and_the_evaluation_answers_test():
     assert build.partitions.rule_for(build.datasets[3]).fixed == "test"  # bamboogle: evaluation only
     evaluation = EvalConfig.model_validate(DEPLOYMENTS["evaluate"]["parameters"]["config"])
     assert evaluation.partition == "test"
+
+
+def test_the_flywheel_builds_the_frontier_and_decides_on_valid():
+    deployment = DEPLOYMENTS["nightly"]
+    config = NightlyConfig.model_validate(deployment["parameters"]["config"])
+    assert (config.build.search.select, config.build.search.questions_per_night) == ("frontier", 32)
+    assert config.build.datasets == load_build_config(REPO / "configs" / "demo.yaml").datasets
+    assert (config.methods, config.metric, config.mode, config.window) == (["sft", "dpo"], "f1", "agentic", 2)
+    [schedule] = deployment["schedules"]
+    assert schedule["cron"] == "0 3 * * *" and deployment["concurrency_limit"]["limit"] == 1

@@ -132,3 +132,28 @@ def test_serve_refuses_a_busy_dashboard_port_before_starting_anything(tmp_path):
         with pytest.raises(serve.StackError, match=f"127.0.0.1:{busy} is in use; pick another with --dashboard-port"):
             serve.serve(port=serve.free_port(), prefect_home=tmp_path, echo=lambda *_: None, dashboard_port=busy)
     assert not any(tmp_path.iterdir())
+
+
+def test_serve_starts_a_worker_for_every_pool_the_deployments_use_and_maps_gpu_without_cuda():
+    from ragfactory.serve import deployment_pools, pool_env
+
+    assert deployment_pools() == ["cpu", "gpu"]  # prefect.yaml: nightly-build and evaluate on cpu, train-* on gpu
+    assert pool_env("gpu", cuda=False) == {"RAGFACTORY_LOCAL_DEVICE": "cpu"}
+    assert pool_env("gpu", cuda=True) == {} and pool_env("cpu", cuda=False) == {}
+
+
+def test_a_worker_that_maps_cuda_to_its_cpu_runs_a_cuda_job_there(monkeypatch):
+    import torch
+
+    from ragfactory.tasks.llm.config import default_engine
+    from ragfactory.tasks.llm.device import default_device
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: nothing to map")
+    monkeypatch.setenv("RAGFACTORY_DEVICE", "cuda")
+    monkeypatch.setenv("RAGFACTORY_ENGINE", "vllm")
+    with pytest.raises(RuntimeError, match="no usable CUDA device"):
+        default_device()
+    assert default_engine() == "vllm"
+    monkeypatch.setenv("RAGFACTORY_LOCAL_DEVICE", "cpu")
+    assert (default_device(), default_engine()) == ("cpu", "transformers")

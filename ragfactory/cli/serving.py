@@ -94,7 +94,8 @@ def serve(
     ] = None,
     pools: Annotated[
         list[str] | None,
-        typer.Option("--pool", help="Work pool to start a worker for (repeatable): cpu, gpu"),
+        typer.Option("--pool", help="Work pool to start a worker for (repeatable): cpu, gpu; default every "
+                     "pool the deployments use (gpu maps to the CPU on a machine without CUDA)"),
     ] = None,
     dashboard_port: Annotated[int, typer.Option(help="Port of the dashboard (on 127.0.0.1); 0: none")] = 8765,
 ) -> None:
@@ -102,14 +103,15 @@ def serve(
     the dashboard.
 
     Prints the UI and dashboard addresses; Ctrl-C stops the dashboard, the workers and the server. Flow runs write to the
-    warehouse at --root. Start a `gpu` worker on the machine with the GPU.
+    warehouse at --root. A worker starts for every pool the deployments use; on a machine without
+    CUDA the `gpu` worker runs its jobs on the CPU.
 
     Example: `ragfactory serve --port 4200 --timezone Europe/Paris --pool cpu --pool gpu`
     """
     from ragfactory.serve import POOLS, StackError, serve as serve_stack
 
-    pools = pools or ["cpu"]
-    if unknown := sorted(set(pools) - set(POOLS)):
+    pools = pools or None  # None: every pool prefect.yaml's deployments use
+    if unknown := sorted(set(pools or ()) - set(POOLS)):
         fail(f"unknown work pools {unknown}; known: {list(POOLS)}")
     if root is not None and Path(root).exists() and not Path(root).is_dir():
         fail(f"--root {root}: not a folder (the workers' warehouse root)")

@@ -37,7 +37,7 @@ CONSOLE_ROWS = 1000  # rows the console shows; the CSV download has them all, up
 # A result is held in memory to be rendered or downloaded: past this, the query is refused by name.
 CONSOLE_MAX_ROWS = 100_000
 PAGES = (("/", "Runs"), ("/tree", "Trees"), ("/rewards", "Rewards"), ("/sql", "SQL"),
-         ("/models", "Models"), ("/train", "Train"))
+         ("/models", "Models"), ("/train", "Train"), ("/flywheel", "Flywheel"))
 
 
 @dataclass
@@ -162,6 +162,15 @@ def models_page(request: Request):
         registry = reader.rows("models")
         scores = reader.rows("eval_scores")
     return dash.page(request, "models", models=registry, scores=scores)
+
+
+@router.get("/flywheel", response_class=HTMLResponse)
+def flywheel_page(request: Request):
+    """Each night of the nightly pipelines: built, exported, trained, decided (docs/flywheel.md)."""
+    dash = _dash(request)
+    with dash.reading() as reader:
+        nights = reader.rows("flywheel")
+    return dash.page(request, "flywheel", nights=nights)
 
 
 @router.get("/train", response_class=HTMLResponse)

@@ -112,13 +112,16 @@ class Prefect:
 
     def submit(self, method: str, config: dict[str, Any], job_variables: dict[str, Any]) -> str:
         """Create a flow run of the method's deployment; its id. ValueError when the server cannot
-        be reached or has no such deployment (prefect.yaml not deployed there)."""
+        be reached, has no such deployment (prefect.yaml not deployed there), or no worker polls
+        the deployment's work pool (nothing would ever pick the run up)."""
         import httpx
         from prefect.exceptions import ObjectNotFound
 
         try:
             with self._client() as client:
                 deployment = client.read_deployment_by_name(deployment_name(method))
+                if problem := idle_pool(client, deployment.work_pool_name):
+                    raise ValueError(f"{deployment_name(method)} would wait forever (Late): {problem}")
                 flow_run = client.create_flow_run_from_deployment(
                     deployment.id, parameters={"config": config}, job_variables=job_variables or None,
                     tags=["dashboard"])
@@ -140,6 +143,16 @@ class Prefect:
         return {"id": flow_run_id, "name": flow_run.name, "state": state.name if state else "Pending",
                 "type": kind, "message": state.message if state else None, "final": kind in FINAL_STATES,
                 "url": self.flow_run_url(flow_run_id)}
+
+
+def idle_pool(client, pool: str | None) -> str | None:
+    """Why no worker would pick up a run on work pool ``pool`` (none polls it now), or None."""
+    if not pool:
+        return None
+    if any(w.status.value == "ONLINE" for w in client.read_workers_for_work_pool(pool)):
+        return None
+    return (f"no worker is polling work pool {pool!r}; start one with `ragfactory serve --pool {pool}` "
+            f"or `prefect worker start --pool {pool}`")
 
 
 def _is_uuid(text: str) -> bool:

@@ -39,8 +39,12 @@ ENGINE_ENV = "RAGFACTORY_ENGINE"
 
 
 def default_engine() -> str:
-    """``$RAGFACTORY_ENGINE`` (a work pool's job variable), else transformers."""
-    return os.environ.get(ENGINE_ENV) or "transformers"
+    """``$RAGFACTORY_ENGINE`` (a work pool's job variable), else transformers; vllm is
+    transformers on a worker that maps CUDA to its CPU (``$RAGFACTORY_LOCAL_DEVICE``, device.py)."""
+    engine = os.environ.get(ENGINE_ENV) or "transformers"
+    if engine == "vllm" and os.environ.get("RAGFACTORY_LOCAL_DEVICE", "").strip().lower() == "cpu":
+        return "transformers"
+    return engine
 
 
 class LLMRoleConfig(Section):

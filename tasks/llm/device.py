@@ -2,7 +2,10 @@
 
 Work pools set the variable in their job variables (``cpu`` pool: cpu, ``gpu`` pool: cuda), so
 the same flow code generates and trains on whatever the worker it lands on has. Asking for CUDA
-on a machine without it is an error, not a silent fall back to a CPU run hours slower.
+on a machine without it is an error, not a silent fall back to a CPU run hours slower, unless
+the worker says so: ``ragfactory serve`` on a machine without a GPU starts the ``gpu`` pool's
+worker with ``$RAGFACTORY_LOCAL_DEVICE=cpu``, which maps the pool's CUDA request to this
+machine's CPU (and its vLLM engine to transformers, ``config.py``).
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import os
 
 DEVICE_ENV = "RAGFACTORY_DEVICE"
+# set on a worker, not a job: the device a CUDA request maps to on a machine without CUDA
+LOCAL_DEVICE_ENV = "RAGFACTORY_LOCAL_DEVICE"
 
 
 def default_device() -> str:
@@ -22,5 +27,7 @@ def default_device() -> str:
     if wanted != "cpu" and not wanted.startswith("cuda"):
         raise ValueError(f"${DEVICE_ENV}={wanted!r}: expected cpu, cuda, cuda:N or auto")
     if wanted.startswith("cuda") and not torch.cuda.is_available():
+        if os.environ.get(LOCAL_DEVICE_ENV, "").strip().lower() == "cpu":
+            return "cpu"
         raise RuntimeError(f"${DEVICE_ENV}={wanted!r} but this machine has no usable CUDA device")
     return wanted

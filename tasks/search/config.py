@@ -8,6 +8,8 @@ live beside it (``tasks/search/<strategy>/``), with the papers' defaults, and ap
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from ragfactory.tasks.data.config import Partition
@@ -42,6 +44,14 @@ class SearchSettings(Section):
         "(questions_per_dataset): one list for every strategy, or a list per strategy name (a "
         "strategy not named takes the sample); each must be ingested and in `partition`",
     )
+    select: Literal["sample", "frontier"] = Field(
+        "sample", description="sample: questions_per_dataset (or question_ids) every run; frontier: "
+        "the next questions_per_night questions in sample_key order that no earlier run of the "
+        "strategy with the same policy model expanded, so each night extends the last",
+    )
+    questions_per_night: int | None = Field(
+        None, ge=1, description="With select: frontier, how many new questions each strategy expands per run"
+    )
     shard_size: int = Field(
         16, ge=1, description="Questions per shard task: the unit of retries and of failure"
     )
@@ -64,6 +74,16 @@ class SearchSettings(Section):
             unknown = sorted(set(self.question_ids) - set(self.strategies))
             if unknown:
                 raise ValueError(f"search.question_ids names strategies the build does not run: {unknown}")
+        return self
+
+    @model_validator(mode="after")
+    def _frontier_is_sized(self) -> SearchConfig:
+        if self.select == "frontier" and self.questions_per_night is None:
+            raise ValueError("search.select is 'frontier' but search.questions_per_night is not set")
+        if self.select != "frontier" and self.questions_per_night is not None:
+            raise ValueError("search.questions_per_night is set but search.select is not 'frontier'")
+        if self.select == "frontier" and self.question_ids is not None:
+            raise ValueError("search.select 'frontier' picks its own questions; drop search.question_ids")
         return self
 
     def listed_questions(self, strategy: str) -> list[str] | None:

@@ -39,6 +39,7 @@ class TrainingRequest(Protocol):
 
     method: TrainMethod
     run_id: str | None
+    more_run_ids: list[str]
     parquet: str | None
     task: str | None
     base_model: str

@@ -17,7 +17,7 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -90,6 +90,16 @@ def register_model(wh: Warehouse, row: dict) -> Path:
 
 LATEST = "latest:"
 EMBEDDED = "embedded"
+PROMOTED = "promoted"
+
+
+def promoted_model(wh: Warehouse, pipeline: str | None = None) -> str | None:
+    """The model the newest ``promotions`` row left promoted (of ``pipeline``, else of any):
+    the night's candidate when it won, else its incumbent; None before any night decided."""
+    rows = wh.read("promotions", **({"pipeline": pipeline} if pipeline else {})).to_pylist()
+    if not rows:
+        return None
+    return max(rows, key=lambda r: (r["created_at"], r["night"]))["promoted"]
 
 
 def latest_model(wh: Warehouse, name: str) -> dict | None:
@@ -125,7 +135,8 @@ class ModelRef:
 
 def resolve_model_ref(wh: Warehouse, spec: str) -> ModelRef:
     """The model a spec names: 'embedded', ``latest:<lineage>`` (the newest model of that lineage
-    whose weights are on disk), a registered model id, an existing folder (which wins over a
+    whose weights are on disk), ``promoted`` (the model the nightly pipeline promoted last,
+    ``promotions``), a registered model id, an existing folder (which wins over a
     registry id of the same name), or anything else an engine understands (a hub id, a served
     model name). A registered id whose weights are gone is an error, not a hub id to try.
     """
@@ -134,6 +145,12 @@ def resolve_model_ref(wh: Warehouse, spec: str) -> ModelRef:
         raise ValueError("no model given: use 'embedded', a model id from the models table, or a path")
     if is_embedded(spec):
         return ModelRef(spec, EMBEDDED, EMBEDDED, "embedded")
+    if spec == PROMOTED:
+        named = promoted_model(wh)
+        if named is None:
+            raise LookupError(f"{spec!r}: no model promoted in {wh.root} yet (the nightly pipeline's "
+                              "promotions table is empty)")
+        return replace(resolve_model_ref(wh, named), spec=spec)
     if spec.startswith(LATEST):
         name = spec[len(LATEST):]
         row = latest_model(wh, name)

@@ -59,6 +59,7 @@ def loadable(base_model: str, wh: Warehouse) -> str:
 def plan_training(wh: Warehouse, config: TrainingRequest) -> TrainingPlan:
     """The export snapshot, cache key, model id and output folder of a requested training."""
     files = export_files(wh.root, config.export_table, config.run_id, config.parquet)
+    files += [f for run_id in config.more_run_ids for f in wh.files(config.export_table, run_id=run_id) if f.is_file()]
     snapshot = snapshot_hash(files)
     ref = resolve_model_ref(wh, config.base_model)
     base = base_model_key(ref)

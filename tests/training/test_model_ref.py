@@ -49,3 +49,30 @@ def test_anything_else_is_a_model_name_for_the_backend(warehouse):
 def test_no_model_is_an_error(warehouse):
     with pytest.raises(ValueError, match="no model"):
         resolve_model_ref(warehouse, "  ")
+
+
+def _decided(warehouse, night, candidate, decision, incumbent="embedded", minute=0):
+    import datetime as dt
+
+    from ragfactory.tasks.eval.promotion import Decision, PromotionConfig, promotion_row
+
+    at = dt.datetime(2026, 1, 1, 2, minute, tzinfo=dt.timezone.utc)
+    row = promotion_row("nightly", night, candidate, incumbent, PromotionConfig(), Decision(decision, "why"), at)
+    warehouse.write("promotions", [row], night)
+
+
+def test_promoted_names_the_model_the_newest_decision_left_in_place(warehouse, tmp_path):
+    from ragfactory.tasks.preflight import model_problem
+
+    with pytest.raises(LookupError, match="no model promoted"):
+        resolve_model_ref(warehouse, "promoted")
+    assert "no model promoted" in model_problem("llm.policy.model", "promoted", warehouse)
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    _register(warehouse, "dpo-win", weights)
+    _decided(warehouse, "2026-01-01", "dpo-lose", "keep")  # the incumbent stays: embedded
+    assert resolve_model_ref(warehouse, "promoted").model_id == "embedded"
+    _decided(warehouse, "2026-01-02", "dpo-win", "promote", minute=1)
+    model = resolve_model_ref(warehouse, "promoted")
+    assert (model.spec, model.model_id, model.load, model.source) == ("promoted", "dpo-win", str(weights), "registry")
+    assert model_problem("llm.policy.model", "promoted", warehouse) is None

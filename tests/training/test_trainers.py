@@ -137,3 +137,18 @@ def test_missing_export_and_column_errors_are_clear(tiny_model, tmp_path):
     path = wh.write("sft_examples", [{"example_id": "e", "run_id": "r", "messages": CONVERSATION}], "s")
     with pytest.raises(ValueError, match="needs column"):
         read_export([path], "dpo")
+
+
+def test_the_eta_is_the_remaining_steps_at_the_pace_so_far():
+    import logging
+    from types import SimpleNamespace
+
+    from ragfactory.tasks.training.progress import LossLogger
+
+    progress = LossLogger(logging.getLogger("eta"))
+    assert progress.eta(1, 10) == "?"  # before training began
+    progress.on_train_begin(None, SimpleNamespace(global_step=2, max_steps=10), None)
+    began = progress.started[0]
+    assert progress.eta(2, 10, now=began + 5) == "?"  # no step done since it began (resumed at 2)
+    assert progress.eta(4, 10, now=began + 30) == "01m30s"  # 15 s a step, 6 steps left
+    assert progress.eta(4, 1000, now=began + 30) == "4h09m00s"  # 996 steps x 15 s
