@@ -45,7 +45,9 @@ from ragfactory.schemas.training_tables import (
 # 5: the rewards table (per-node rewards with their scale: R3-RAG's judged relevance, format,
 #    process and outcome rewards). Shards written before have no rewards file.
 # 6: runs.flow_run_id (the Prefect flow run behind a run, for the dashboard's link; null before).
-SCHEMA_VERSION = 6
+# 7: the retrievals table (the retrieval ledger and cache); llm_calls.strategy, question_id,
+#    node_id and cached; rollouts.metric and metric_score. Older files read with them null.
+SCHEMA_VERSION = 7
 
 # Bookkeeping, then what a build writes, then training and evaluation: `ragfactory tables` lists
 # them in this order.

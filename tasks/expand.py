@@ -1,5 +1,5 @@
 """Prefect tasks for the expand stage: questions -> search trees (nodes, rollouts, plans,
-plan_scores, llm_calls).
+plan_scores, llm_calls, retrievals).
 
 ``plan_shards`` picks the questions and cuts them into shards; ``expand_trees`` runs one
 shard through one strategy with the policy engine, the retriever and the call cache, and writes
@@ -19,7 +19,8 @@ from prefect.context import TaskRunContext
 
 from ragfactory.flows.config import BuildConfig
 from ragfactory.schemas.tables import SCHEMA_VERSION
-from ragfactory.tasks.retrieval.corpus import open_retriever
+from ragfactory.tasks.attribution import write_ledgers
+from ragfactory.tasks.retrieval.ledger import open_ledger
 from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.engine import make_batcher
 from ragfactory.tasks.retry import retry_unless_permanent
@@ -129,8 +130,8 @@ def result_storage(wh: Warehouse):
     return configured
 
 
-SHARD_TABLES = ("nodes", "rollouts", "plans", "plan_scores", "rewards", "llm_calls")
-SINCE_SCHEMA_5 = ("rewards",)  # a shard written before has no such file and is still whole
+SHARD_TABLES = ("nodes", "rollouts", "plans", "plan_scores", "rewards", "llm_calls", "retrievals")
+SINCE_SCHEMA_5 = ("rewards", "retrievals")  # a shard written before has no such file and is still whole
 
 
 def shard_written(wh: Warehouse, run_id: str, shard: str) -> bool:
@@ -152,16 +153,17 @@ def expand_trees(
     """Expand one shard of questions with the registered ``strategy`` and write its shard of every
     table the strategy fills (nodes, rollouts, plans, plan_scores, rewards) and of llm_calls."""
     wh = Warehouse(root)
-    retriever = open_retriever(wh, sources, config.retrieval)
+    retriever = open_ledger(wh, sources, config.retrieval, run_id, strategy, shard)
     cache = CallCache.from_warehouse(wh, run_id)
     batcher = make_batcher(config.llm, cache, wh.artifacts_dir("models"))
     plugin = STRATEGIES.get(strategy)
     settings = plugin.settings(config.search)
     scorer = plugin.open_scorer(settings, wh.artifacts_dir("embeddings")) if plugin.open_scorer else None
+    questions = read_questions(wh, question_ids)
     rows = asyncio.run(expand_shard(
-        strategy, read_questions(wh, question_ids), batcher, retriever, settings,
-        run_id, config.seed, config.llm.max_in_flight, scorer,
+        strategy, questions, batcher, retriever, settings, run_id, config.seed, config.llm.max_in_flight, scorer,
     ))
+    write_ledgers(wh, shard, strategy, rows.tables(), cache, retriever, settings, questions)
     for table, table_rows in rows.tables().items():
         wh.write(table, table_rows, shard, partition={"run_id": run_id})
     cache.write(wh, shard)
