@@ -46,7 +46,8 @@ from ragfactory.schemas.training_tables import (
 #    process and outcome rewards). Shards written before have no rewards file.
 # 6: runs.flow_run_id (the Prefect flow run behind a run, for the dashboard's link; null before).
 # 7: the retrievals table (the retrieval ledger and cache); llm_calls.strategy, question_id,
-#    node_id and cached; rollouts.metric and metric_score. Older files read with them null.
+#    node_id and cached; rollouts.metric and metric_score; the export_skips table (why an exporter
+#    gave a question no row). Older files read with them null.
 SCHEMA_VERSION = 7
 
 # Bookkeeping, then what a build writes, then training and evaluation: `ragfactory tables` lists

@@ -24,6 +24,7 @@ from itertools import combinations
 from typing import Any
 
 from ragfactory.tasks.export.sft import STATE_KINDS, question_text, question_texts
+from ragfactory.tasks.export.skips import skipped
 from ragfactory.tasks.search.decex.history import (
     Step,
     close_step,
@@ -69,11 +70,16 @@ def preference_pairs(
     rows: list[dict[str, Any]] = []
     for tree in group_trees(nodes_rows).values():
         question = question_text(texts, tree)
+        before, candidates = len(rows), 0
         for parent in sorted(tree.rows.values(), key=lambda r: path_key(r["path"])):
             for chosen, rejected in sibling_pairs(tree.children(parent["node_id"])):
+                candidates += 1
                 row = _pair_row(tree, question, parent, chosen, rejected, config)
                 if row is not None:
                     rows.append(row)
+        if len(rows) == before:
+            skipped(tree, "preference_pairs", "no valued kept branch has a sibling to pair with" if not candidates
+                    else f"no sibling pair of the allowed labels has a value gap of at least {config.min_gap:g}")
     return rows
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ragfactory.tasks.export.skips import skipped
 from ragfactory.tasks.search.decex.history import (
     Step,
     render_final,
@@ -97,6 +98,8 @@ def sft_examples(
     for tree in group_trees(nodes_rows).values():
         chain = best_chain(tree, config)
         if chain is None or chain[-1]["value"] < config.min_reward:
+            skipped(tree, "sft_examples", "no kept chain ends in a valued answer" if chain is None else
+                    f"best kept chain's value {chain[-1]['value']:.3g} is below min_reward {config.min_reward:g}")
             continue
         question = question_text(texts, tree)
         for node_ids, messages in chain_examples(question, chain):
