@@ -27,7 +27,7 @@ from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.shard import expand_shard, split_shards
 from ragfactory.warehouse.catalog import query
-from ragfactory.warehouse.integrity import is_intact
+from ragfactory.warehouse.integrity import is_intact, read_entry
 from ragfactory.warehouse.store import Warehouse
 
 QUESTIONS_SQL = """
@@ -140,8 +140,10 @@ def shard_written(wh: Warehouse, run_id: str, shard: str) -> bool:
     (size and content hash). A file rewritten, truncated or put there by hand runs the shard again.
     """
     paths = {table: wh.shard_path(table, {"run_id": run_id}, shard) for table in SHARD_TABLES}
+    # A newer table's file may be absent from an older shard; one the manifest records (a
+    # quarantined file) must be there.
     return all(is_intact(wh.root, path) for table, path in paths.items()
-               if table not in SINCE_SCHEMA_5 or path.exists())
+               if table not in SINCE_SCHEMA_5 or path.exists() or read_entry(wh.root, path) is not None)
 
 
 @task(retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_unless_permanent,

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ragfactory.tasks.retrieval.types import Hit, Retriever
+from ragfactory.warehouse.integrity import quick_damage
 from ragfactory.warehouse.store import Warehouse
 
 TABLE = "retrievals"
@@ -72,18 +73,29 @@ class WarehouseRetrievalStore:
 
     def __init__(self, warehouse: Warehouse, own: Path | None = None):
         self.warehouse, self.own = warehouse, own
+        self._datasets: tuple[ds.Dataset | None, ds.Dataset | None] | None = None
+
+    def _open(self) -> tuple[ds.Dataset | None, ds.Dataset | None]:
+        """(own shard's file, every file), listed once: a shard's searches share one listing and
+        footer read rather than one per search; rows other shards write meanwhile are not seen."""
+        if self._datasets is None:
+            # a damaged file (not the size recorded) answers nothing: its queries are asked again
+            files = [str(p) for p in self.warehouse.files(TABLE) if quick_damage(self.warehouse.root, p) is None]
+            own = ds.dataset([str(self.own)], format="parquet") if str(self.own) in files else None
+            self._datasets = (own, ds.dataset(files, format="parquet") if files else None)
+        return self._datasets
 
     def get(self, keys: Sequence[str], run_id: str) -> dict[str, dict]:
-        files = [str(path) for path in self.warehouse.files(TABLE)]
-        if not files or not keys:
+        own, every = self._open() if keys else (None, None)
+        if every is None:
             return {}
-        found = self._scan([str(self.own)], keys, run_id) if str(self.own) in files else {}
+        found = self._scan(own, keys, run_id) if own is not None else {}
         rest = [key for key in keys if key not in found]
-        return {**found, **(self._scan(files, rest, run_id) if rest else {})}
+        return {**found, **(self._scan(every, rest, run_id) if rest else {})}
 
     @staticmethod
-    def _scan(files: list[str], keys: Sequence[str], run_id: str) -> dict[str, dict]:
-        table = ds.dataset(files, format="parquet").to_table(filter=pc.field("cache_key").isin(list(keys)))
+    def _scan(dataset: ds.Dataset, keys: Sequence[str], run_id: str) -> dict[str, dict]:
+        table = dataset.to_table(filter=pc.field("cache_key").isin(list(keys)))
         found: dict[str, dict] = {}
         # The run's own row first, then the first run by name: scan order never decides.
         for row in sorted(table.to_pylist(), key=lambda r: (r["run_id"] != run_id, r["run_id"], r["retrieval_id"])):
