@@ -55,3 +55,25 @@ def test_each_query_is_fetched_once_and_every_ask_is_a_row(tmp_path):
         assert fresh.batches == [] and hits[0] == HITS["capital of france"]
         [row] = replay.rows()
         assert row["cached"] is cached and row["latency_s"] == rows[0]["latency_s"] and row["run_id"] == run
+
+
+def test_a_search_r1_server_is_asked_each_query_once_across_runs(tmp_path):
+    from ragfactory.tasks.retrieval.config import RetrievalConfig
+    from ragfactory.tasks.retrieval.ledger import open_ledger
+    from tests.retrieval.test_client import ScriptedServer
+
+    wh = Warehouse(tmp_path)
+    with ScriptedServer() as server:
+        config = RetrievalConfig(server_url=server.url)
+        first = open_ledger(wh, [], config, "run-1", "r3", shard="r3-0000")
+        hits = asyncio.run(_ask(first, "q1", ["alpha", "beta"], 1))
+        assert hits == [[Hit("alpha", "alpha", "text of alpha", 1.0)], [Hit("beta", "beta", "text of beta", 1.0)]]
+        wh.write("retrievals", first.rows(), "r3-0000", partition={"run_id": "run-1"})
+        second = open_ledger(wh, [], config, "run-2", "r3", shard="r3-0000")
+        assert asyncio.run(_ask(second, "q1", ["beta", "alpha"], 1)) == [hits[1], hits[0]]
+        assert asyncio.run(_ask(second, "q1", ["gamma"], 1)) == [[Hit("gamma", "gamma", "text of gamma", 1.0)]]
+    assert [r["queries"] for r in server.requests] == [["alpha", "beta"], ["gamma"]]
+    rows = second.rows()
+    assert [(r["query"], r["cached"], r["retriever"]) for r in rows] == [
+        ("alpha", True, "http"), ("beta", True, "http"), ("gamma", False, "http")]
+    assert rows[0]["index_fingerprint"] == first.fingerprint  # the server's URL names its index
