@@ -114,10 +114,15 @@ def _table_md(rows: list[dict]) -> str:
 
 def _yield(wh: Warehouse, run_id: str, table: str | None) -> list[dict]:
     """Per strategy: questions expanded, and questions with a row in the folder's table."""
-    kept = (f"(select count(distinct question_id) from \"{table}\" t where t.run_id = $run and t.strategy = n.strategy)"
-            if table else "null")
-    sql = (f"select strategy, count(distinct question_id) as expanded, {kept} as kept "
-           "from nodes n where run_id = $run group by strategy order by strategy")
+    if table is None:
+        kept = "select null as strategy, null as kept where false"
+    else:  # verl_prompts keeps its strategy inside extra_info, as verl's files do
+        column = "extra_info.strategy" if table == "verl_prompts" else "strategy"
+        kept = (f'select {column} as strategy, count(distinct question_id) as kept from "{table}" '
+                "where run_id = $run group by 1")
+    sql = (f"with kept as ({kept}), expanded as (select strategy, count(distinct question_id) as expanded "
+           "from nodes where run_id = $run group by strategy) "
+           "select strategy, expanded, kept from expanded left join kept using (strategy) order by strategy")
     return query(wh, sql, {"run": run_id}).to_pylist()
 
 
