@@ -1,6 +1,6 @@
 """The tables a build writes: the ingested inputs (``questions``, ``passages``, ``rejects``)
-and what searching them leaves (``nodes``, ``rollouts``, ``llm_calls``, ``plans``,
-``plan_scores``)."""
+and what searching them leaves (``nodes``, ``rollouts``, ``llm_calls``, ``retrievals``,
+``rewards``, ``plans``, ``plan_scores``)."""
 
 from __future__ import annotations
 
@@ -94,6 +94,8 @@ BUILD_TABLES: list[TableSpec] = [
         ("n_steps", pa.int32()),
         ("llm_call_ids", STRINGS),
         ("seed", pa.int64()),
+        ("metric", pa.string()),  # the answer metric the strategy scored with (its config's metric)
+        ("metric_score", pa.float64()),  # final_answer under that metric
     ),
     spec(
         "llm_calls", ("run_id",), ("call_id",),
@@ -111,6 +113,30 @@ BUILD_TABLES: list[TableSpec] = [
         ("completion_tokens", pa.int32()),
         ("latency_s", pa.float64()),
         ("created_at", TS),
+        # who asked (request metadata, never part of call_id) and whether another run generated it
+        ("strategy", pa.string()),
+        ("question_id", pa.string()),
+        ("node_id", pa.string()),
+        ("cached", pa.bool_()),
+    ),
+    spec(
+        "retrievals", ("run_id",), ("retrieval_id",),
+        ("retrieval_id", pa.string()),
+        ("run_id", pa.string()),
+        ("strategy", pa.string()),
+        ("question_id", pa.string()),
+        ("node_id", pa.string()),  # the node holding the returned passages, when one does
+        ("query", pa.string()),
+        ("retriever", pa.string()),  # the retriever kind
+        ("index_fingerprint", pa.string()),  # kind, corpus digest and parameters (tasks/retrieval/ledger.py)
+        ("k", pa.int32()),
+        ("passage_ids", STRINGS),
+        ("scores", pa.list_(pa.float64())),
+        ("titles", STRINGS),
+        ("texts", STRINGS),
+        ("latency_s", pa.float64()),
+        ("cached", pa.bool_()),  # answered by a retrieval another run made
+        ("cache_key", pa.string()),  # kind + index fingerprint + query + k
     ),
     spec(
         "rewards", ("run_id",), ("reward_id",),

@@ -46,7 +46,10 @@ from ragfactory.schemas.training_tables import (
 #    process and outcome rewards). Shards written before have no rewards file.
 # 6: runs.flow_run_id (the Prefect flow run behind a run, for the dashboard's link; null before).
 # 7: the promotions table (each night's candidate against the promoted model on valid).
-SCHEMA_VERSION = 7
+# 8: the retrievals table (the retrieval ledger and cache); llm_calls.strategy, question_id,
+#    node_id and cached; rollouts.metric and metric_score; the export_skips table (why an exporter
+#    gave a question no row). Older files read with them null.
+SCHEMA_VERSION = 8
 
 # Bookkeeping, then what a build writes, then training and evaluation: `ragfactory tables` lists
 # them in this order.

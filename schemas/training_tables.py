@@ -117,6 +117,14 @@ TRAINING_TABLES: list[TableSpec] = [
         ("extra_info", VERL_EXTRA_INFO),
     ),
     spec(
+        "export_skips", ("run_id",), ("run_id", "strategy", "exporter", "question_id", "reason"),
+        ("run_id", pa.string()),
+        ("question_id", pa.string()),
+        ("strategy", pa.string()),
+        ("exporter", pa.string()),  # the table the exporter writes
+        ("reason", pa.string()),
+    ),
+    spec(
         "contamination", ("run_id",), ("contamination_id",),
         ("contamination_id", pa.string()),
         ("run_id", pa.string()),

@@ -1,5 +1,5 @@
 """Prefect tasks for the expand stage: questions -> search trees (nodes, rollouts, plans,
-plan_scores, llm_calls).
+plan_scores, llm_calls, retrievals).
 
 ``plan_shards`` picks the questions and cuts them into shards; ``expand_trees`` runs one
 shard through one strategy with the policy engine, the retriever and the call cache, and writes
@@ -19,14 +19,15 @@ from prefect.context import TaskRunContext
 
 from ragfactory.flows.config import BuildConfig
 from ragfactory.schemas.tables import SCHEMA_VERSION
-from ragfactory.tasks.retrieval.corpus import open_retriever
+from ragfactory.tasks.attribution import write_ledgers
+from ragfactory.tasks.retrieval.ledger import open_ledger
 from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.engine import make_batcher
 from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.shard import expand_shard, split_shards
 from ragfactory.warehouse.catalog import query
-from ragfactory.warehouse.integrity import is_intact
+from ragfactory.warehouse.integrity import is_intact, read_entry
 from ragfactory.warehouse.store import Warehouse
 
 # the questions of the ingest versions a build read (a dataset it did not ingest offers all)
@@ -162,8 +163,8 @@ def result_storage(wh: Warehouse):
     return configured
 
 
-SHARD_TABLES = ("nodes", "rollouts", "plans", "plan_scores", "rewards", "llm_calls")
-SINCE_SCHEMA_5 = ("rewards",)  # a shard written before has no such file and is still whole
+SHARD_TABLES = ("nodes", "rollouts", "plans", "plan_scores", "rewards", "llm_calls", "retrievals")
+SINCE_SCHEMA_5 = ("rewards", "retrievals")  # a shard written before has no such file and is still whole
 
 
 def shard_written(wh: Warehouse, run_id: str, shard: str) -> bool:
@@ -172,8 +173,10 @@ def shard_written(wh: Warehouse, run_id: str, shard: str) -> bool:
     (size and content hash). A file rewritten, truncated or put there by hand runs the shard again.
     """
     paths = {table: wh.shard_path(table, {"run_id": run_id}, shard) for table in SHARD_TABLES}
+    # A newer table's file may be absent from an older shard; one the manifest records (a
+    # quarantined file) must be there.
     return all(is_intact(wh.root, path) for table, path in paths.items()
-               if table not in SINCE_SCHEMA_5 or path.exists())
+               if table not in SINCE_SCHEMA_5 or path.exists() or read_entry(wh.root, path) is not None)
 
 
 @task(retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_unless_permanent,
@@ -185,16 +188,17 @@ def expand_trees(
     """Expand one shard of questions with the registered ``strategy`` and write its shard of every
     table the strategy fills (nodes, rollouts, plans, plan_scores, rewards) and of llm_calls."""
     wh = Warehouse(root)
-    retriever = open_retriever(wh, sources, config.retrieval)
+    retriever = open_ledger(wh, sources, config.retrieval, run_id, strategy, shard)
     cache = CallCache.from_warehouse(wh, run_id)
     batcher = make_batcher(config.llm, cache, wh.artifacts_dir("models"))
     plugin = STRATEGIES.get(strategy)
     settings = plugin.settings(config.search)
     scorer = plugin.open_scorer(settings, wh.artifacts_dir("embeddings")) if plugin.open_scorer else None
+    questions = read_questions(wh, question_ids)
     rows = asyncio.run(expand_shard(
-        strategy, read_questions(wh, question_ids), batcher, retriever, settings,
-        run_id, config.seed, config.llm.max_in_flight, scorer,
+        strategy, questions, batcher, retriever, settings, run_id, config.seed, config.llm.max_in_flight, scorer,
     ))
+    write_ledgers(wh, shard, strategy, rows.tables(), cache, retriever, settings, questions)
     for table, table_rows in rows.tables().items():
         wh.write(table, table_rows, shard, partition={"run_id": run_id})
     cache.write(wh, shard)

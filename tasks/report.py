@@ -1,4 +1,5 @@
-"""Prefect task that publishes a build's artifacts: a table of counts and a markdown SQL note."""
+"""Prefect task that publishes a build's artifacts: a table of counts, a markdown SQL note, and a
+dataset card in each of the run's export folders (``tasks/export/cards.py``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
+from ragfactory.tasks.export.cards import write_cards
 from ragfactory.warehouse.report import artifact_key, report_markdown, report_rows
 from ragfactory.warehouse.store import Warehouse
 
@@ -18,4 +20,5 @@ def publish_build_report(root: str, run_id: str, name: str, datasets: list[str],
     create_table_artifact(rows, key=artifact_key(name), description=f"What build {run_id} produced")
     create_markdown_artifact(report_markdown(run_id, str(wh.catalog_path), rows),
                              key=artifact_key(name, "sql"), description=f"SQL to inspect build {run_id}")
+    write_cards(wh, run_id)
     return rows

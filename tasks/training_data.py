@@ -29,6 +29,7 @@ from ragfactory.tasks.export.lengths import length_warnings
 from ragfactory.tasks.export.registry import EXPORTS, SCREENED_QUESTION_COLUMNS
 from ragfactory.tasks.export.llamafactory import KINDS as LLAMAFACTORY_TABLES
 from ragfactory.tasks.export.llamafactory import write_llamafactory
+from ragfactory.tasks.export.skips import TABLE as SKIPS, recording, skip_rows
 from ragfactory.tasks.export.verl import verl_command, write_verl_parquet
 from ragfactory.tasks.ingest import dataset_file
 from ragfactory.tasks.llm.cache import CallCache
@@ -143,7 +144,9 @@ def write_training_data(root: str, run_id: str, strategy: str, config: ExportCon
     wh = Warehouse(root)
     exports = EXPORTS.get(STRATEGIES.by_tree_name(strategy).name)
     inputs = export_inputs(wh, run_id, strategy, exports.reads)
-    tables = exports.export(inputs, config, run_seed)
+    with recording() as skips:  # why an exporter gave a question no row
+        tables = exports.export(inputs, config, run_seed)
+    wh.write(SKIPS, skip_rows(skips), strategy, partition={"run_id": run_id})
     tables, contaminated = decontaminate(wh, run_id, strategy, tables, inputs["questions"],
                                          config.decontamination, llm)
     wh.write("contamination", contaminated, strategy, partition={"run_id": run_id})

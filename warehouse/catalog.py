@@ -116,9 +116,12 @@ def table_view_sql(warehouse: Warehouse, table: str, confined: bool = False) -> 
         return _empty_select(spec.schema)
     files = warehouse.glob(table)
     files = warehouse_url(warehouse.root, Path(files)) if confined else files
+    # Unioned by name with the typed empty table, so a column added to the schema after the
+    # files were written reads as null instead of failing the views that name it.
     return (
         f"select * from read_parquet({_quote(files)}, "
-        "hive_partitioning = true, hive_types_autocast = false, union_by_name = true)"
+        "hive_partitioning = true, hive_types_autocast = false, union_by_name = true) "
+        f"union all by name {_empty_select(spec.schema)}"
     )
 
 

@@ -34,9 +34,10 @@ def utc_now() -> datetime:
 
 
 class CallStore(Protocol):
-    """Where earlier completions are looked up: call id -> ``llm_calls`` row."""
+    """Where earlier completions are looked up: call id -> ``llm_calls`` row (``prefer``: the run
+    whose own row answers first, so a shard run again copies its rows as they were)."""
 
-    def get(self, call_ids: Sequence[str]) -> dict[str, dict]: ...
+    def get(self, call_ids: Sequence[str], prefer: str | None = None) -> dict[str, dict]: ...
 
 
 class MemoryCallStore:
@@ -47,7 +48,7 @@ class MemoryCallStore:
         for row in rows:
             self._rows.setdefault(row["call_id"], dict(row))
 
-    def get(self, call_ids: Sequence[str]) -> dict[str, dict]:
+    def get(self, call_ids: Sequence[str], prefer: str | None = None) -> dict[str, dict]:
         return {cid: dict(self._rows[cid]) for cid in call_ids if cid in self._rows}
 
 
@@ -57,7 +58,7 @@ class WarehouseCallStore:
     def __init__(self, warehouse: Warehouse):
         self.warehouse = warehouse
 
-    def get(self, call_ids: Sequence[str]) -> dict[str, dict]:
+    def get(self, call_ids: Sequence[str], prefer: str | None = None) -> dict[str, dict]:
         files = [str(path) for path in self.warehouse.files(TABLE)]
         if not files or not call_ids:
             return {}
@@ -65,8 +66,9 @@ class WarehouseCallStore:
         table = dataset.to_table(filter=pc.field("call_id").isin(list(call_ids)))
         found: dict[str, dict] = {}
         # Several runs may hold the same call (each copies the rows it used); they agree on
-        # everything but run_id, and the oldest is kept so the choice does not depend on scan order.
-        for row in sorted(table.to_pylist(), key=lambda r: (r["created_at"], r["run_id"])):
+        # everything but run_id (and who asked), and the preferred run's row, else the oldest, is
+        # kept so the choice does not depend on scan order.
+        for row in sorted(table.to_pylist(), key=lambda r: (r["run_id"] != prefer, r["created_at"], r["run_id"])):
             found.setdefault(row["call_id"], row)
         return found
 
@@ -102,8 +104,10 @@ class CallCache:
         found = {cid: self._used[cid] for cid in wanted if cid in self._used}
         missing = [cid for cid in wanted if cid not in found]
         if missing:
-            for cid, row in self.store.get(missing).items():
-                self._used[cid] = found[cid] = {**row, "run_id": self.run_id}
+            for cid, row in self.store.get(missing, prefer=self.run_id).items():
+                # A row of this run stays as it was; one another run generated is marked cached.
+                cached = bool(row.get("cached")) if row.get("run_id") == self.run_id else True
+                self._used[cid] = found[cid] = {**row, "run_id": self.run_id, "cached": cached}
         return found
 
     def record(
@@ -134,8 +138,20 @@ class CallCache:
             "completion_tokens": completion.completion_tokens,
             "latency_s": completion.latency_s,
             "created_at": self.clock(),
+            "strategy": None,
+            "question_id": dict(request.tags).get("question_id"),
+            "node_id": None,
+            "cached": False,
         }
         return self._used.setdefault(cid, row)
+
+    def attribute(self, strategy: str, asked_by: Mapping[str, tuple[str | None, str | None]]) -> None:
+        """Name who asked each call this shard used: its strategy, and the (question, node) of
+        the rows that hold the call (``asked_by``); request metadata, never part of a call id.
+        A call no row holds keeps the question its request was tagged with."""
+        for cid, row in self._used.items():
+            question, node = asked_by.get(cid, (row.get("question_id"), None))
+            row.update(strategy=strategy, question_id=question, node_id=node)
 
     def rows(self) -> list[dict]:
         """The shard's rows ordered by call id, so scheduling order never changes the file."""

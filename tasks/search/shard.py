@@ -15,6 +15,7 @@ from typing import Any
 
 from ragfactory.progress import progress_bar
 from ragfactory.tasks.llm.batcher import Batcher
+from ragfactory.tasks.retrieval.ledger import asking
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.strategy import ShardContext
@@ -55,7 +56,8 @@ async def expand_shard(
         task = bar.add_task(f"{strategy}: questions expanded", total=len(questions))
 
         async def job(question: Mapping) -> tuple[str, TableRows]:
-            rows = await plugin.expand(question, context, config)
+            with asking(str(question.get("question_id"))):  # the retrieval ledger's question
+                rows = await plugin.expand(question, context, config)
             bar.advance(task)
             return str(question.get("question_id")), rows
 

@@ -78,6 +78,15 @@ def test_shard_written_wants_every_table_of_the_shard(warehouse):
     assert not shard_written(warehouse, "r1", "decex-0000")
 
 
+def test_a_newer_shard_table_may_be_absent_but_not_lost(warehouse):
+    _expand_shard(warehouse, "r1", "decex-0000", nodes=3)
+    ledger = warehouse.shard_path("retrievals", {"run_id": "r1"}, "decex-0000")
+    ledger.unlink()  # recorded, then gone (quarantined): the shard must run again
+    assert not shard_written(warehouse, "r1", "decex-0000")
+    manifest_path(warehouse.root, ledger).unlink()  # never written (a shard from before the table)
+    assert shard_written(warehouse, "r1", "decex-0000")
+
+
 def test_check_finds_nothing_in_a_warehouse_it_wrote(warehouse):
     assert check(warehouse) == []
     _expand_shard(warehouse, "r1", "decex-0000", nodes=3)

@@ -39,6 +39,7 @@ from typing import Any
 from ragfactory.tasks.export.dpo import DpoConfig
 from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
 from ragfactory.tasks.export.sft import SftConfig, question_text, question_texts
+from ragfactory.tasks.export.skips import skipped
 from ragfactory.tasks.search.decex.config import STRATEGY
 from ragfactory.tasks.search.decex.history import (
     Step,
@@ -82,6 +83,8 @@ def sft_examples(
     for tree in group_trees(nodes_rows).values():
         chain = best_chain(tree, config)
         if chain is None or chain[-1]["value"] < config.min_reward:
+            skipped(tree, "sft_examples", "no kept chain ends in a valued answer" if chain is None else
+                    f"best kept chain's value {chain[-1]['value']:.3g} is below min_reward {config.min_reward:g}")
             continue
         question = question_text(texts, tree)
         for node_ids, messages in chain_examples(question, chain):
@@ -163,11 +166,16 @@ def preference_pairs(
     rows: list[dict[str, Any]] = []
     for tree in group_trees(nodes_rows).values():
         question = question_text(texts, tree)
+        before, candidates = len(rows), 0
         for parent in sorted(tree.rows.values(), key=lambda r: path_key(r["path"])):
             for chosen, rejected in sibling_pairs(tree.children(parent["node_id"])):
+                candidates += 1
                 row = _pair_row(tree, question, parent, chosen, rejected, config)
                 if row is not None:
                     rows.append(row)
+        if len(rows) == before:
+            skipped(tree, "preference_pairs", "no valued kept branch has a sibling to pair with" if not candidates
+                    else f"no sibling pair of the allowed labels has a value gap of at least {config.min_gap:g}")
     return rows
 
 
