@@ -107,3 +107,27 @@ def s3(s3_server, monkeypatch):
     for name, value in s3_server.env.items():
         monkeypatch.setenv(name, value)
     return s3_server
+
+
+# Markers by cost (registered in pyproject.toml): a test that uses one of these fixtures, itself or
+# through another fixture, carries the fixture's markers, so a new test that reaches for a server
+# or the model lands in its tier without a mark by hand. Tests that start a process themselves
+# carry ``subprocess`` in their module.
+COST_OF_FIXTURE = {
+    "embedded_model": ("slow",),  # the real SmolLM2 on CPU
+    "prefect_api": ("integration",),  # a real Prefect API server
+    "s3_server": ("integration",),  # moto's S3 server
+    "slow_engine": ("subprocess",),  # tests/faults/test_run_states.py: an echo server process
+    "retrieval_server": ("subprocess",),  # tests/faults/test_examples.py: `ragfactory retrieval serve`
+    "server_process": ("subprocess",),  # tests/retrieval/test_server.py: the retrieval server
+    "servers": ("subprocess",),  # tests/llm/test_openai_backend.py: echo and flaky servers
+    "vllm_run": ("subprocess",),  # tests/llm/test_vllm_backend.py: the vllm venv's script
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, markers in COST_OF_FIXTURE.items():
+            if fixture in item.fixturenames:
+                for marker in markers:
+                    item.add_marker(marker)

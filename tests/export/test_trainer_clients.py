@@ -32,7 +32,7 @@ from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, registered_engine, scripted_llm
 from tests.flows.test_build_treeps import policy
 
-pytestmark = [pytest.mark.slow, pytest.mark.clients]
+pytestmark = [pytest.mark.slow, pytest.mark.clients, pytest.mark.subprocess]
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENTS_PYTHON = Path(os.environ.get("RAGFACTORY_CLIENTS_PYTHON", REPO / ".venv-clients" / "bin" / "python"))

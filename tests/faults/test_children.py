@@ -57,6 +57,7 @@ def _gone_within(pids: list[int], paths: list[Path], limit_s: float) -> tuple[li
 
 
 @pytest.mark.parametrize("how", ["watchdog", "pdeathsig"])
+@pytest.mark.subprocess
 def test_a_sigkilled_process_leaves_no_child_and_no_prefect_home(how):
     done = subprocess.run([sys.executable, "-c", ORPHANING, how], capture_output=True, text=True, timeout=60)
     assert done.returncode == -signal.SIGKILL, done.stderr
@@ -65,6 +66,7 @@ def test_a_sigkilled_process_leaves_no_child_and_no_prefect_home(how):
     assert _gone_within([int(pid)], paths, GONE_WITHIN_S) == ([], [])
 
 
+@pytest.mark.subprocess
 def test_a_prefect_home_whose_command_is_gone_is_removed_at_the_next_start():
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -80,7 +82,6 @@ def test_a_prefect_home_whose_command_is_gone_is_removed_at_the_next_start():
             shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.mark.slow
 def test_kill_9_of_a_build_leaves_no_process_it_started(tmp_path, slow_engine):  # noqa: F811
     build, root, _ = start_mid_shard_build(tmp_path, slow_engine)
     try:

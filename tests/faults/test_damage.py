@@ -62,7 +62,7 @@ def _rows(root: Path) -> dict[str, list[dict]]:
         files = wh.files(table)
         rows = [r for p in files for r in pq.read_table(p).to_pylist()]
         drop = VOLATILE.get(table, set()) | {"config"}
-        tables[table] = sorted((repr(sorted((k, v) for k, v in r.items() if k not in drop)) for r in rows))
+        tables[table] = sorted(repr(sorted((k, v) for k, v in r.items() if k not in drop)) for r in rows)
     return tables
 
 

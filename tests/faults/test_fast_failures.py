@@ -28,6 +28,8 @@ from tests.faults import test_preflight
 from tests.faults.test_preflight import assert_fails_with
 from tests.warehouse.filled import rows
 
+pytestmark = pytest.mark.subprocess  # every test runs the CLI in a process of its own
+
 FAST_S = 15.0  # CPU seconds a refused command may spend
 HANG_S = 120.0  # wall-clock seconds after which a command counts as hung
 

@@ -74,6 +74,7 @@ def unknown_model(field: str, name: str) -> str:
             "fix the name, or allow downloads (allow_downloads: true, or --allow-downloads) to fetch it from the hub")
 
 
+@pytest.mark.subprocess
 def test_unknown_model_fails_fast_without_the_network(tmp_path):
     root = tmp_path / "wh"
     done, elapsed = run_cli(["evaluate", "--model", "sft-doesnotexist0000", "-d", "hotpotqa", "--limit", "1",
@@ -82,6 +83,7 @@ def test_unknown_model_fails_fast_without_the_network(tmp_path):
     assert not (root / "runs").exists()
 
 
+@pytest.mark.subprocess
 def test_unknown_policy_model_of_a_build_fails_before_the_flow(tmp_path):
     root = tmp_path / "wh"
     (tmp_path / "build.yaml").write_text(
@@ -92,6 +94,7 @@ def test_unknown_policy_model_of_a_build_fails_before_the_flow(tmp_path):
     assert "Starting temporary server" not in done.stdout + done.stderr
 
 
+@pytest.mark.subprocess
 def test_unknown_base_model_of_a_training_fails_before_the_flow(tmp_path):
     root = tmp_path / "wh"
     (tmp_path / "sft.parquet").write_bytes(b"")
@@ -100,6 +103,7 @@ def test_unknown_base_model_of_a_training_fails_before_the_flow(tmp_path):
     assert_fails_with(done, elapsed, PREFLIGHT_S, "error: " + unknown_model("base_model", "org/nowhere-1b"), root)
 
 
+@pytest.mark.subprocess
 def test_missing_dataset_path_is_one_line_before_any_work(tmp_path):
     root = tmp_path / "wh"
     (tmp_path / "build.yaml").write_text(
@@ -114,6 +118,7 @@ def test_missing_dataset_path_is_one_line_before_any_work(tmp_path):
     assert not (root / "runs").exists()
 
 
+@pytest.mark.subprocess
 def test_debug_puts_the_traceback_on_screen_too(tmp_path):
     (tmp_path / "build.yaml").write_text("name: t\ndatasets: [{name: hotpotqa, path: missing.jsonl}]\n")
     done, _ = run_cli(["--debug", "build", "-c", "build.yaml"], tmp_path, tmp_path / "wh", PREFLIGHT_S)
@@ -127,6 +132,7 @@ def test_debug_puts_the_traceback_on_screen_too(tmp_path):
     ("# only a comment\n", "the config file is empty; give at least `name` and `datasets` (see configs/demo.yaml)"),
     ("- name: hotpotqa\n", "expected a mapping of settings (name, datasets, search, ...), got a YAML list"),
 ])
+@pytest.mark.subprocess
 def test_empty_or_non_mapping_config_is_an_error_naming_the_file(tmp_path, text, problem):
     root = tmp_path / "wh"
     (tmp_path / "empty.yaml").write_text(text)
@@ -135,6 +141,7 @@ def test_empty_or_non_mapping_config_is_an_error_naming_the_file(tmp_path, text,
     assert not root.exists() or not (root / "runs").exists()
 
 
+@pytest.mark.subprocess
 def test_binary_dataset_fails_once_with_one_line_and_the_traceback_in_the_log(tmp_path):
     root = tmp_path / "wh"
     binary = tmp_path / "hotpot.jsonl"
@@ -243,7 +250,7 @@ def test_a_build_check_names_every_problem_at_once(tmp_path):
     with pytest.raises(PreflightError) as info:
         check_build(config, Warehouse(tmp_path / "wh"))
     message = str(info.value)
-    problems = [f"datasets[1]: no bundled dataset 'mine'; bundled: ", f"datasets[2].path: {tmp_path} is not a file",
+    problems = ["datasets[1]: no bundled dataset 'mine'; bundled: ", f"datasets[2].path: {tmp_path} is not a file",
                 f"corpus.files[0]: {tmp_path / 'wiki.jsonl'} does not exist", "llm.judge.model: unknown model 'nowhere-judge'"]
     positions = [message.find("; " + problem if i else problem) for i, problem in enumerate(problems)]
     assert positions[0] == 0 and positions == sorted(positions) and -1 not in positions, message

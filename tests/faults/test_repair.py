@@ -34,7 +34,7 @@ from ragfactory.warehouse.store import Warehouse
 from tests.faults.test_damage import _rows
 from tests.flows.test_build_decex import _config
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.cluster, pytest.mark.subprocess, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = "decex-test"

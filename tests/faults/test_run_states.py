@@ -172,6 +172,7 @@ HOLD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.subprocess
 def test_a_running_row_whose_process_died_reads_abandoned(tmp_path):
     root = tmp_path / "wh"
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(root)], stdout=subprocess.PIPE, text=True)
@@ -215,6 +216,7 @@ def test_an_error_in_a_held_run_records_failed_naming_it(warehouse):
     assert (row["status"], row["error"]) == ("failed", "OSError: disk full")
 
 
+@pytest.mark.subprocess
 def test_a_partial_build_is_a_failed_prefect_state_and_prints_its_summary(tmp_path):
     broken = tmp_path / "broken.jsonl"
     broken.write_text("this is not json\n")
@@ -229,7 +231,7 @@ def test_a_partial_build_is_a_failed_prefect_state_and_prints_its_summary(tmp_pa
     assert "status: partial" in output and "failed shards: custom" in output
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_two_builds_started_at_once_both_succeed(tmp_path):
     builds = []
     for name in ("a", "b"):
@@ -260,6 +262,7 @@ def test_each_command_gets_its_own_prefect_home_unless_an_api_is_configured(tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_sigterm_during_an_evaluation_records_interrupted_and_leaves_no_process(tmp_path):
     root, log = tmp_path / "wh", tmp_path / "evaluate.log"
     with log.open("w") as out:

@@ -7,7 +7,7 @@ take one value per table: run_id 'r1', dataset 'd1', source 's1'.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import pyarrow as pa
 
@@ -16,7 +16,7 @@ from ragfactory.warehouse.store import Warehouse
 
 PARTITION_VALUES = {"run_id": "r1", "dataset": "d1", "source": "s1"}
 ROWS_PER_TABLE = 2
-STAMP = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+STAMP = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def sample(kind: pa.DataType, name: str, index: int):
