@@ -32,10 +32,13 @@ demo: $(STAMP)
 	$(BIN)/ragfactory build --config configs/demo.yaml
 
 test: $(STAMP) $(VLLM_STAMP) $(CLIENTS_STAMP) $(CHROMIUM_STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/pytest -q --durations=25
 
+# The unit tier: no model, no server, no cluster, no process of its own (markers in pyproject.toml).
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q --durations=10 -m "not slow and not integration and not cluster and not subprocess"
 
 bench: $(STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -151,7 +151,7 @@ def by_hand(backend: TransformersBackend, bench: BenchSettings, questions) -> di
     pool = ThreadPoolExecutor(1)
     for step in range(len(STEPS)):
         requests = [step_request(q, text, step, previous[q], bench) for q, text in questions]
-        answers = clock.add(lambda: pool.submit(backend.generate_batch, requests).result())
+        answers = clock.add(lambda requests=requests: pool.submit(backend.generate_batch, requests).result())
         for (qid, _), [completion] in zip(questions, answers):
             previous[qid] = completion.text
             outputs[qid].append(completion.text)

@@ -85,7 +85,7 @@ def tree_rows(n: int = N_NODES, seed: int = 0) -> list[dict]:
 
 def write_warehouse(root: Path) -> Warehouse:
     wh = Warehouse(root)
-    started = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    started = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     record_run(wh, RUN, "build", "completed", {"name": "bench"}, "0" * 64, started)
     wh.write("questions", [{"question_id": QUESTION, "dataset": "bench", "question": "A synthetic question?",
                             "golden_answers": ["yes"]}], shard="bench")

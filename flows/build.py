@@ -211,7 +211,7 @@ def night_run_id(config: BuildConfig, night: str | None = None) -> str:
     run_id = default_run_id(config.name, config.config_hash())
     if config.search.select != "frontier":
         return run_id
-    return safe_name(f"{run_id}-{night or dt.datetime.now(dt.timezone.utc).date().isoformat()}")
+    return safe_name(f"{run_id}-{night or dt.datetime.now(dt.UTC).date().isoformat()}")
 
 
 def build_warnings(config: BuildConfig) -> list[str]:

@@ -68,7 +68,7 @@ def nightly(config: NightlyConfig, night: str | None = None) -> dict:
     """
     wh = opened_warehouse(config.build.warehouse.root)
     root = wh.location
-    night = night or dt.datetime.now(dt.timezone.utc).date().isoformat()
+    night = night or dt.datetime.now(dt.UTC).date().isoformat()
     incumbent = promoted_model(wh, config.name) or config.base_model
     get_run_logger().info("night %s of %s: policy and incumbent %s", night, config.name, incumbent)
     built = build(config.build, policy_model=incumbent, night=night, return_state=True).result(raise_on_failure=False)

@@ -50,7 +50,7 @@ def record_ingest(wh: Warehouse, row: dict) -> dict:
     the build flow reads (source, version, counts, warnings). Under the shard's lock, like the
     rows it describes: two processes ingesting one version at once must not interleave the
     renames of the file and its manifest entry."""
-    row = {**row, "created_at": dt.datetime.now(dt.timezone.utc)}
+    row = {**row, "created_at": dt.datetime.now(dt.UTC)}
     wh.merge("ingests", [row], row["version"], partition={"dataset": row["dataset"]})
     return summary(row, cached=False)
 

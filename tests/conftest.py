@@ -50,6 +50,24 @@ def embedded_model(request, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_model(embedded_model, tmp_path_factory):
+    """A tiny random Llama with the SmolLM2 tokenizer: trains a step in about a second."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=1024, pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
 def prefect_api(tmp_path_factory):
     """One temporary Prefect API server for every test that runs flows in this process.
 
@@ -107,3 +125,27 @@ def s3(s3_server, monkeypatch):
     for name, value in s3_server.env.items():
         monkeypatch.setenv(name, value)
     return s3_server
+
+
+# Markers by cost (registered in pyproject.toml): a test that uses one of these fixtures, itself or
+# through another fixture, carries the fixture's markers, so a new test that reaches for a server
+# or the model lands in its tier without a mark by hand. Tests that start a process themselves
+# carry ``subprocess`` in their module.
+COST_OF_FIXTURE = {
+    "embedded_model": ("slow",),  # the real SmolLM2 on CPU
+    "prefect_api": ("integration",),  # a real Prefect API server
+    "s3_server": ("integration",),  # moto's S3 server
+    "slow_engine": ("subprocess",),  # tests/faults/conftest.py: an echo server process
+    "retrieval_server": ("subprocess",),  # tests/faults/test_examples.py: `ragfactory retrieval serve`
+    "server_process": ("subprocess",),  # tests/retrieval/test_server.py: the retrieval server
+    "servers": ("subprocess",),  # tests/llm/test_openai_backend.py: echo and flaky servers
+    "vllm_run": ("subprocess",),  # tests/llm/test_vllm_backend.py: the vllm venv's script
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, markers in COST_OF_FIXTURE.items():
+            if fixture in item.fixturenames:
+                for marker in markers:
+                    item.add_marker(marker)

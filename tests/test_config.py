@@ -66,6 +66,7 @@ def test_valuation_values_only_strategies_the_build_expands():
     assert BuildConfig().valuation.values("treeps", True) and not BuildConfig().valuation.values("decex", False)
 
 
+@pytest.mark.subprocess
 def test_train_config_answers_what_a_training_run_reads():
     names = set(TrainingRequest.__annotations__) | {n for n in vars(TrainingRequest) if not n.startswith("_")}
     config = TrainConfig(method="sft", run_id="r")

@@ -113,6 +113,7 @@ def test_children_talk_to_the_stack_and_never_prompt(tmp_path, monkeypatch):
     assert env["PREFECT_CLI_PROMPT"] == "false" and env["PREFECT_SERVER_ANALYTICS_ENABLED"] == "false"
 
 
+@pytest.mark.subprocess
 def test_a_failing_cli_step_shows_its_output(tmp_path):
     env = serve.stack_env(f"http://127.0.0.1:{serve.free_port()}/api", tmp_path)
     with pytest.raises(serve.StackError, match="no-such-command"):

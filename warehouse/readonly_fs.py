@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from fsspec.spec import AbstractFileSystem
@@ -96,7 +96,7 @@ class WarehouseFileSystem(AbstractFileSystem):
         return [name for name, info in found.items() if info["type"] == "file"]
 
     def modified(self, path) -> datetime:
-        return datetime.fromtimestamp(self.info(path)["mtime"], tz=timezone.utc)
+        return datetime.fromtimestamp(self.info(path)["mtime"], tz=UTC)
 
     def _open(self, path, mode="rb", **kwargs):
         if mode != "rb":

@@ -44,7 +44,7 @@ RUN_SHARD = "run"
 FINAL = ("completed", "partial", "failed", "interrupted", "abandoned")
 # The runs this process holds, by lock file: a process-wide fact (the kernel's locks are per
 # process), kept here so a signal handler can record every held run as interrupted.
-_HELD: dict[str, "RunHold"] = {}
+_HELD: dict[str, RunHold] = {}
 _HELD_LOCK = threading.Lock()
 
 
@@ -53,7 +53,7 @@ def default_run_id(name: str, config_hash: str) -> str:
 
 
 def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def record_run(
@@ -192,7 +192,7 @@ FlowRunEnded = Callable[[str], "str | None"]
 
 def _stamp(value: object) -> str:
     if isinstance(value, dt.datetime):
-        return value.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
+        return value.astimezone(dt.UTC).isoformat(timespec="seconds")
     return str(value)
 
 

@@ -175,7 +175,7 @@ def logged_run(root: Path, command: str, after_failure: Callable[[], str] = str)
 
     from ragfactory.warehouse.guard import first_line
 
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     path = Path(root) / "logs" / f"{command}-{stamp}-{os.getpid()}.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, encoding="utf-8")

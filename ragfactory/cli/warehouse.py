@@ -205,7 +205,7 @@ def check_command(
     if adopt:
         problems = _adopt(wh, problems)
     if problems and repair:
-        _repair(wh, problems, dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+        _repair(wh, problems, dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ"))
         problems = check(wh)
         _print_problems(problems, prefix="still: ")
     if problems:

@@ -53,7 +53,7 @@ class JsonlLimits:
     max_line_bytes: int = LINE_BYTES_PER_PASSAGE_CHAR * MAX_PASSAGE_CHARS
 
     @classmethod
-    def for_passages(cls, max_passage_chars: int) -> "JsonlLimits":
+    def for_passages(cls, max_passage_chars: int) -> JsonlLimits:
         """Limits whose line cap follows a configured passage size (128 bytes per char)."""
         return cls(max_passage_chars=max_passage_chars,
                    max_line_bytes=LINE_BYTES_PER_PASSAGE_CHAR * max_passage_chars)

@@ -19,7 +19,7 @@ def passage_id(title: str, text: str) -> str:
     >>> passage_id("Paris", "Paris is the capital of France.")
     '11651935d56413fd'
     """
-    digest = hashlib.sha1(f"{title}\n{text}".encode("utf-8")).hexdigest()
+    digest = hashlib.sha1(f"{title}\n{text}".encode()).hexdigest()
     return digest[:ID_HEX_CHARS]
 
 

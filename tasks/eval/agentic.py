@@ -28,7 +28,7 @@ from ragfactory.tasks.eval.inference import (
 )
 from ragfactory.tasks.llm.types import Generator
 from ragfactory.tasks.prompts.loader import render_prompt
-from ragfactory.tasks.retrieval.types import Retriever
+from ragfactory.tasks.retrieval.types import Hit, Retriever
 from ragfactory.tasks.search.common import retrieve
 from ragfactory.tasks.search.mcts.steps import (
     GROUNDING,

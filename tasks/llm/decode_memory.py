@@ -16,7 +16,7 @@ from typing import Any
 
 def kv_bytes_per_token(config: Any, dtype: str) -> int:
     """Keys and values of one token in every layer: 2 x layers x KV heads x head size x element."""
-    heads = getattr(config, "num_attention_heads")
+    heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     element = {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 TAGS = ("reasoning", "question", "answer", "search", "information", "think")
 _THINK_BLOCK = re.compile(r"<\s*think\s*>.*?<\s*/\s*think\s*>", re.IGNORECASE | re.DOTALL)
-_ANY_TAG = re.compile(r"<\s*/?\s*(?:%s)\s*>" % "|".join(TAGS), re.IGNORECASE)
+_ANY_TAG = re.compile(r"<\s*/?\s*(?:" + "|".join(TAGS) + r")\s*>", re.IGNORECASE)
 _QUERY_PREFIX = re.compile(r"^\s*(?:search\s+)?query\s*[:：]\s*", re.IGNORECASE)
 
 

@@ -64,7 +64,7 @@ def model_row(model_id: str, lineage: dict, base_model: str, method: str, export
         "model_id": model_id, "run_id": model_id, "lineage": json.dumps(lineage, sort_keys=True),
         "base_model": base_model, "method": method, "export_snapshot": export_snapshot,
         "config": json.dumps(config, sort_keys=True), "metrics": json.dumps(metrics, sort_keys=True),
-        "path": path, "created_at": dt.datetime.now(dt.timezone.utc),
+        "path": path, "created_at": dt.datetime.now(dt.UTC),
         "question_ids": None if question_ids is None else sorted(set(question_ids)),
     }
 

@@ -24,7 +24,8 @@ R3_MARKS = ("# Role", "Judge how relevant retrieved documents", "Decide whether 
 
 def policy(request: Request, sample: int) -> str:
     """Each strategy's scripted reply, told apart by the prompts only that strategy writes."""
-    from tests.flows import test_build_apex, test_build_mcts, test_build_r3, test_build_treeps
+    from tests.flows import test_build_apex, test_build_mcts, test_build_r3
+    from tests.flows.scripted_policies import treeps_and_decex
 
     text = "\n".join(m.content for m in request.messages)
     if any(mark in text for mark in R3_MARKS):
@@ -33,7 +34,7 @@ def policy(request: Request, sample: int) -> str:
         return test_build_mcts.policy(request, sample)
     if any(mark in text for mark in APEX_MARKS):
         return test_build_apex.policy(request, sample)
-    return test_build_treeps.policy(request, sample)  # TreePS, and DecEx behind it
+    return treeps_and_decex(request, sample)  # TreePS, and DecEx behind it
 
 
 def config(root: Path) -> dict:

@@ -25,7 +25,7 @@ from ragfactory.dashboard.security import BindRefused, check_bind
 from ragfactory.warehouse.runs import record_run
 from ragfactory.warehouse.store import Warehouse
 
-T0 = dt.datetime(2026, 11, 1, 9, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 1, 9, 0, tzinfo=dt.UTC)
 QUESTION = "hotpotqa:q1"
 TOKEN = "a-long-enough-token-0123"
 

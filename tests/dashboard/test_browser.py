@@ -22,7 +22,7 @@ from ragfactory.warehouse.store import Warehouse
 from tests.dashboard.built import RUN_ID
 from tests.e2e.stack import REPO, UPDATE_SCREENSHOTS, Chromium
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]  # headless Chromium
 
 STRATEGIES = ("decex", "treeps", "mcts", "r3", "apex")
 # every label's box against every other and against the tree's frame, in page pixels
@@ -191,7 +191,7 @@ def test_a_flow_run_its_server_no_longer_holds_is_not_linked(five_strategies, da
 
     gone = "5f0e1d2c-3b4a-4958-8776-655443322110"
     record_run(Warehouse(five_strategies), "dash-gone", "build", "completed", {}, "h",
-               dt.datetime(2026, 11, 2, tzinfo=dt.timezone.utc), flow_run_id=gone)
+               dt.datetime(2026, 11, 2, tzinfo=dt.UTC), flow_run_id=gone)
     page = httpx.get(dashboard, timeout=30).text
     section = page[page.index('id="run-dash-gone"'):]
     assert f"flow run {gone} ran on a temporary Prefect server" in section

@@ -15,7 +15,7 @@ from ragfactory.tasks.training.registry import model_row, register_model
 from ragfactory.warehouse.runs import record_run
 from ragfactory.warehouse.store import Warehouse
 
-T0 = dt.datetime(2026, 11, 1, 3, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 1, 3, 0, tzinfo=dt.UTC)
 
 
 def _night(wh: Warehouse, night: str, run_id: str, questions: list[str], model_id: str, decision: Decision,

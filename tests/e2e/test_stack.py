@@ -46,7 +46,7 @@ from tests.e2e.stack import (
     run_checked,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.subprocess, pytest.mark.timeout(1500)]
 
 SCREENSHOT = REPO / "docs" / "images" / "train-dpo-custom-run.png"
 

@@ -28,7 +28,7 @@ from ragfactory.warehouse.runs import now, record_run
 from ragfactory.warehouse.store import Warehouse
 from tests.e2e.stack import CPU_JOB, REPO, RUN_TIMEOUT_S, UPDATE_SCREENSHOTS, Chromium, run_checked
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.subprocess, pytest.mark.timeout(1500)]
 
 IMAGES = REPO / "docs" / "images"
 # a DPO training other than test_stack's (another learning rate), so it trains rather than
@@ -118,7 +118,7 @@ def test_train_page_starts_dpo_and_follows_it_to_completed(running, first_build,
     _, run_id = first_build
     browser.get(f"{dashboard}/train?run={run_id}&method=dpo")
     for field, value in (("config", {"trl": DASHBOARD_TRL}), ("job-variables", CPU_JOB)):
-        box = _wait(browser).until(lambda d: d.find_element(By.ID, field))
+        box = _wait(browser).until(lambda d, field=field: d.find_element(By.ID, field))
         box.clear()
         box.send_keys(json.dumps(value))
     browser.find_element(By.ID, "submit").click()

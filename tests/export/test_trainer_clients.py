@@ -10,11 +10,8 @@ examples, two pairs.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shlex
-import subprocess
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -30,26 +27,15 @@ from ragfactory.tasks.export.verl import REWARD_MODULE
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, registered_engine, scripted_llm
-from tests.flows.test_build_treeps import policy
+from tests.export.clients import run_client
+from tests.flows.scripted_policies import treeps_and_decex
 
-pytestmark = [pytest.mark.slow, pytest.mark.clients]
+pytestmark = [pytest.mark.slow, pytest.mark.clients, pytest.mark.subprocess]
 
 REPO = Path(__file__).resolve().parents[2]
-CLIENTS_PYTHON = Path(os.environ.get("RAGFACTORY_CLIENTS_PYTHON", REPO / ".venv-clients" / "bin" / "python"))
-SCRIPT = Path(__file__).with_name("trainer_clients.py")
 SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face."  # LLaMA-Factory's smollm2
 DOCS = REPO / "docs" / "clients.md"
 DOCS_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the docs' model; the tests use the embedded copy
-
-
-def run_client(name: str, args: dict) -> dict:
-    if not CLIENTS_PYTHON.exists():
-        pytest.fail(f"{CLIENTS_PYTHON} is missing: run `make venv-clients`")
-    done = subprocess.run([str(CLIENTS_PYTHON), str(SCRIPT), name, json.dumps(args)],
-                          capture_output=True, text=True, timeout=600, cwd=args.get("output"))
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, done.stderr[-4000:]
-    return json.loads(lines[-1].removeprefix("RESULT "))
 
 
 def doc_block(name: str, root: Path, run_id: str, model: Path) -> str:
@@ -79,7 +65,7 @@ def run(tmp_path_factory, prefect_api):
                    "decex": {"k": 2, "n_rollouts": 2, "t_max": 1, "termination_samples": 1},
                    "treeps": {"n": 4, "depth": 2}},
     })
-    with registered_engine(ScriptedBackend(policy)):
+    with registered_engine(ScriptedBackend(treeps_and_decex)):
         summary = build(config)
     assert summary["status"] == "completed", summary
     return Warehouse(root), summary["run_id"]

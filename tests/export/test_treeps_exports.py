@@ -55,7 +55,7 @@ def test_every_root_to_leaf_path_is_a_trajectory_with_the_nodes_advantages(nodes
             assert row["response"][span["char_start"]:span["char_end"]] == step["text"]
         searches = [s for s in steps if s["kind"] == "sub_query"]
         assert len(row["observation_spans"]) == len(searches)
-        for span, step in zip(row["observation_spans"], searches):
+        for span, _search in zip(row["observation_spans"], searches):
             block = row["response"][span["char_start"]:span["char_end"]]
             assert block.startswith("\n\n<information>Doc 1(Title: T)") and block.endswith("</information>\n\n")
             assert all(f"Title: T) text {i}" in block for i in range(3))

@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 from ragfactory.watchdog import HOME_PREFIX, homes_of, remove_stale_homes
-from tests.faults.test_run_states import _alive, slow_engine, start_mid_shard_build  # noqa: F401 (a fixture)
+from tests.faults.processes import alive_pids, start_mid_shard_build
 
 GONE_WITHIN_S = 10.0
 
@@ -51,12 +51,13 @@ ORPHANING = textwrap.dedent("""
 def _gone_within(pids: list[int], paths: list[Path], limit_s: float) -> tuple[list[int], list[Path]]:
     """The pids still alive and the paths still there after waiting up to ``limit_s`` for them."""
     deadline = time.monotonic() + limit_s
-    while (_alive(pids) or any(p.exists() for p in paths)) and time.monotonic() < deadline:
+    while (alive_pids(pids) or any(p.exists() for p in paths)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return _alive(pids), [p for p in paths if p.exists()]
+    return alive_pids(pids), [p for p in paths if p.exists()]
 
 
 @pytest.mark.parametrize("how", ["watchdog", "pdeathsig"])
+@pytest.mark.subprocess
 def test_a_sigkilled_process_leaves_no_child_and_no_prefect_home(how):
     done = subprocess.run([sys.executable, "-c", ORPHANING, how], capture_output=True, text=True, timeout=60)
     assert done.returncode == -signal.SIGKILL, done.stderr
@@ -65,6 +66,7 @@ def test_a_sigkilled_process_leaves_no_child_and_no_prefect_home(how):
     assert _gone_within([int(pid)], paths, GONE_WITHIN_S) == ([], [])
 
 
+@pytest.mark.subprocess
 def test_a_prefect_home_whose_command_is_gone_is_removed_at_the_next_start():
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -80,8 +82,7 @@ def test_a_prefect_home_whose_command_is_gone_is_removed_at_the_next_start():
             shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.mark.slow
-def test_kill_9_of_a_build_leaves_no_process_it_started(tmp_path, slow_engine):  # noqa: F811
+def test_kill_9_of_a_build_leaves_no_process_it_started(tmp_path, slow_engine):
     build, root, _ = start_mid_shard_build(tmp_path, slow_engine)
     try:
         children = [c.pid for c in psutil.Process(build.pid).children(recursive=True)]

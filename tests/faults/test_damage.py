@@ -19,11 +19,11 @@ from typer.testing import CliRunner
 
 from ragfactory.cli import app
 from ragfactory.flows.build import build
-from ragfactory.schemas.tables import TABLES
 from ragfactory.warehouse.integrity import check
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, registered_engine
-from tests.flows.test_build_decex import _config, policy
+from tests.faults.tables import table_rows
+from tests.flows.scripted_policies import decex_config, decex_hotpotqa
 
 # Each test, build copy and repair included, ends within this many seconds (a build of 3 questions
 # with the scripted engine takes about 20 s here); a hang fails the test instead of the suite.
@@ -31,17 +31,11 @@ pytestmark = pytest.mark.timeout(300)
 
 runner = CliRunner()
 RUN = "decex-test"  # the run id every test names, set by the build below
-# Columns that say when a row was written, not what it holds; and the runs row's config, which
-# names the root (each test repairs a copy of the undisturbed warehouse, elsewhere). Its hash
-# leaves the root out, so a repaired copy keeps it.
-VOLATILE = {"runs": {"started_at", "finished_at", "flow_run_id"}, "llm_calls": {"created_at", "latency_ms", "cached"}}
-
-
 @pytest.fixture(scope="module")
 def undisturbed(tmp_path_factory):
     root = tmp_path_factory.mktemp("undisturbed") / "wh"
-    with registered_engine(ScriptedBackend(policy)):
-        summary = build(_config(root), run_id=RUN)
+    with registered_engine(ScriptedBackend(decex_hotpotqa)):
+        summary = build(decex_config(root), run_id=RUN)
     assert summary["status"] == "completed"
     return root
 
@@ -49,21 +43,10 @@ def undisturbed(tmp_path_factory):
 @pytest.fixture
 def damaged(undisturbed, tmp_path, engines):
     """A copy of the undisturbed warehouse (whose runs record the original root) to damage."""
-    engines(ScriptedBackend(policy))
+    engines(ScriptedBackend(decex_hotpotqa))
     root = tmp_path / "copy"
     shutil.copytree(undisturbed, root)
     return root
-
-
-def _rows(root: Path) -> dict[str, list[dict]]:
-    """Every table's rows, sorted, without the columns that only time them."""
-    wh, tables = Warehouse(root), {}
-    for table in TABLES:
-        files = wh.files(table)
-        rows = [r for p in files for r in pq.read_table(p).to_pylist()]
-        drop = VOLATILE.get(table, set()) | {"config"}
-        tables[table] = sorted((repr(sorted((k, v) for k, v in r.items() if k not in drop)) for r in rows))
-    return tables
 
 
 def _cli(*args: str):
@@ -112,7 +95,7 @@ def test_a_truncated_shard_fails_only_its_table_and_repair_rebuilds_it(undisturb
     quarantined = list((damaged / "_quarantine").rglob("decex-0000.parquet"))
     assert len(quarantined) == 1 and quarantined[0].stat().st_size == size // 2
     assert shard.stat().st_size == size
-    assert _rows(damaged) == _rows(undisturbed)
+    assert table_rows(damaged) == table_rows(undisturbed)
 
 
 def test_a_shard_with_rows_removed_is_named_and_repaired(undisturbed, damaged):
@@ -129,7 +112,7 @@ def test_a_shard_with_rows_removed_is_named_and_repaired(undisturbed, damaged):
 
     code, out = _cli("check", "--repair", "--root", str(damaged))
     assert code == 0, out
-    assert _rows(damaged) == _rows(undisturbed)
+    assert table_rows(damaged) == table_rows(undisturbed)
 
 
 def test_a_deleted_index_file_is_named_and_the_index_rebuilt(undisturbed, damaged):
@@ -149,7 +132,7 @@ def test_a_deleted_index_file_is_named_and_the_index_rebuilt(undisturbed, damage
     assert {p.relative_to(original).as_posix(): p.read_bytes() for p in original.rglob("*") if p.is_file()
             and p.name != "manifest.json"} == {p.relative_to(folders[0]).as_posix(): p.read_bytes()
                                                for p in folders[0].rglob("*") if p.is_file() and p.name != "manifest.json"}
-    assert _rows(damaged) == _rows(undisturbed)
+    assert table_rows(damaged) == table_rows(undisturbed)
 
 
 @contextlib.contextmanager

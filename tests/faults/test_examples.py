@@ -141,7 +141,6 @@ def retrieval_server(tmp_path_factory):
     server.wait(timeout=30)
 
 
-@pytest.mark.slow  # the server's start: 10-40 s on two busy cores
 @pytest.mark.parametrize("example", [e for e in EXAMPLES if e.startswith("curl ")])
 def test_a_curl_example_gets_results(example, retrieval_server):
     words = [w.replace("localhost:8000", f"127.0.0.1:{retrieval_server}") for w in shlex.split(example)]

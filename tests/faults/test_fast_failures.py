@@ -6,7 +6,7 @@ method, training on a run that does not exist, evaluating a dataset the warehous
 ingested, repairing a run whose recorded config no longer runs here, and serving on a port in
 use. Each is now refused by its preflight: exit 1, one ``error:`` line naming the field and the
 fix, and nothing started or moved. The real CLI runs in a subprocess with the network
-unreachable (``test_preflight.run_cli``).
+unreachable (``tests/faults/cli.py``).
 
 "In seconds" is held as CPU time: the command and everything it waited for (a Prefect server
 it started and stopped included) spend under ``FAST_S`` seconds of CPU, the imports being most of
@@ -24,18 +24,20 @@ import pytest
 
 from ragfactory.warehouse.integrity import check
 from ragfactory.warehouse.store import Warehouse
-from tests.faults import test_preflight
-from tests.faults.test_preflight import assert_fails_with
+from tests.faults import cli
+from tests.faults.cli import assert_fails_with
 from tests.warehouse.filled import rows
+
+pytestmark = pytest.mark.subprocess  # every test runs the CLI in a process of its own
 
 FAST_S = 15.0  # CPU seconds a refused command may spend
 HANG_S = 120.0  # wall-clock seconds after which a command counts as hung
 
 
 def run_cli(args: list[str], cwd, root, limit_s: float):
-    """``test_preflight.run_cli``, with the CPU seconds the command spent instead of its wall time."""
+    """``tests/faults/cli.py`` ``run_cli``, with the CPU seconds the command spent instead of its wall time."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done, _ = test_preflight.run_cli(args, cwd, root, HANG_S)
+    done, _ = cli.run_cli(args, cwd, root, HANG_S)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return done, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 

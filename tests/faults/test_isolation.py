@@ -9,7 +9,6 @@ The engine is the only double (a scripted DecEx policy): the real flow, tasks an
 
 from __future__ import annotations
 
-import os
 import threading
 
 import pyarrow.parquet as pq
@@ -164,6 +163,7 @@ for i in range(25):
 """
 
 
+@pytest.mark.subprocess
 def test_two_processes_merging_one_shard_lose_no_row(tmp_path):
     """Each merge is a read-union-write of the same file; without the shard's lock the second
     writer's union misses the first's rows."""

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 
 def _run(args: list[str], root: Path, **extra: str) -> tuple[subprocess.CompletedProcess, list[str]]:

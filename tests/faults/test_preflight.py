@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
@@ -23,47 +19,10 @@ from ragfactory.schemas.errors import PermanentError, is_permanent
 from ragfactory.tasks.data.jsonl import NotJsonlError
 from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.warehouse.store import Warehouse
+from tests.faults.cli import assert_fails_with, error_lines, run_cli
 
-UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens, a connection is refused at once
 PREFLIGHT_S = 20.0  # a config mistake is reported before any work: seconds, not minutes
 BUILD_S = 150.0  # Prefect's temporary server alone takes 10-60 s on a busy 2-core machine
-
-
-def _cli() -> list[str]:
-    script = Path(sys.executable).with_name("ragfactory")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "ragfactory.cli"]
-
-
-def run_cli(args: list[str], cwd: Path, root: Path, limit_s: float) -> tuple[subprocess.CompletedProcess, float]:
-    """Run the CLI with the network unreachable and the root and Prefect home under ``cwd``."""
-    # the CLI itself must go offline: the test session's own offline settings are not passed on
-    env = {k: v for k, v in os.environ.items() if k not in {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "RAGFACTORY_ENGINE"}}
-    env |= {"RAGFACTORY_HOME": str(root), "PREFECT_HOME": str(cwd / "prefect-home"),
-            "HTTPS_PROXY": UNREACHABLE, "HTTP_PROXY": UNREACHABLE, "https_proxy": UNREACHABLE,
-            "http_proxy": UNREACHABLE, "HF_ENDPOINT": UNREACHABLE, "NO_PROXY": "127.0.0.1,localhost",
-            "no_proxy": "127.0.0.1,localhost", "COLUMNS": "400"}
-    started = time.monotonic()
-    done = subprocess.run(_cli() + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=limit_s + 60)
-    return done, time.monotonic() - started
-
-
-def error_lines(done: subprocess.CompletedProcess) -> list[str]:
-    return [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("error:")]
-
-
-def running_runs(root: Path) -> list[str]:
-    if not (root / "runs").exists():
-        return []
-    return [row["run_id"] for row in Warehouse(root).read("runs").to_pylist() if row["status"] == "running"]
-
-
-def assert_fails_with(done, elapsed: float, limit_s: float, line: str, root: Path) -> None:
-    screen = done.stdout + done.stderr
-    assert done.returncode == 1, screen
-    assert elapsed <= limit_s, f"took {elapsed:.1f} s, more than {limit_s} s"
-    assert error_lines(done) == [line], screen
-    assert "Traceback" not in screen
-    assert running_runs(root) == []
 
 
 def unknown_model(field: str, name: str) -> str:
@@ -74,6 +33,7 @@ def unknown_model(field: str, name: str) -> str:
             "fix the name, or allow downloads (allow_downloads: true, or --allow-downloads) to fetch it from the hub")
 
 
+@pytest.mark.subprocess
 def test_unknown_model_fails_fast_without_the_network(tmp_path):
     root = tmp_path / "wh"
     done, elapsed = run_cli(["evaluate", "--model", "sft-doesnotexist0000", "-d", "hotpotqa", "--limit", "1",
@@ -82,6 +42,7 @@ def test_unknown_model_fails_fast_without_the_network(tmp_path):
     assert not (root / "runs").exists()
 
 
+@pytest.mark.subprocess
 def test_unknown_policy_model_of_a_build_fails_before_the_flow(tmp_path):
     root = tmp_path / "wh"
     (tmp_path / "build.yaml").write_text(
@@ -92,6 +53,7 @@ def test_unknown_policy_model_of_a_build_fails_before_the_flow(tmp_path):
     assert "Starting temporary server" not in done.stdout + done.stderr
 
 
+@pytest.mark.subprocess
 def test_unknown_base_model_of_a_training_fails_before_the_flow(tmp_path):
     root = tmp_path / "wh"
     (tmp_path / "sft.parquet").write_bytes(b"")
@@ -100,6 +62,7 @@ def test_unknown_base_model_of_a_training_fails_before_the_flow(tmp_path):
     assert_fails_with(done, elapsed, PREFLIGHT_S, "error: " + unknown_model("base_model", "org/nowhere-1b"), root)
 
 
+@pytest.mark.subprocess
 def test_missing_dataset_path_is_one_line_before_any_work(tmp_path):
     root = tmp_path / "wh"
     (tmp_path / "build.yaml").write_text(
@@ -114,6 +77,7 @@ def test_missing_dataset_path_is_one_line_before_any_work(tmp_path):
     assert not (root / "runs").exists()
 
 
+@pytest.mark.subprocess
 def test_debug_puts_the_traceback_on_screen_too(tmp_path):
     (tmp_path / "build.yaml").write_text("name: t\ndatasets: [{name: hotpotqa, path: missing.jsonl}]\n")
     done, _ = run_cli(["--debug", "build", "-c", "build.yaml"], tmp_path, tmp_path / "wh", PREFLIGHT_S)
@@ -127,6 +91,7 @@ def test_debug_puts_the_traceback_on_screen_too(tmp_path):
     ("# only a comment\n", "the config file is empty; give at least `name` and `datasets` (see configs/demo.yaml)"),
     ("- name: hotpotqa\n", "expected a mapping of settings (name, datasets, search, ...), got a YAML list"),
 ])
+@pytest.mark.subprocess
 def test_empty_or_non_mapping_config_is_an_error_naming_the_file(tmp_path, text, problem):
     root = tmp_path / "wh"
     (tmp_path / "empty.yaml").write_text(text)
@@ -135,6 +100,7 @@ def test_empty_or_non_mapping_config_is_an_error_naming_the_file(tmp_path, text,
     assert not root.exists() or not (root / "runs").exists()
 
 
+@pytest.mark.subprocess
 def test_binary_dataset_fails_once_with_one_line_and_the_traceback_in_the_log(tmp_path):
     root = tmp_path / "wh"
     binary = tmp_path / "hotpot.jsonl"
@@ -243,7 +209,7 @@ def test_a_build_check_names_every_problem_at_once(tmp_path):
     with pytest.raises(PreflightError) as info:
         check_build(config, Warehouse(tmp_path / "wh"))
     message = str(info.value)
-    problems = [f"datasets[1]: no bundled dataset 'mine'; bundled: ", f"datasets[2].path: {tmp_path} is not a file",
+    problems = ["datasets[1]: no bundled dataset 'mine'; bundled: ", f"datasets[2].path: {tmp_path} is not a file",
                 f"corpus.files[0]: {tmp_path / 'wiki.jsonl'} does not exist", "llm.judge.model: unknown model 'nowhere-judge'"]
     positions = [message.find("; " + problem if i else problem) for i, problem in enumerate(problems)]
     assert positions[0] == 0 and positions == sorted(positions) and -1 not in positions, message

@@ -31,10 +31,10 @@ from ragfactory.cli import app
 from ragfactory.flows.build import build
 from ragfactory.flows.config import BuildConfig
 from ragfactory.warehouse.store import Warehouse
-from tests.faults.test_damage import _rows
-from tests.flows.test_build_decex import _config
+from tests.faults.tables import table_rows
+from tests.flows.scripted_policies import decex_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.cluster, pytest.mark.subprocess, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = "decex-test"
@@ -47,7 +47,7 @@ def undisturbed(tmp_path_factory):
     from ragfactory.tasks.llm.registry import unregister_backend
 
     root = tmp_path_factory.mktemp("undisturbed") / "wh"
-    data = _config(root).model_dump(mode="json")
+    data = decex_config(root).model_dump(mode="json")
     data["llm"]["policy"]["backend"] = cluster.ENGINE
     data["runner"]["preload"] = ["tests.cluster_engine"]
     config = BuildConfig.model_validate(data)
@@ -95,7 +95,7 @@ def test_a_repair_whose_prefect_never_starts_leaves_the_loss_named_and_a_second_
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"run {RUN}: completed" in done.stdout
     assert done.stdout.splitlines()[-1] == f"ok: every shard file under {root} matches its manifest entry"
-    assert _rows(root) == _rows(undisturbed)
+    assert table_rows(root) == table_rows(undisturbed)
     [before] = Warehouse(undisturbed).read("runs").to_pylist()
     [after] = Warehouse(root).read("runs").to_pylist()
     assert after["config_hash"] == before["config_hash"]

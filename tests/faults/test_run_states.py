@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -30,105 +29,16 @@ from pathlib import Path
 
 import psutil
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from ragfactory.cli import app
 from ragfactory.warehouse.runs import holding_run, mark_abandoned_runs, now
 from ragfactory.warehouse.store import Warehouse
+from tests.faults.processes import (
+    START_WITHIN_S, alive_pids, build_config, shell_env, start_build, start_mid_shard_build,
+)
 
-REPO = Path(__file__).resolve().parents[2]  # `python -m tests.echo_server` runs from here
 EXIT_WITHIN_S = 30  # from the signal to the build's exit, the Prefect server stopped included
-START_WITHIN_S = 300  # a build's Prefect server migrates a fresh database: slow on 2 busy cores
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _env() -> dict[str, str]:
-    """The test's environment without a Prefect API or home, as a user's shell would have."""
-    return {k: v for k, v in os.environ.items() if k not in {"PREFECT_API_URL", "PREFECT_HOME"}}
-
-
-@pytest.fixture(scope="module")
-def slow_engine():
-    """The echo server answering after 300 s: an engine call a signal always interrupts."""
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "tests.echo_server", "--model", "echo",
-                               "--port", str(port), "--delay-s", "300"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.2)
-    yield port
-    server.kill()  # a graceful stop would wait out the 300 s answers still pending
-    server.wait(timeout=10)
-
-
-def _config(tmp_path: Path, **extra) -> Path:
-    """A small build: Bamboogle (no passages, so no index) and no search unless ``extra`` says."""
-    data = {
-        "name": "faults",
-        "datasets": [{"name": "bamboogle", "limit": 4}],
-        "partitions": {"eval_only": []},
-        "corpus": {"from_datasets": True},
-        "retrieval": {"dense": {"enabled": False}},
-        "search": {"strategies": []},
-    } | extra
-    path = tmp_path / "build.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def _start_build(config: Path, root: Path, log: Path) -> subprocess.Popen:
-    with log.open("w") as out:
-        return subprocess.Popen([sys.executable, "-m", "ragfactory.cli", "build", "--config", str(config),
-                                 "--root", str(root)], stdout=out, stderr=subprocess.STDOUT, env=_env())
-
-
-def _wait_for_engine_call(build: subprocess.Popen, port: int) -> None:
-    """Until the build holds a connection to the engine (it is mid-shard), or fail."""
-    process = psutil.Process(build.pid)
-    deadline = time.monotonic() + START_WITHIN_S
-    while time.monotonic() < deadline:
-        assert build.poll() is None, f"the build ended first (exit {build.returncode})"
-        if any(c.raddr and c.raddr.port == port for c in process.net_connections(kind="tcp")):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"no engine call within {START_WITHIN_S} s")
-
-
-def _alive(pids: list[int]) -> list[int]:
-    def alive(pid: int) -> bool:
-        try:
-            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
-
-    return [pid for pid in pids if alive(pid)]
-
-
-def start_mid_shard_build(tmp_path: Path, port: int) -> tuple[subprocess.Popen, Path, Path]:
-    """A DecEx build on the slow echo engine at ``port``, once it is mid-shard; (process, root, log)."""
-    policy = {"backend": "openai", "model": "echo", "base_url": f"http://127.0.0.1:{port}/v1", "retries": 0}
-    config = _config(tmp_path, datasets=[{"name": "hotpotqa", "limit": 10}], llm={"policy": policy},
-                     search={"strategies": ["decex"], "partition": "train", "questions_per_dataset": 2,
-                             "decex": {"k": 2, "n_rollouts": 1, "t_max": 1, "termination_samples": 1}})
-    root, log = tmp_path / "wh", tmp_path / "build.log"
-    build = _start_build(config, root, log)
-    try:
-        _wait_for_engine_call(build, port)
-    except BaseException:
-        build.kill()
-        raise
-    return build, root, log
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
@@ -152,9 +62,9 @@ def test_a_signal_mid_shard_records_interrupted_and_leaves_no_process(tmp_path, 
     assert "recorded as interrupted" in lines[-1]
     assert [line for line in lines if "interrupted by" in line] == [lines[-1]]
     deadline = time.monotonic() + 5
-    while _alive([c.pid for c in children]) and time.monotonic() < deadline:
+    while alive_pids([c.pid for c in children]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _alive([c.pid for c in children]) == [], "a process the build started outlived it"
+    assert alive_pids([c.pid for c in children]) == [], "a process the build started outlived it"
     assert not prefect_home.exists()
     [run] = Warehouse(root).read("runs").to_pylist()
     assert (run["status"], run["error"]) == ("interrupted", f"interrupted by {name}")
@@ -172,6 +82,7 @@ HOLD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.subprocess
 def test_a_running_row_whose_process_died_reads_abandoned(tmp_path):
     root = tmp_path / "wh"
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(root)], stdout=subprocess.PIPE, text=True)
@@ -215,13 +126,14 @@ def test_an_error_in_a_held_run_records_failed_naming_it(warehouse):
     assert (row["status"], row["error"]) == ("failed", "OSError: disk full")
 
 
+@pytest.mark.subprocess
 def test_a_partial_build_is_a_failed_prefect_state_and_prints_its_summary(tmp_path):
     broken = tmp_path / "broken.jsonl"
     broken.write_text("this is not json\n")
-    config = _config(tmp_path, datasets=[{"name": "bamboogle", "limit": 2},
+    config = build_config(tmp_path, datasets=[{"name": "bamboogle", "limit": 2},
                                          {"name": "custom", "format": "flashrag", "path": str(broken)}])
     log = tmp_path / "build.log"
-    build = _start_build(config, tmp_path / "wh", log)
+    build = start_build(config, tmp_path / "wh", log)
     assert build.wait(timeout=START_WITHIN_S + 120) == 1
     output = log.read_text()
     assert "Finished in state Partial('run faults-" in output and "type=FAILED" in output
@@ -229,13 +141,13 @@ def test_a_partial_build_is_a_failed_prefect_state_and_prints_its_summary(tmp_pa
     assert "status: partial" in output and "failed shards: custom" in output
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_two_builds_started_at_once_both_succeed(tmp_path):
     builds = []
     for name in ("a", "b"):
         folder = tmp_path / name
         folder.mkdir()
-        builds.append((folder / "build.log", _start_build(_config(folder), folder / "wh", folder / "build.log")))
+        builds.append((folder / "build.log", start_build(build_config(folder), folder / "wh", folder / "build.log")))
     for log, build in builds:
         assert build.wait(timeout=START_WITHIN_S + 120) == 0, log.read_text()[-2000:]
         output = log.read_text()
@@ -260,13 +172,14 @@ def test_each_command_gets_its_own_prefect_home_unless_an_api_is_configured(tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_sigterm_during_an_evaluation_records_interrupted_and_leaves_no_process(tmp_path):
     root, log = tmp_path / "wh", tmp_path / "evaluate.log"
     with log.open("w") as out:
         evaluation = subprocess.Popen(
             [sys.executable, "-m", "ragfactory.cli", "evaluate", "--model", "embedded", "-d", "hotpotqa",
              "--limit", "20", "--mode", "agentic", "--root", str(root)],
-            stdout=out, stderr=subprocess.STDOUT, env=_env() | {"RAGFACTORY_ENGINE": "transformers"})
+            stdout=out, stderr=subprocess.STDOUT, env=shell_env() | {"RAGFACTORY_ENGINE": "transformers"})
     try:
         deadline = time.monotonic() + START_WITHIN_S
         while not (root / "runs").exists() or Warehouse(root).read("runs").num_rows == 0:
@@ -285,6 +198,6 @@ def test_sigterm_during_an_evaluation_records_interrupted_and_leaves_no_process(
     lines = [line for line in log.read_text().splitlines() if line.strip()]
     assert lines[-1].startswith("error: interrupted by SIGTERM: run eval-"), lines[-5:]
     time.sleep(1)
-    assert _alive([c.pid for c in children]) == []
+    assert alive_pids([c.pid for c in children]) == []
     [run] = Warehouse(root).read("runs").to_pylist()
     assert (run["status"], run["error"]) == ("interrupted", "interrupted by SIGTERM")

@@ -1,8 +1,11 @@
-"""Scripted policies shared by the flow tests and the end-to-end stack test."""
+"""Scripted policies shared by the flow, fault and end-to-end tests, and the small DecEx build they run."""
 
 from __future__ import annotations
 
+from ragfactory.flows.config import BuildConfig
+from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.tasks.llm.types import Request
+from tests.fakes import scripted_llm
 
 
 def decex_policy(golden: dict[str, str]):
@@ -24,3 +27,58 @@ def decex_policy(golden: dict[str, str]):
         return f"<answer>{answer}</answer>"
 
     return reply
+
+
+DECEX_GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=3).questions}
+# Well-formed DecEx outputs on the first three HotpotQA questions; branches through "fact 1" end wrong.
+decex_hotpotqa = decex_policy(DECEX_GOLD)
+
+
+def treeps_and_decex(request: Request, sample: int) -> str:
+    """TreePS steps for TreePS's prompts (``tests/search/treeps_scenario.py``), DecEx replies otherwise."""
+    from tests.search.treeps_scenario import mixed
+
+    prompt = request.messages[0].content
+    return mixed(request, sample) if "<reason>" in prompt else decex_hotpotqa(request, sample)
+
+
+def decex_config(root, **decex) -> BuildConfig:
+    """DecEx over three HotpotQA questions in two shards on the scripted engine; ``decex`` overrides."""
+    return BuildConfig.model_validate({
+        "name": "decex-test",
+        "warehouse": {"root": str(root)},
+        "datasets": [{"name": "hotpotqa", "limit": 3}],
+        # every question in train: this build is about DecEx itself (tests/flows/test_honest_loop.py
+        # is about partitions)
+        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
+        "retrieval": {"dense": {"enabled": False}},
+        "llm": scripted_llm(max_in_flight=3),
+        "search": {"strategies": ["decex"], "shard_size": 2,
+                   "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1, **decex}},
+    })
+
+
+# The evaluate flow's two models (tests/flows/test_evaluate.py, test_train_process.py).
+HOTPOTQA_GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa").questions}
+
+
+def hotpotqa_gold(text: str) -> str:
+    """The golden answer of the bundled HotpotQA question that ``text`` quotes."""
+    return next(answer for question, answer in HOTPOTQA_GOLD.items() if question in text)
+
+
+def trained_policy(request, sample: int) -> str:
+    """ReasonRAG's format, right answers: query, evidence, answer; direct and rag answer too."""
+    system, user = request.messages[0].content, request.messages[-1].content
+    if "extract relevant evidence" in system:
+        return "Based on the query, the relevant evidence is <evidence>the documents say so"
+    if "question-answering assistant" in system:
+        if "<evidence>" in user:
+            return f"So the answer is <answer>{hotpotqa_gold(user)}"
+        return f"So the next query is <query>{user.splitlines()[0][len('Question: '):]}"
+    return hotpotqa_gold(user)
+
+
+def base_policy(request, sample: int) -> str:
+    """An untrained model: no tags, no answer."""
+    return "I am a small model and I do not know."

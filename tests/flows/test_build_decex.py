@@ -14,43 +14,13 @@ import pytest
 
 from ragfactory.cli import print_build_summary
 from ragfactory.flows.build import build
-from ragfactory.flows.config import BuildConfig
 from ragfactory.tasks import expand as expand_module
 from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.runs import default_run_id
 from ragfactory.warehouse.store import Warehouse
-from tests.fakes import ScriptedBackend, scripted_llm
-from tests.flows.scripted_policies import decex_policy
-
-GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=3).questions}
-
-
-# Well-formed DecEx outputs; branches that went through "fact 1" end in a wrong answer.
-policy = decex_policy(GOLD)
-
-
-@pytest.fixture
-def scripted(engines):
-    backend = ScriptedBackend(policy)
-    engines(backend)
-    return backend
-
-
-def _config(root, **decex) -> BuildConfig:
-    return BuildConfig.model_validate({
-        "name": "decex-test",
-        "warehouse": {"root": str(root)},
-        "datasets": [{"name": "hotpotqa", "limit": 3}],
-        # every question in train: this test is about DecEx itself (tests/flows/test_honest_loop.py
-        # is about partitions)
-        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
-        "retrieval": {"dense": {"enabled": False}},
-        "llm": scripted_llm(max_in_flight=3),
-        "search": {"strategies": ["decex"], "shard_size": 2,
-                   "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1, **decex}},
-    })
-
+from tests.fakes import ScriptedBackend
+from tests.flows.scripted_policies import decex_config, decex_hotpotqa
 
 def _table_bytes(wh: Warehouse, table: str) -> dict[str, object]:
     return {str(p.relative_to(wh.root)): pq.read_table(p) for p in wh.files(table)}
@@ -58,7 +28,7 @@ def _table_bytes(wh: Warehouse, table: str) -> dict[str, object]:
 
 def test_build_expands_exports_and_rebuilds_from_cache(tmp_path, scripted, capsys):
     root = tmp_path / "wh"
-    summary = build(_config(root))
+    summary = build(decex_config(root))
     assert summary["status"] == "completed", summary
     assert [s["shard"] for s in summary["shards"]] == ["decex-0000", "decex-0001"]
     assert scripted.calls > 0
@@ -84,7 +54,7 @@ def test_build_expands_exports_and_rebuilds_from_cache(tmp_path, scripted, capsy
     assert report["rows nodes"] == query(wh, "select count(*) as n from nodes").to_pylist()[0]["n"]
 
     calls = scripted.calls
-    again = build(_config(root))
+    again = build(decex_config(root))
     assert again["status"] == "completed"
     assert scripted.calls == calls, "the rebuild called the engine"
     assert [s["cached"] for s in again["shards"]] == [True, True], "shard tasks were not cache hits"
@@ -95,7 +65,7 @@ def test_build_expands_exports_and_rebuilds_from_cache(tmp_path, scripted, capsy
 
     # A shard whose rows are gone runs again; the engine-call cache answers every request.
     (wh.shard_path("nodes", {"run_id": again["run_id"]}, "decex-0001")).unlink()
-    third = build(_config(root))
+    third = build(decex_config(root))
     assert [s["cached"] for s in third["shards"]] == [True, False]
     assert scripted.calls == calls
     assert third["shards"][1]["engine"]["engine_calls"] == 0 and third["shards"][1]["engine"]["hits"] > 0
@@ -109,7 +79,7 @@ def test_build_expands_exports_and_rebuilds_from_cache(tmp_path, scripted, capsy
     # warehouse holds what it held before.
     nodes = wh.shard_path("nodes", {"run_id": again["run_id"]}, "decex-0000")
     pq.write_table(pq.read_table(nodes).slice(0, 1), nodes)
-    fourth = build(_config(root))
+    fourth = build(decex_config(root))
     assert fourth["status"] == "completed"
     assert [s["cached"] for s in fourth["shards"]] == [False, True]
     after = {t: _table_bytes(wh, t) for t in before}
@@ -120,10 +90,10 @@ def test_build_expands_exports_and_rebuilds_from_cache(tmp_path, scripted, capsy
 
 def test_a_failing_expand_shard_is_recorded_and_the_others_go_on(tmp_path, monkeypatch, engines):
     bad_question = load_bundled("hotpotqa", limit=3).questions[2]["question"]
-    backend = ScriptedBackend(policy, fail_when=lambda r: bad_question in r.messages[0].content)
+    backend = ScriptedBackend(decex_hotpotqa, fail_when=lambda r: bad_question in r.messages[0].content)
     engines(backend)
     monkeypatch.setattr(expand_module.expand_trees, "retry_delay_seconds", [0, 0])
-    state = build(_config(tmp_path / "wh"), return_state=True)
+    state = build(decex_config(tmp_path / "wh"), return_state=True)
     assert state.is_failed() and state.name == "Partial"
     summary = state.result(raise_on_failure=False)
     assert summary["status"] == "partial"
@@ -142,21 +112,21 @@ def test_latest_policy_model_builds_from_the_newest_model_of_its_lineage(tmp_pat
     wh = Warehouse(root)
     register_trained(wh, tmp_path, "sft-old", "nightly-sft", day=1)
     newest = register_trained(wh, tmp_path, "sft-new", "nightly-sft", day=2)
-    summary = build(_config(root), policy_model="latest:nightly-sft")
+    summary = build(decex_config(root), policy_model="latest:nightly-sft")
     assert summary["status"] == "completed"
     run = query(wh, "select config from runs where run_id = $r", {"r": summary["run_id"]}).to_pylist()[0]
     assert json.loads(run["config"])["llm"]["policy"]["model"] == newest
-    assert summary["run_id"] != default_run_id("decex-test", _config(root).config_hash())
+    assert summary["run_id"] != default_run_id("decex-test", decex_config(root).config_hash())
 
     with pytest.raises(LookupError, match="no trained model of lineage 'nothing'"):
-        build(_config(root), policy_model="latest:nothing")
+        build(decex_config(root), policy_model="latest:nothing")
 
 
 def test_build_publishes_its_table_and_sql_artifacts(tmp_path, scripted):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    summary = build(_config(tmp_path / "wh"))
+    summary = build(decex_config(tmp_path / "wh"))
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["build-decex-test", "build-decex-test-sql"])))
@@ -175,7 +145,7 @@ def test_build_publishes_its_table_and_sql_artifacts(tmp_path, scripted):
 def test_a_build_without_pruning_exports_its_trees(tmp_path, scripted):
     """``no_pruning`` writes its nodes as strategy decex_no_pruning; the export reads them."""
     root = tmp_path / "wh"
-    summary = build(_config(root, no_pruning=True))
+    summary = build(decex_config(root, no_pruning=True))
     assert summary["status"] == "completed", summary
     [export] = summary["exports"]
     assert export["strategy"] == "decex_no_pruning"

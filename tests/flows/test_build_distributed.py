@@ -28,7 +28,7 @@ from ragfactory.flows.config import BuildConfig
 from ragfactory.schemas.tables import TABLES
 from ragfactory.warehouse.store import Warehouse
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.cluster, pytest.mark.subprocess, pytest.mark.timeout(600)]
 
 RUN = "cluster-test"
 # When a row was written and by which flow run; the runs row's config (and so its hash) names the

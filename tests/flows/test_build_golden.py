@@ -14,13 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 
-import pyarrow as pa
 
 from ragfactory.flows.build import build
 from ragfactory.flows.config import BuildConfig
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm
-from tests.flows.test_build_treeps import policy
+from tests.flows.scripted_policies import treeps_and_decex
 
 # Where the wall clock and the machine show through: when a call ran and how long it took, and
 # where the bundled dataset file lies in this checkout.
@@ -52,7 +51,7 @@ def file_bytes(wh: Warehouse) -> dict[str, bytes]:
 
 
 def test_the_build_is_the_one_pinned_and_a_rebuild_calls_no_engine(tmp_path, engines):
-    backend = ScriptedBackend(policy)
+    backend = ScriptedBackend(treeps_and_decex)
     engines(backend)
     config = BuildConfig.model_validate({
         "name": "golden",

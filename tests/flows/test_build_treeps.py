@@ -14,18 +14,12 @@ from ragfactory.flows.config import BuildConfig
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm
-from tests.flows.test_build_decex import policy as decex_policy
-from tests.search.treeps_scenario import mixed
-
-
-def policy(request, sample: int) -> str:
-    prompt = request.messages[0].content
-    return mixed(request, sample) if "<reason>" in prompt else decex_policy(request, sample)
+from tests.flows.scripted_policies import treeps_and_decex
 
 
 @pytest.fixture
 def scripted(engines):
-    backend = ScriptedBackend(policy)
+    backend = ScriptedBackend(treeps_and_decex)
     engines(backend)
     return backend
 

@@ -16,35 +16,14 @@ from typer.testing import CliRunner
 from ragfactory.cli import app
 from ragfactory.flows.config import EvalConfig
 from ragfactory.flows.evaluate import evaluate
-from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.tasks.llm.config import ENGINE_ENV
 from ragfactory.tasks.training.registry import model_row, register_model
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm
+from tests.flows.scripted_policies import base_policy, trained_policy
 
-GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa").questions}
 TRAINED = "sft-test"
-
-
-def _gold(text: str) -> str:
-    return next(answer for question, answer in GOLD.items() if question in text)
-
-
-def trained_policy(request, sample: int) -> str:
-    """ReasonRAG's format, right answers: query, evidence, answer; direct and rag answer too."""
-    system, user = request.messages[0].content, request.messages[-1].content
-    if "extract relevant evidence" in system:
-        return "Based on the query, the relevant evidence is <evidence>the documents say so"
-    if "question-answering assistant" in system:
-        if "<evidence>" in user:
-            return f"So the answer is <answer>{_gold(user)}"
-        return f"So the next query is <query>{user.splitlines()[0][len('Question: '):]}"
-    return _gold(user)
-
-
-def base_policy(request, sample: int) -> str:
-    return "I am a small model and I do not know."
 
 
 @pytest.fixture(scope="module")

@@ -18,15 +18,14 @@ from ragfactory.tasks import train as train_tasks
 from ragfactory.tasks.training import runs
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
-from tests.flows.test_build_decex import _config, scripted  # noqa: F401  (fixture)
-from tests.training.conftest import tiny_model  # noqa: F401  (fixture)
-from tests.training.test_trainers import FailOnce
+from tests.flows.scripted_policies import decex_config
+from tests.training.failing import FailOnce
 
 
 @pytest.fixture
-def built(tmp_path, scripted):  # noqa: F811
+def built(tmp_path, scripted):
     root = tmp_path / "wh"
-    summary = build(_config(root))
+    summary = build(decex_config(root))
     assert summary["status"] == "completed" and summary["exports"][0]["sft_examples"] > 0
     return root, summary["run_id"]
 

@@ -21,14 +21,13 @@ from ragfactory.tasks.training.prm import heldout_ids
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm
-from tests.flows.test_evaluate import _gold, base_policy, trained_policy
+from tests.flows.scripted_policies import base_policy, hotpotqa_gold, trained_policy
 from tests.search.treeps_scenario import path_of
-from tests.training.conftest import tiny_model  # noqa: F401  (fixture)
 
 
 def right_wrong_search(request, sample: int) -> str:
     """By sample index: the gold answer, a wrong one, a search; so leaves differ and A(n) != 0."""
-    return [f"<reason>Known.</reason> <answer> {_gold(request.messages[0].content)} </answer>",
+    return [f"<reason>Known.</reason> <answer> {hotpotqa_gold(request.messages[0].content)} </answer>",
             "<reason>Guess.</reason> <answer> Lyon </answer>",
             f"<reason>Look it up.</reason> <search> {path_of(request)}|{sample} </search>"][sample % 3]
 

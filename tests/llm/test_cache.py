@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 
 import pyarrow.parquet as pq
 import pytest
@@ -28,7 +28,7 @@ class TickingClock:
     """A clock that moves one second per reading, so a re-generated row would differ."""
 
     def __init__(self):
-        self.now = datetime(2025, 1, 1, tzinfo=timezone.utc)
+        self.now = datetime(2025, 1, 1, tzinfo=UTC)
 
     def __call__(self) -> datetime:
         self.now += timedelta(seconds=1)
@@ -103,7 +103,7 @@ def test_fresh_row_records_the_call():
     sampling = {"temperature": 0.7, "top_p": 1.0, "max_tokens": 32, "stop": []}
     assert json.loads(row["sampling"]) == sampling
     assert (row["seed"], row["sample_index"], row["role"]) == (11, 0, "policy")
-    assert row["created_at"] == datetime(2025, 1, 1, 0, 0, 1, tzinfo=timezone.utc)
+    assert row["created_at"] == datetime(2025, 1, 1, 0, 0, 1, tzinfo=UTC)
 
 
 def test_run_id_is_required():

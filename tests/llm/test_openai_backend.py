@@ -387,6 +387,7 @@ def test_a_server_without_structured_outputs_names_the_switch():
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_serves_the_embedded_model(embedded_model):
     from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
 
@@ -424,6 +425,7 @@ def test_serves_the_embedded_model(embedded_model):
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_serves_the_embedded_model_held_to_a_grammar(embedded_model):
     """The served model honours structured_outputs: the same text as the backend run directly."""
     from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings

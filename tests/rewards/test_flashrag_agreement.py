@@ -16,7 +16,7 @@ import re
 import pytest
 
 from ragfactory.tasks.rewards.answer import cover_exact_match, exact_match, f1_score, normalize_answer
-from tests.export.test_trainer_clients import run_client
+from tests.export.clients import run_client
 
 pytestmark = pytest.mark.clients
 

@@ -12,7 +12,6 @@ import json
 import numpy as np
 import pytest
 
-from ragfactory.tasks.rewards import sepr
 from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache, HashingEmbedder
 from ragfactory.tasks.rewards.sepr import (
     PlanMatch,

@@ -37,9 +37,13 @@ def digest(rows) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+# wall-clock columns, and the attribution columns of schema 8 (who asked: checked on their own)
+NOT_DIGESTED = ("created_at", "latency_s", "strategy", "question_id", "node_id", "cached")
+
+
 def call_digest(calls) -> str:
-    """The llm_calls rows without their wall-clock columns."""
-    return digest(sorted(({k: v for k, v in row.items() if k not in ("created_at", "latency_s")} for row in calls),
+    """The llm_calls rows without their wall-clock and attribution columns."""
+    return digest(sorted(({k: v for k, v in row.items() if k not in NOT_DIGESTED} for row in calls),
                          key=lambda r: r["call_id"]))
 
 
@@ -68,6 +72,7 @@ def test_decex_shard_rows_and_calls_are_unchanged(decex_shard):
     assert {t: len(r) for t, r in tables.items()} == {"nodes": 94, "rollouts": 40, "plans": 0, "plan_scores": 0, "rewards": 0}
     assert {t: digest(r) for t, r in tables.items()} == {"nodes": "9c17ce967be51100", "rollouts": "febd36218a223989", "plans": "4f53cda18c2baa0c", "plan_scores": "4f53cda18c2baa0c", "rewards": "4f53cda18c2baa0c"}
     assert (len(calls), call_digest(calls)) == (90, "f12fe2c1193740cf")
+    assert {c["question_id"] for c in calls} == {"jaws", "jaws-2"} and not any(c["cached"] for c in calls)
 
 
 def valued(rows):

@@ -53,7 +53,9 @@ def test_parent_links_and_depths():
 def test_rows_cast_to_their_table_schema(table, method):
     rows = getattr(expand()[0], method)()
     schema = table_spec(table).schema
-    assert set(rows[0]) == set(schema.names)
+    # a rollout's scoring metric is filled in by the expand task once the shard is done
+    later = {"rollouts": {"metric", "metric_score"}}.get(table, set())
+    assert set(rows[0]) == set(schema.names) - later
     assert pa.Table.from_pylist(rows, schema=schema).num_rows == len(rows)
 
 

@@ -56,7 +56,7 @@ def _decided(warehouse, night, candidate, decision, incumbent="embedded", minute
 
     from ragfactory.tasks.eval.promotion import Decision, PromotionConfig, promotion_row
 
-    at = dt.datetime(2026, 1, 1, 2, minute, tzinfo=dt.timezone.utc)
+    at = dt.datetime(2026, 1, 1, 2, minute, tzinfo=dt.UTC)
     row = promotion_row("nightly", night, candidate, incumbent, PromotionConfig(), Decision(decision, "why"), at)
     warehouse.write("promotions", [row], night)
 

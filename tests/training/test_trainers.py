@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
-from transformers import TrainerCallback
 
 from ragfactory.flows.config import TrainConfig
 from ragfactory.tasks.training.data import read_export, sft_prompt_completions, training_dataset
@@ -16,6 +15,7 @@ from ragfactory.tasks.training.runs import plan_training, train_planned
 from ragfactory.tasks.training.trainers import load_model, make_trainer, trl_args
 from ragfactory.warehouse.store import Warehouse
 from tests.training.exports import CONVERSATION, write_exports
+from tests.training.failing import FailOnce
 
 
 def _config(method: str, model: str, **trl) -> TrainConfig:
@@ -79,18 +79,6 @@ def test_sft_loss_covers_assistant_tokens_only(tiny_model, tmp_path):
     assert trained.startswith("<answer>Paris</answer>") and "Observation" not in trained
     assert "capital of France" in masked and "Observation: Paris" in masked
     assert "<question>Which city" in masked  # an earlier assistant turn is context here
-
-
-class FailOnce(TrainerCallback):
-    """Raises once, right after the first checkpoint is saved, like a worker lost mid-run."""
-
-    def __init__(self):
-        self.failed = False
-
-    def on_save(self, args, state, control, **kwargs):
-        if not self.failed:
-            self.failed = True
-            raise RuntimeError("worker lost")
 
 
 def test_a_retry_resumes_from_the_last_checkpoint(tiny_model, tmp_path, log):

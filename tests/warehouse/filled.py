@@ -2,21 +2,21 @@
 
 Values follow one rule per type (strings name their column, lists hold one element, structs fill
 every field), so a test can work out by hand what a query over them returns. Partition columns
-take one value per table: run_id 'r1', dataset 'd1', source 's1'.
+take one value per table: run_id 'r1', dataset 'd1', source 's1', pipeline 'p1'.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import pyarrow as pa
 
 from ragfactory.schemas.tables import TABLES
 from ragfactory.warehouse.store import Warehouse
 
-PARTITION_VALUES = {"run_id": "r1", "dataset": "d1", "source": "s1"}
+PARTITION_VALUES = {"run_id": "r1", "dataset": "d1", "source": "s1", "pipeline": "p1"}
 ROWS_PER_TABLE = 2
-STAMP = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+STAMP = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def sample(kind: pa.DataType, name: str, index: int):

@@ -101,6 +101,7 @@ def test_a_shard_the_store_refused_is_not_recorded_on_this_machine_either(s3, tm
     assert not manifest_path(wh.root, path).exists() and not is_intact(wh.root, path)
 
 
+@pytest.mark.subprocess
 def test_ragfactory_sql_on_an_s3_root_pulls_and_answers(s3, tmp_path, monkeypatch):
     uri = s3.bucket("queried") + "/wh"
     _machine(tmp_path, "a", monkeypatch)
@@ -114,6 +115,7 @@ def test_ragfactory_sql_on_an_s3_root_pulls_and_answers(s3, tmp_path, monkeypatc
     assert f"mirror of s3://queried/wh at {tmp_path / 'laptop'}" in done.stderr and "1 shard(s) of nodes downloaded, 0 current" in done.stderr
 
 
+@pytest.mark.subprocess
 def test_ragfactory_sql_pulls_only_the_tables_its_query_reads(s3, tmp_path, monkeypatch):
     """A laptop asking for a count of nodes downloads no question; asking a shipped view that
     reads questions (questions_per_dataset) then downloads that table, and only it."""

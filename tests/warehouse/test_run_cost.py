@@ -3,12 +3,12 @@ union of overlapping call intervals, not the sum of latencies; cached samples co
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _call(cid: str, strategy: str | None, end_s: float, latency_s: float, cached: bool | None = False,

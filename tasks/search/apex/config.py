@@ -50,8 +50,8 @@ class ApexConfig:
             raise ValueError(f"ApexConfig.metric must be one of {sorted(METRICS)}, got {self.metric!r}")
         if self.n_plans > 1 and self.plan_temperature <= 0:
             raise ValueError("ApexConfig.plan_temperature must be > 0 to sample several plans")
-        self.plan_grammar  # the output grammars must fit their max_tokens
-        self.exec_spec.grammars
+        _ = self.plan_grammar  # the output grammars must fit their max_tokens
+        _ = self.exec_spec.grammars
 
     @property
     def plan_grammar(self) -> Grammar:

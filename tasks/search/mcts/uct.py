@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def spre(values: Sequence[float], steps: Sequence[int], alpha: float) -> float:

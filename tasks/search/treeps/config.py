@@ -51,7 +51,7 @@ class TreePSConfig:
         if self.temperature <= 0:
             raise ValueError("TreePSConfig.temperature must be > 0: children are sampled")
         check_prompt(self.prompt)
-        self.grammar  # the step grammar must fit max_tokens
+        _ = self.grammar  # the step grammar must fit max_tokens
 
     @property
     def grammar(self) -> Grammar:
