@@ -2,23 +2,25 @@
 questions whose ratio says whether memory grows with the work.
 
 Method: each build is a ``ragfactory build`` subprocess into a fresh warehouse. This process
-samples the resident set size (RSS) of that process and every process it started (psutil,
-every 0.1 s, summed over the tree) and reads its log, run at Prefect's DEBUG level so that every
-task logs "Executing task '<task>' ..." when it starts and "Finished in state ..." when it ends.
-A sample counts towards the peak of every task running when it was taken (``expand_trees``,
+samples the resident set size (RSS) of the build process, and of it together with every process
+it started (the temporary Prefect server, the watchdog: ``tree_peak_mb``), with psutil every
+0.1 s, and reads its log, run at Prefect's DEBUG level so that every task logs "Executing task
+'<task>' ..." when it starts and "Finished in state ..." when it ends. A sample of the build
+process counts towards the peak of every task running when it was taken (``expand_trees``,
 ``value_nodes``, ``write_training_data`` ...; ``flow`` when none is: start-up, catalog); the
-build's peak is the largest sample. RSS counts shared libraries and the model's mapped weights
-once per process; what matters here is the ratio between sizes, measured in one run, and which
-stage holds the peak. The machine's other work does not enter a process's RSS, but a sample
-interval shorter than a stage is assumed.
+build's peak (``peak_mb``) is its largest sample, the figure the kernel's ``ru_maxrss`` gives.
+RSS counts shared libraries and mapped files once per process; what matters here is the ratio
+between sizes, measured in one run, and which stage holds the peak. The machine's other work
+does not enter a process's RSS, but a sample interval shorter than a stage is assumed.
 
 Builds:
 - ``demo``: ``configs/demo.yaml`` as shipped (the embedded SmolLM2-135M model; minutes) with
   ``--demo``;
 - ``null-100`` and ``null-1000``: the five strategies at their config defaults (the papers'
-  parameters) on the null engine over about 100 and 1,000 bundled train questions
-  (``search.questions_per_dataset``: an equal share from each of the three train datasets; there
-  are 982 train questions in all), BM25 only. Goal: RSS(1000) / RSS(100) <= 1.2.
+  parameters; the demo's tree sizes with ``--demo-sizes``) on the null engine over about 100
+  and 1,000 bundled train questions (``search.questions_per_dataset``: an equal share from each
+  of the three train datasets; there are 982 train questions in all), BM25 only.
+  Goal: RSS(1000) / RSS(100) <= 1.2.
 
 Run: .venv/bin/python benchmarks/memory.py [--sizes 100 1000] [--demo] [--demo-sizes]
 Writes benchmarks/results/memory.json.
@@ -64,7 +66,8 @@ class StagePeaks:
 
     def __init__(self):
         self.running: dict[str, str] = {}  # task run -> task
-        self.peaks: dict[str, int] = {}
+        self.peaks: dict[str, int] = {}  # the build process's peak while each stage ran
+        self.tree_peak = 0  # the build process and its children (Prefect's server, the watchdog)
         self.lock = threading.Lock()
 
     def line(self, text: str) -> None:
@@ -74,14 +77,16 @@ class StagePeaks:
             elif match := FINISHED.search(text):
                 self.running.pop(match["run"], None)
 
-    def sample(self, rss: int) -> None:
+    def sample(self, rss: int, tree: int) -> None:
         with self.lock:
             for stage in set(self.running.values()) or {"flow"}:
                 self.peaks[stage] = max(self.peaks.get(stage, 0), rss)
+            self.tree_peak = max(self.tree_peak, tree)
 
 
 def measure(config: Path, root: Path, interval_s: float = 0.1) -> dict:
-    """Run one build; (wall seconds, peak RSS of its process tree, peaks per stage)."""
+    """Run one build; (wall seconds, peak RSS of its process and of its process tree, the
+    process's peak per stage)."""
     env = {**os.environ, "PREFECT_LOGGING_LEVEL": "DEBUG", "PYTHONUNBUFFERED": "1"}
     command = [str(Path(sys.executable).with_name("ragfactory")), "build", "--config", str(config),
                "--root", str(root)]
@@ -91,7 +96,11 @@ def measure(config: Path, root: Path, interval_s: float = 0.1) -> dict:
 
     def sampler():
         while not done.is_set():
-            stages.sample(tree_rss(process))
+            try:
+                own = process.memory_info().rss
+            except psutil.Error:  # ended: the reader below sees it too
+                break
+            stages.sample(own, tree_rss(process))
             done.wait(interval_s)
 
     thread = threading.Thread(target=sampler, daemon=True)
@@ -106,6 +115,7 @@ def measure(config: Path, root: Path, interval_s: float = 0.1) -> dict:
     if child.returncode != 0:
         raise SystemExit(f"{config}: exit {child.returncode}\n{''.join(tail)}")
     return {"wall_s": round(time.perf_counter() - start, 1), "peak_mb": round(max(stages.peaks.values()) / MB),
+            "tree_peak_mb": round(stages.tree_peak / MB),
             **{f"{stage}_mb": round(peak / MB) for stage, peak in sorted(stages.peaks.items())}}
 
 

@@ -11,7 +11,7 @@ with different configs into one root, even at the same time, leave each other's 
 the requests of different shards in the same engine calls (``tasks/llm/scheduler.py``); with ``runner.kind: dask``
 they run on a Dask cluster's workers instead (``flows/runner.py``). Once they are done, the
 valuation stage (``tasks/valuate.py``) values the nodes of each expanded shard of the strategies
-the ``valuation`` section names (default: those whose plug-in asks for values), and only then
+(``search.max_concurrent_shards`` at a time) the ``valuation`` section names (default: those whose plug-in asks for values), and only then
 does the export read them; a strategy whose valuation failed is not exported.
 
 The flow holds its run (``warehouse/runs.py``): the row says ``running`` only while this process
@@ -118,9 +118,11 @@ def _value(root: str, run_id: str, config: BuildConfig, shards: list[dict],
     values; returns (the valuations done, those that failed, named ``value-<shard>``, and the
     strategies of the failed ones)."""
     valued = {s: config.valuation.values(s, STRATEGIES.get(s).valued) for s in config.search.strategies}
-    futures = {f"value-{r['shard']}": value_nodes.submit(root, run_id, r["shard"], config.valuation)
-               for r in shards if valued[r["strategy"]]}
-    done, failed = _settle(futures, errors)
+    jobs = [r for r in shards if valued[r["strategy"]]]
+    # as many at once as expansion ran, not every shard of the build (each reads its shard's nodes)
+    finished = _bounded(lambda r: value_nodes.submit(root, run_id, r["shard"], config.valuation), jobs,
+                        config.search.max_concurrent_shards)
+    done, failed = _settle({f"value-{r['shard']}": future for r, future in finished}, errors)
     by_name = {f"value-{r['shard']}": r["strategy"] for r in shards}
     return done, failed, {by_name[name] for name in failed}
 

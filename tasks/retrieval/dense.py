@@ -22,6 +22,7 @@ import json
 import math
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +130,7 @@ class SentenceEmbedder:
         self.name = name
         self.batch_size = batch_size
         self.dim = int(model.get_embedding_dimension())
+        self._lock = threading.Lock()  # a fast tokenizer refuses to be used by two threads at once
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
         return self._encode(self.model.encode_query, texts)
@@ -137,10 +139,11 @@ class SentenceEmbedder:
         return self._encode(self.model.encode_document, texts)
 
     def _encode(self, encode, texts: list[str]) -> np.ndarray:
-        vectors = encode(
-            list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-            convert_to_numpy=True, show_progress_bar=False,
-        )
+        with self._lock:
+            vectors = encode(
+                list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                convert_to_numpy=True, show_progress_bar=False,
+            )
         return np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
 
 
@@ -164,6 +167,23 @@ def load_embedder(
     return SentenceEmbedder(st, name=model, batch_size=batch_size)
 
 
+# The encoders this process loaded, by (model, device, batch size): shards and exports that run
+# at once share one copy, as they share one engine (``tasks/llm/engine.py``).
+_SHARED: dict[tuple[str, str | None, int], SentenceEmbedder] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_embedder(model: str = BUNDLED_MODEL, device: str | None = None, batch_size: int = 64) -> SentenceEmbedder:
+    """This process's ``load_embedder(model, device, batch_size)``, loaded on first use. A copy
+    per shard cost ~100 MB each, and a dropped copy stayed resident until the garbage collector
+    broke its reference cycles, so a build's memory grew with its shards."""
+    with _SHARED_LOCK:
+        key = (model, device, batch_size)
+        if key not in _SHARED:
+            _SHARED[key] = load_embedder(model, device, batch_size)
+        return _SHARED[key]
+
+
 class LazyEmbedder:
     """``load_embedder`` deferred to the first text to embed: behind an ``EmbeddingCache`` whose
     vectors are all on disk already, the model never loads. The width comes from the model
@@ -181,7 +201,7 @@ class LazyEmbedder:
 
     def _loaded(self) -> SentenceEmbedder:
         if self._embedder is None:
-            self._embedder = load_embedder(self.name, self.device, self.batch_size)
+            self._embedder = shared_embedder(self.name, self.device, self.batch_size)
         return self._embedder
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:

@@ -131,10 +131,11 @@ class PlanScorer:
 def load_plan_scorer(
     config: SeprConfig = SeprConfig(), cache_dir: str | Path | None = None, device: str | None = None
 ) -> PlanScorer:
-    """A scorer with ``config.model`` loaded offline, its vectors cached under ``cache_dir``."""
-    from ragfactory.tasks.retrieval.dense import load_embedder
+    """A scorer with ``config.model`` loaded offline (once per process: every shard shares it),
+    its vectors cached under ``cache_dir``."""
+    from ragfactory.tasks.retrieval.dense import shared_embedder
 
-    return PlanScorer(EmbeddingCache(load_embedder(config.model, device), cache_dir), config)
+    return PlanScorer(EmbeddingCache(shared_embedder(config.model, device), cache_dir), config)
 
 
 def plan_score_row(
