@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psutil
 
+from ragfactory.stack_marker import running_stack_api
 from ragfactory.watchdog import HOME_PREFIX, end_processes, remove_stale_homes
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -51,7 +52,7 @@ def run_flow(call: Callable, echo: Callable[[str], None], cleanup: Callable[[], 
     return result
 
 
-def prefect_local_defaults(temporary_home: bool = True) -> Callable[[], None]:
+def prefect_local_defaults(temporary_home: bool = True, root: str | Path | None = None) -> Callable[[], None]:
     """Settings for running flows in this process, set before Prefect is imported; returns the
     function that removes what this made (also run at exit).
 
@@ -61,7 +62,9 @@ def prefect_local_defaults(temporary_home: bool = True) -> Callable[[], None]:
     command gets its own temporary PREFECT_HOME, named after its pid so that the next command
     removes it if this one is killed (``ragfactory.watchdog``); the user's profiles file stays in
     use (PREFECT_PROFILES_PATH). Flow history then lives as long as the command: point
-    PREFECT_API_URL at a server (`ragfactory serve`) to keep it. Without ``temporary_home``
+    PREFECT_API_URL at a server to keep it; a command on the warehouse ``root`` that a running
+    ``ragfactory serve`` serves reports to its server (``ragfactory/stack_marker.py``), so the
+    stack's UI shows the run. Without ``temporary_home``
     (``ragfactory serve``, whose server keeps its history in the user's home) only the server
     settings are set.
     """
@@ -71,6 +74,9 @@ def prefect_local_defaults(temporary_home: bool = True) -> Callable[[], None]:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     remove_stale_homes()
     if not temporary_home or _configured_api_url():
+        return lambda: None
+    if root is not None and (api_url := running_stack_api(root)):
+        os.environ["PREFECT_API_URL"] = api_url
         return lambda: None
     profiles = _profiles_path()
     if profiles.exists():

@@ -313,7 +313,9 @@ def serve(port: int = 4200, root: str | Path | None = None, timezone: str | None
     """Start the whole stack, print the UI and dashboard addresses, and stop it all on Ctrl-C or
     SIGTERM. ``pools`` None: a worker for every pool the deployments use. ``dashboard_port``
     None or 0: no dashboard."""
+    from ragfactory.stack_marker import remove_marker, write_marker
     from ragfactory.warehouse.objectstore import is_remote
+    from ragfactory.warehouse.store import default_root
 
     pools = list(pools) if pools is not None else deployment_pools()
     if is_remote(root):
@@ -324,6 +326,7 @@ def serve(port: int = 4200, root: str | Path | None = None, timezone: str | None
     if dashboard_port and not port_is_free(dashboard_port):
         raise StackError(f"127.0.0.1:{dashboard_port} is in use; pick another with --dashboard-port (0: none)")
     extra = {"RAGFACTORY_HOME": str(root)} if root is not None else None
+    served = Path(root).expanduser() if root is not None else default_root()
     stopping = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     stack = None
@@ -331,6 +334,7 @@ def serve(port: int = 4200, root: str | Path | None = None, timezone: str | None
         echo(f"starting prefect server on 127.0.0.1:{port} ...")
         stack = start_stack(port, prefect_home, log_dir, extra)
         if not stopping.is_set() and _bring_up(stack, timezone, pools, echo, stopping, dashboard_port):
+            write_marker(served, stack.api_url)  # commands on this warehouse report to this server
             echo(f"Prefect UI: {stack.ui_url}  (workers: {', '.join(pools)}; Ctrl-C stops everything)")
             if stack.dashboard_url:
                 echo(f"dashboard: {stack.dashboard_url}")
@@ -341,6 +345,7 @@ def serve(port: int = 4200, root: str | Path | None = None, timezone: str | None
         if not stopping.is_set():  # a CLI step cut short by Ctrl-C is not an error
             raise
     finally:
+        remove_marker(served)
         if stack is not None:
             echo("stopping the dashboard, workers and server ...")
             stack.stop()

@@ -50,7 +50,7 @@ def build(
     wh = open_warehouse(cfg.warehouse.root or None)
     apply_network_policy(cfg.allow_downloads)
     preflight(lambda: check_build(cfg, wh), prefix=f"{config}: ")
-    cleanup = prefect_local_defaults()
+    cleanup = prefect_local_defaults(root=wh.root)
     from ragfactory.flows.build import build as build_flow
 
     with logged_run(wh.root, "build") as log:

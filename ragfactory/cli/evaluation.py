@@ -86,7 +86,7 @@ def _run_evaluation(cfg, root: Path | None) -> tuple[dict, Path]:
     wh = open_warehouse(root)
     apply_network_policy(cfg.allow_downloads)
     preflight(lambda: check_evaluation(cfg, wh))
-    cleanup = prefect_local_defaults()
+    cleanup = prefect_local_defaults(root=wh.root)
     from ragfactory.flows.evaluate import evaluate as evaluate_flow
 
     with logged_run(wh.root, "evaluate") as log:

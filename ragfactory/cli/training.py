@@ -86,7 +86,7 @@ def _run_training(cfg, root: Path | None) -> dict:
     wh = open_warehouse(root)
     apply_network_policy(cfg.allow_downloads)
     preflight(lambda: check_training(cfg, wh))
-    prefect_local_defaults()
+    prefect_local_defaults(root=wh.root)
     from ragfactory.flows.train import train as train_flow
 
     with logged_run(wh.root, "train"):

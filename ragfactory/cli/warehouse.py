@@ -287,7 +287,7 @@ def _repair(wh, problems, stamp: str) -> None:
         return
     console.print(f"rebuilding: runs {', '.join(plan['runs']) or '-'}; ingest {', '.join(plan['ingest']) or '-'}",
                   soft_wrap=True)
-    cleanup = prefect_local_defaults()
+    cleanup = prefect_local_defaults(root=wh.root)
     from ragfactory.flows.repair import repair as repair_flow
 
     with logged_run(wh.root, "repair", after_failure=lambda: _left_behind(wh)):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ragfactory.serve import create_pools, deploy, set_timezone, start_stack
+from ragfactory.stack_marker import write_marker
 from ragfactory.tasks.llm.embedded import EMBEDDED_DIRNAME
 from tests.e2e.stack import TIMEZONE, Running, build_run_id, nightly_parameters, run_checked
 
@@ -31,6 +32,7 @@ def running(tmp_path_factory, embedded_model):
         deploy(stack.env)
         stack.add_worker("cpu")
         stack.add_worker("gpu")
+        write_marker(root, stack.api_url)  # as `ragfactory serve` does once the stack is up
         with temporary_settings(updates={PREFECT_API_URL: stack.api_url}):
             yield Running(stack, root, tmp)
     finally:

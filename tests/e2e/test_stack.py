@@ -214,3 +214,24 @@ def _form_field(label: str) -> str:
             "/ancestor::div[contains(concat(' ', @class, ' '), ' schema-form-property ')][1]")
 
 
+
+
+def test_a_command_line_evaluation_on_the_served_warehouse_shows_on_the_stack(running, first_build):
+    """`ragfactory evaluate` on the warehouse the stack serves, with no PREFECT_API_URL of its own,
+    reports its flow run to the stack's server (ragfactory/stack_marker.py), so the UI lists it."""
+    import subprocess
+    import sys
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    command = [str(Path(sys.executable).with_name("ragfactory")), "evaluate", "--model", "embedded",
+               "--dataset", "hotpotqa", "--limit", "1", "--mode", "direct", "--max-tokens", "8",
+               "--root", str(running.root)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["evaluate"])))
+    assert any(run.state and run.state.is_completed() and run.parameters.get("config", {}).get("limit") == 1
+               for run in runs), [(r.name, r.state_name, r.parameters) for r in runs]

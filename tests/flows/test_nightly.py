@@ -23,7 +23,6 @@ from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, registered_engine, scripted_llm
 from tests.flows.scripted_policies import decex_policy
 from tests.flows.test_frontier import frontier_config
-from tests.training.conftest import tiny_model  # noqa: F401  (fixture)
 
 GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=40).questions}
 pytestmark = pytest.mark.slow  # four trainings and eight evaluations: about a minute on 2 cores
