@@ -9,12 +9,15 @@ has no rows in the method's export table: the refusal names the table and the bu
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from ragfactory.dashboard.queries import STOCK_TABLES, Reader, build_ids, export_rows
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+# the trainer's progress line (tasks/training/progress.py): "step 3/10 (30%) loss 0.6931 lr 5.00e-05 eta 01m02s"
+PROGRESS = re.compile(r"step \d+/\d+ \(\d+%\) loss \S+ lr \S+ eta \S+")
 
 
 def method_tables() -> dict[str, str]:
@@ -133,16 +136,36 @@ class Prefect:
         return str(flow_run.id)
 
     def state(self, flow_run_id: str) -> dict[str, Any]:
-        """A flow run's state: ``name`` (e.g. Completed), ``type``, ``message`` and ``final``."""
+        """A flow run's state: ``name`` (e.g. Completed), ``type``, ``message``, ``final``, and
+        ``progress``: the newest trainer step line in its logs (step, loss, learning rate, eta)."""
         from uuid import UUID
+
+        from prefect.client.schemas.sorting import LogSort
 
         with self._client() as client:
             flow_run = client.read_flow_run(UUID(flow_run_id))
+            logs = client.read_logs(log_filter=_run_logs(flow_run_id), limit=200, sort=LogSort.TIMESTAMP_DESC)
         state = flow_run.state
         kind = state.type.value if state else "PENDING"
         return {"id": flow_run_id, "name": flow_run.name, "state": state.name if state else "Pending",
                 "type": kind, "message": state.message if state else None, "final": kind in FINAL_STATES,
-                "url": self.flow_run_url(flow_run_id)}
+                "url": self.flow_run_url(flow_run_id), "progress": latest_progress(log.message for log in logs)}
+
+
+def latest_progress(messages_newest_first) -> str | None:
+    """The newest trainer progress line among a run's log messages (step, loss, lr, eta), or None."""
+    for message in messages_newest_first:
+        if found := PROGRESS.search(message):
+            return found.group(0)
+    return None
+
+
+def _run_logs(flow_run_id: str):
+    from uuid import UUID
+
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    return LogFilter(flow_run_id=LogFilterFlowRunId(any_=[UUID(flow_run_id)]))
 
 
 def idle_pool(client, pool: str | None) -> str | None:

@@ -128,6 +128,8 @@ def test_train_page_starts_dpo_and_follows_it_to_completed(running, first_build,
     state = browser.find_element(By.ID, "state").text
     assert state == "Completed", f"{state}: {browser.find_element(By.ID, 'state-message').text}\n{running.logs()}"
     flow_run_id = browser.find_element(By.ID, "state").get_attribute("data-flow-run")
+    # the trainer's step line, read from the run's logs: one step of one (logging_steps 1)
+    _wait(browser).until(lambda d: d.find_element(By.ID, "progress").text.startswith("step 1/1 (100%) loss "))
     link = browser.find_element(By.ID, "flow-run-link").get_attribute("href")
     assert link == f"{running.stack.ui_url}/runs/flow-run/{flow_run_id}"
     _shoot(browser, running, "train-run")
