@@ -307,17 +307,9 @@ def _bring_up(stack: Stack, timezone: str | None, pools: Iterable[str], echo,
     return True
 
 
-def serve(port: int = 4200, root: str | Path | None = None, timezone: str | None = None,
-          pools: Iterable[str] | None = None, prefect_home: Path | None = None,
-          log_dir: Path | None = None, echo=print, dashboard_port: int | None = 8765) -> None:
-    """Start the whole stack, print the UI and dashboard addresses, and stop it all on Ctrl-C or
-    SIGTERM. ``pools`` None: a worker for every pool the deployments use. ``dashboard_port``
-    None or 0: no dashboard."""
-    from ragfactory.stack_marker import remove_marker, write_marker
+def _refuse_unservable(port: int, root: str | Path | None, dashboard_port: int | None) -> None:
     from ragfactory.warehouse.objectstore import is_remote
-    from ragfactory.warehouse.store import default_root
 
-    pools = list(pools) if pools is not None else deployment_pools()
     if is_remote(root):
         raise StackError(f"--root {root}: the stack serves a local warehouse (its workers' home); "
                          "deployed flows write to an object store through their config's warehouse.root")
@@ -325,6 +317,19 @@ def serve(port: int = 4200, root: str | Path | None = None, timezone: str | None
         raise StackError(f"127.0.0.1:{port} is in use (another Prefect server?); pick one with --port")
     if dashboard_port and not port_is_free(dashboard_port):
         raise StackError(f"127.0.0.1:{dashboard_port} is in use; pick another with --dashboard-port (0: none)")
+
+
+def serve(port: int = 4200, root: str | Path | None = None, timezone: str | None = None,
+          pools: Iterable[str] | None = None, prefect_home: Path | None = None,
+          log_dir: Path | None = None, echo=print, dashboard_port: int | None = 8765) -> None:
+    """Start the whole stack, print the UI and dashboard addresses, and stop it all on Ctrl-C or
+    SIGTERM. ``pools`` None: a worker for every pool the deployments use. ``dashboard_port``
+    None or 0: no dashboard."""
+    from ragfactory.stack_marker import remove_marker, write_marker
+    from ragfactory.warehouse.store import default_root
+
+    pools = list(pools) if pools is not None else deployment_pools()
+    _refuse_unservable(port, root, dashboard_port)
     extra = {"RAGFACTORY_HOME": str(root)} if root is not None else None
     served = Path(root).expanduser() if root is not None else default_root()
     stopping = threading.Event()
