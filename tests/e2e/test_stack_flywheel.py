@@ -95,3 +95,34 @@ def test_the_promoted_model_is_the_next_nights_policy_and_new_questions_follow(t
     assert first["questions"] == sorted(train[:2])
     expected = train[2:4] if after_first["decision"] == "keep" else train[:2]
     assert second["questions"] == sorted(expected)
+
+
+def test_the_flywheel_page_shows_both_nights_in_chromium(running, two_nights):
+    """The dashboard `ragfactory serve` starts, pointed at the flywheel's warehouse."""
+    import time
+
+    import httpx
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from ragfactory.serve import free_port, start_dashboard, stop
+    from tests.e2e.stack import Chromium
+
+    port = free_port()
+    env = {**running.stack.env, "RAGFACTORY_HOME": str(two_nights.root)}
+    process = start_dashboard(port, env, running.tmp / "logs" / "flywheel-dashboard.log")
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/flywheel", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        with Chromium(running.tmp / "flywheel-profile") as browser:
+            browser.get(f"http://127.0.0.1:{port}/flywheel")
+            rows = WebDriverWait(browser, 60).until(
+                lambda d: d.find_elements(By.CSS_SELECTOR, "#nights tbody tr") or None)
+            assert [row.get_attribute("id").rsplit("-", 1)[-1] for row in rows] in (["n1", "n2"], ["n2", "n1"])
+    finally:
+        stop(process)
