@@ -52,7 +52,7 @@ def run_flow(call: Callable, echo: Callable[[str], None], cleanup: Callable[[], 
     return result
 
 
-def prefect_local_defaults(temporary_home: bool = True, root: str | Path | None = None) -> Callable[[], None]:
+def prefect_local_defaults(temporary_home: bool = True) -> Callable[[], None]:
     """Settings for running flows in this process, set before Prefect is imported; returns the
     function that removes what this made (also run at exit).
 
@@ -62,9 +62,8 @@ def prefect_local_defaults(temporary_home: bool = True, root: str | Path | None 
     command gets its own temporary PREFECT_HOME, named after its pid so that the next command
     removes it if this one is killed (``ragfactory.watchdog``); the user's profiles file stays in
     use (PREFECT_PROFILES_PATH). Flow history then lives as long as the command: point
-    PREFECT_API_URL at a server to keep it; a command on the warehouse ``root`` that a running
-    ``ragfactory serve`` serves reports to its server (``ragfactory/stack_marker.py``), so the
-    stack's UI shows the run. Without ``temporary_home``
+    PREFECT_API_URL at a server to keep it, or run ``ragfactory serve`` on the warehouse
+    (``report_to_serving_stack``). Without ``temporary_home``
     (``ragfactory serve``, whose server keeps its history in the user's home) only the server
     settings are set.
     """
@@ -74,9 +73,6 @@ def prefect_local_defaults(temporary_home: bool = True, root: str | Path | None 
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     remove_stale_homes()
     if not temporary_home or _configured_api_url():
-        return lambda: None
-    if root is not None and (api_url := running_stack_api(root)):
-        os.environ["PREFECT_API_URL"] = api_url
         return lambda: None
     profiles = _profiles_path()
     if profiles.exists():
@@ -89,6 +85,17 @@ def prefect_local_defaults(temporary_home: bool = True, root: str | Path | None 
 
     atexit.register(cleanup)
     return cleanup
+
+
+def report_to_serving_stack(root: str | Path) -> str | None:
+    """Point this process's flows at the server of the ``ragfactory serve`` that serves warehouse
+    ``root`` (``ragfactory/stack_marker.py``), so the stack's UI shows their runs; its API address,
+    or None (a configured PREFECT_API_URL wins, and no live stack leaves the temporary server).
+    Called before Prefect is imported, as the other settings here."""
+    if _configured_api_url() or not (api_url := running_stack_api(root)):
+        return None
+    os.environ["PREFECT_API_URL"] = api_url
+    return api_url
 
 
 def _profiles_path() -> Path:

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from ragfactory.local_flows import prefect_local_defaults
+from ragfactory.local_flows import report_to_serving_stack
 from ragfactory.stack_marker import MARKER, remove_marker, running_stack_api, write_marker
 
 
@@ -54,11 +54,11 @@ def test_a_dead_writer_or_a_silent_server_is_ignored(tmp_path, api):
 def test_a_command_on_a_served_warehouse_reports_to_its_server(tmp_path, api, monkeypatch):
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_PROFILES_PATH", str(tmp_path / "no-profiles.toml"))
-    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))
     write_marker(tmp_path / "served", api)
-    prefect_local_defaults(root=tmp_path / "served")
+    assert report_to_serving_stack(tmp_path / "another") is None  # not served: the temporary server
+    assert "PREFECT_API_URL" not in os.environ
+    assert report_to_serving_stack(tmp_path / "served") == api
     assert os.environ["PREFECT_API_URL"] == api
-    monkeypatch.delenv("PREFECT_API_URL")
-    cleanup = prefect_local_defaults(root=tmp_path / "another")  # not served: a temporary home
-    assert "PREFECT_API_URL" not in os.environ and os.environ["PREFECT_HOME"] != str(tmp_path / "prefect-home")
-    cleanup()
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:1/api")  # a configured API wins
+    assert report_to_serving_stack(tmp_path / "served") is None
+    assert os.environ["PREFECT_API_URL"] == "http://127.0.0.1:1/api"

@@ -213,14 +213,21 @@ def run_flow(call: Callable, cleanup: Callable[[], None]) -> dict:
     return run_local_flow(call, echo, cleanup)
 
 
-def prefect_local_defaults() -> Callable[[], None]:
+def prefect_local_defaults(root: str | Path | None = None) -> Callable[[], None]:
     """Ready this process to start Prefect's server and other children: its Prefect settings
     (made before the command began) and a watchdog that ends those children if this process is
-    SIGKILLed (``ragfactory/watchdog.py``); returns the function that removes what that made."""
+    SIGKILLed (``ragfactory/watchdog.py``); returns the function that removes what that made.
+    With the warehouse ``root`` a running ``ragfactory serve`` serves, flows report to its server
+    instead of a temporary one, and a line says so."""
+    from ragfactory.local_flows import report_to_serving_stack
     from ragfactory.watchdog import start_watchdog
 
     start_watchdog()
-    return prefect_settings()
+    cleanup = prefect_settings()
+    if root is not None and (api_url := report_to_serving_stack(root)):
+        console.print(f"reporting to the Prefect server of `ragfactory serve`: {api_url.removesuffix('/api')}",
+                      soft_wrap=True, highlight=False)
+    return cleanup
 
 
 def print_failures(summary: dict, log: Path, noun: str = "shard") -> None:
