@@ -136,6 +136,9 @@ def test_train_page_starts_dpo_and_follows_it_to_completed(running, first_build,
     trained = [row for row in Warehouse(running.root).read("models").to_pylist()
                if row["method"] == "dpo" and json.loads(row["config"])["trl"] == DASHBOARD_TRL]
     assert len(trained) == 1 and json.loads(trained[0]["lineage"])["run_id"] == run_id
+    browser.get(f"{dashboard}/models")  # the model the page trained is on the Models page
+    row = _wait(browser).until(lambda d: d.find_element(By.ID, f"model-{trained[0]['model_id']}"))
+    assert "dpo" in row.text and run_id in row.text
 
 
 def test_models_page_plots_the_base_beside_the_trained_model(running, first_build, dashboard, browser):
