@@ -56,7 +56,7 @@ class TransformersSettings:
     dtype: str = "auto"  # auto: float32 on CPU (bf16 matmuls are slow there), bfloat16 on GPU
     max_batch_size: int = 32  # rows per forward pass; ~33 tok/s at 32 rows on 2 CPU cores
     # One decode chunk's KV cache: ~5 rows of a 1,000-token prompt for SmolLM2-135M in float32 (46 KB
-    # a token). It holds `make demo` under 2 GB (1.86 GB; 2.52 GB at 1,024) with the same rows; a
+    # a token). It holds `make demo` under 2 GB (1,886 MiB; 2,466 MiB at 1,024) with the same rows; a
     # decode step costs about as much for 8 rows as for 32 on CPU, so raise it where memory allows.
     kv_cache_mb: float = 256.0
     prefill_tokens: int = 4096  # padded prompt tokens per prefill pass: bounds the attention scores
