@@ -72,12 +72,17 @@ def size_category(rows: int) -> str:
 
 
 def _configs(folder: Path, table: str | None) -> list[dict]:
-    """One config over the table's shards; a trainer folder's files differ in columns, one config each."""
+    """One config over the table's shards; a trainer folder's files differ in columns, one config each.
+
+    Config names are unique across a run's folders (the table, or the trainer folder and file):
+    ``datasets`` caches a local folder under its base name (``run_id=<run>``, or ``<run>``, the
+    same for every table of a run) and the config name, so two tables under one name would read
+    each other's cached rows."""
     if table is not None:
-        return [{"config_name": "default", "data_files": [{"split": "train", "path": "*.parquet"}]}]
+        return [{"config_name": table, "default": True, "data_files": [{"split": "train", "path": "*.parquet"}]}]
     files = sorted(folder.glob("*.parquet"))
-    return [{"config_name": path.stem, "data_files": [{"split": "train", "path": path.name}], **({"default": True} if i == 0 else {})}
-            for i, path in enumerate(files)]
+    return [{"config_name": f"{folder.parent.name}-{path.stem}", "data_files": [{"split": "train", "path": path.name}],
+             **({"default": True} if i == 0 else {})} for i, path in enumerate(files)]
 
 
 def _run(wh: Warehouse, run_id: str) -> dict:

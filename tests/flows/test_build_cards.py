@@ -46,5 +46,8 @@ def test_every_export_folder_has_a_card_the_hub_parses_and_datasets_loads(tmp_pa
         if relative.startswith("artifacts/"):  # the first file is the default config: decex_dpo
             rows = export["preference_pairs"]
         assert loaded.num_rows == rows, relative
+        # one cache for every folder, as a user's: each folder reads its own table, not a cached neighbour's
+        assert ("chosen" if "preference_pairs" in relative or relative.startswith("artifacts/") else "messages") \
+            in loaded.column_names, (relative, loaded.column_names)
         if relative.startswith("sft_examples/"):
             assert "## Label sources" in card.text and "kept reasoning chains" in card.text
