@@ -227,7 +227,7 @@ def test_a_command_line_evaluation_on_the_served_warehouse_shows_on_the_stack(ru
 
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     command = [str(Path(sys.executable).with_name("ragfactory")), "evaluate", "--model", "embedded",
-               "--dataset", "hotpotqa", "--limit", "1", "--mode", "direct", "--max-tokens", "8",
+               "--dataset", "hotpotqa", "--limit", "1", "--mode", "direct", "--max-tokens", "16",
                "--root", str(running.root)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
