@@ -143,9 +143,22 @@ COST_OF_FIXTURE = {
 }
 
 
+# `make test` runs the suite on two xdist workers (`--dist loadgroup`): each group runs whole on
+# one worker, so a module's (or a package's) fixtures are built once. A module is a group; a
+# package whose fixtures outlive a module (tests/e2e: one stack, one nightly build) is one group.
+PACKAGE_GROUPS = ("e2e",)
+
+
+def xdist_group(item) -> str:
+    """The group of a test: its package when listed in ``PACKAGE_GROUPS``, else its module."""
+    parts = Path(str(item.path)).relative_to(Path(__file__).parent).parts
+    return parts[0] if parts[0] in PACKAGE_GROUPS else "/".join(parts)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for fixture, markers in COST_OF_FIXTURE.items():
             if fixture in item.fixturenames:
                 for marker in markers:
                     item.add_marker(marker)
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
