@@ -2,7 +2,7 @@
 
 The flow, tasks, batcher, call cache, BM25 index, SEPR's bundled MiniLM and the warehouse are
 real; the engine is the scripted double of tests/fakes.py, answering each strategy's prompts
-with that strategy's flow-test policy (tests/flows/test_build_*.py): DecEx and TreePS on two
+with that strategy's flow-test policy (tests/flows/scripted_policies.py): DecEx and TreePS on two
 HotpotQA questions, MCTS and R3 on the same two, APEX on two MuSiQue questions with gold plans.
 Built once per test session (a few seconds), it gives every page real rows of every kind: wide
 DecEx and MCTS trees, TreePS chains, R3 attempts with their rewards, APEX plans with SEPR F1.
@@ -24,16 +24,15 @@ R3_MARKS = ("# Role", "Judge how relevant retrieved documents", "Decide whether 
 
 def policy(request: Request, sample: int) -> str:
     """Each strategy's scripted reply, told apart by the prompts only that strategy writes."""
-    from tests.flows import test_build_apex, test_build_mcts, test_build_r3
-    from tests.flows.scripted_policies import treeps_and_decex
+    from tests.flows.scripted_policies import apex_policy, mcts_policy, r3_policy, treeps_and_decex
 
     text = "\n".join(m.content for m in request.messages)
     if any(mark in text for mark in R3_MARKS):
-        return test_build_r3.policy(request, sample)
+        return r3_policy(request, sample)
     if any(mark in text for mark in MCTS_MARKS):
-        return test_build_mcts.policy(request, sample)
+        return mcts_policy(request, sample)
     if any(mark in text for mark in APEX_MARKS):
-        return test_build_apex.policy(request, sample)
+        return apex_policy(request, sample)
     return treeps_and_decex(request, sample)  # TreePS, and DecEx behind it
 
 

@@ -29,7 +29,7 @@ from ragfactory.tasks.search.tree import QuestionTree, TableRows
 from ragfactory.warehouse.integrity import check
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm
-from tests.flows.test_build_toy_strategy import GOLD, ToyConfig, expand_toy, toy_sft
+from tests.toy_strategy import GOLD, ToyConfig, expand_toy, toy_sft
 
 
 async def expand_mute(question: Mapping[str, Any], context: ShardContext, config: ToyConfig) -> TableRows:

@@ -1,6 +1,9 @@
-"""Scripted policies shared by the flow, fault and end-to-end tests, and the small DecEx build they run."""
+"""Scripted policies shared by the flow, fault, dashboard and end-to-end tests (each strategy's flow
+test explains its policy's tree), and the small DecEx build they run."""
 
 from __future__ import annotations
+
+import re
 
 from ragfactory.flows.config import BuildConfig
 from ragfactory.tasks.data.loaders import load_bundled
@@ -82,3 +85,36 @@ def trained_policy(request, sample: int) -> str:
 def base_policy(request, sample: int) -> str:
     """An untrained model: no tags, no answer."""
     return "I am a small model and I do not know."
+
+
+def apex_policy(request, sample: int) -> str:
+    """A two-step plan for the planner; short tagged answers for every execution call."""
+    prompt = request.messages[0].content
+    if "<plan>" in prompt:
+        return "<plan>\n1. Who performed the song?\n2. Where was #1 born?\n</plan>"
+    return "<decision>yes</decision> <answer>unknown</answer>"
+
+
+def mcts_policy(request, sample: int) -> str:
+    system, user = request.messages[0].content, request.messages[1].content
+    question = re.match(r"Question: (.*)", user).group(1)
+    if "extract relevant evidence" in system:
+        return "Based on the query, the relevant evidence is <evidence>The documents answer it."
+    if "Previous Thoughts" not in user:
+        path = dict(request.tags)["path"]
+        return "So the next query is <query>" + question if path.endswith("s0") else "So the answer is <answer>Bob"
+    return "So the answer is <answer>" + HOTPOTQA_GOLD[question]
+
+
+def r3_policy(request, sample: int) -> str:
+    path, prompt = dict(request.tags)["path"], request.messages[-1].content
+    if path.endswith("/r"):
+        return "So the relevance is 0.5"
+    if path.endswith("/o"):
+        return "So the predicted answer is correct: no"
+    question = re.search(r"The question: (.*?)(?:\. The Previous Steps:|\n)", prompt).group(1)
+    if path.split("/")[1] == "a1":
+        return "The problem analysis: I know it.\nThe final answer: Bob"
+    if "The Previous Steps:" not in prompt:
+        return f"The problem analysis: Search first.\nThe retrieval query: {question}"
+    return f"The problem analysis: The documents say so.\nThe final answer: {HOTPOTQA_GOLD[question]}"

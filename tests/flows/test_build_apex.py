@@ -13,19 +13,12 @@ from ragfactory.flows.config import BuildConfig
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm
-
-
-def policy(request, sample: int) -> str:
-    """A two-step plan for the planner; short tagged answers for every execution call."""
-    prompt = request.messages[0].content
-    if "<plan>" in prompt:
-        return "<plan>\n1. Who performed the song?\n2. Where was #1 born?\n</plan>"
-    return "<decision>yes</decision> <answer>unknown</answer>"
+from tests.flows.scripted_policies import apex_policy
 
 
 @pytest.fixture
 def scripted(engines):
-    backend = ScriptedBackend(policy)
+    backend = ScriptedBackend(apex_policy)
     engines(backend)
     return backend
 

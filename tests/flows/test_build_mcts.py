@@ -9,34 +9,19 @@ the query, each with a correct rollout (0.857375). The root state gives one pair
 
 from __future__ import annotations
 
-import re
 
 import pytest
 
 from ragfactory.flows.build import build
 from ragfactory.flows.config import BuildConfig
-from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm
-
-GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=2).questions}
-
-
-def policy(request, sample: int) -> str:
-    system, user = request.messages[0].content, request.messages[1].content
-    question = re.match(r"Question: (.*)", user).group(1)
-    if "extract relevant evidence" in system:
-        return "Based on the query, the relevant evidence is <evidence>The documents answer it."
-    if "Previous Thoughts" not in user:
-        path = dict(request.tags)["path"]
-        return "So the next query is <query>" + question if path.endswith("s0") else "So the answer is <answer>Bob"
-    return "So the answer is <answer>" + GOLD[question]
-
+from tests.flows.scripted_policies import mcts_policy
 
 @pytest.fixture
 def scripted(engines):
-    backend = ScriptedBackend(policy)
+    backend = ScriptedBackend(mcts_policy)
     engines(backend)
     return backend
 

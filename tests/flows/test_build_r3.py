@@ -10,37 +10,19 @@ Algorithm 2 gives 2 SFT examples per question.
 
 from __future__ import annotations
 
-import re
 
 import pytest
 
 from ragfactory.flows.build import build
 from ragfactory.flows.config import BuildConfig
-from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm
-
-GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=2).questions}
-
-
-def policy(request, sample: int) -> str:
-    path, prompt = dict(request.tags)["path"], request.messages[-1].content
-    if path.endswith("/r"):
-        return "So the relevance is 0.5"
-    if path.endswith("/o"):
-        return "So the predicted answer is correct: no"
-    question = re.search(r"The question: (.*?)(?:\. The Previous Steps:|\n)", prompt).group(1)
-    if path.split("/")[1] == "a1":
-        return "The problem analysis: I know it.\nThe final answer: Bob"
-    if "The Previous Steps:" not in prompt:
-        return f"The problem analysis: Search first.\nThe retrieval query: {question}"
-    return f"The problem analysis: The documents say so.\nThe final answer: {GOLD[question]}"
-
+from tests.flows.scripted_policies import r3_policy
 
 @pytest.fixture
 def scripted(engines):
-    backend = ScriptedBackend(policy)
+    backend = ScriptedBackend(r3_policy)
     engines(backend)
     return backend
 

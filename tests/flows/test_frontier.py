@@ -16,22 +16,11 @@ from ragfactory.flows.config import BuildConfig
 from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
-from tests.fakes import ScriptedBackend, registered_engine, scripted_llm
+from tests.fakes import ScriptedBackend, registered_engine
+from tests.flows.configs import frontier_config
 from tests.flows.scripted_policies import decex_policy
 
 GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=40).questions}
-
-
-def frontier_config(root, model: str = "scripted-model") -> BuildConfig:
-    llm = scripted_llm(max_in_flight=2)
-    llm["policy"]["model"] = model
-    return BuildConfig.model_validate({
-        "name": "frontier", "warehouse": {"root": str(root)},
-        "datasets": [{"name": "hotpotqa", "limit": 40}],
-        "retrieval": {"dense": {"enabled": False}}, "llm": llm,
-        "search": {"strategies": ["decex"], "select": "frontier", "questions_per_night": 2, "shard_size": 2,
-                   "decex": {"k": 2, "n_rollouts": 1, "t_max": 1, "termination_samples": 1}},
-    })
 
 
 def _expanded(root, run_id: str) -> list[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.flows.test_build_null import null_config
+from tests.flows.configs import null_config
 
 # Runs the command in argv[1:] and prints the largest resident set (KiB) of a process it waited for.
 WRAPPER = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "

@@ -10,7 +10,7 @@ from ragfactory.tasks.llm.engine import make_backend
 from ragfactory.tasks.llm.null_backend import NullBackend, NullSettings
 from ragfactory.tasks.llm.types import Request
 from ragfactory.tasks.prompts.loader import grammar_names, load_grammar
-from tests.prompts.test_grammars import PARAMS, PARSERS
+from tests.prompts.grammar_parsers import PARAMS, PARSERS
 
 SAMPLES = 12  # walks per grammar: a few hundred in all, well under a second
 

@@ -60,7 +60,7 @@ def test_each_query_is_fetched_once_and_every_ask_is_a_row(tmp_path):
 def test_a_search_r1_server_is_asked_each_query_once_across_runs(tmp_path):
     from ragfactory.tasks.retrieval.config import RetrievalConfig
     from ragfactory.tasks.retrieval.ledger import open_ledger
-    from tests.retrieval.test_client import ScriptedServer
+    from tests.retrieval.scripted_server import ScriptedServer
 
     wh = Warehouse(tmp_path)
     with ScriptedServer() as server:

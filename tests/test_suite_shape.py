@@ -1,0 +1,33 @@
+"""Rules of the test suite itself (docs/testing.md): what one test module shares with another lives
+in a helper module or a ``conftest.py``, never in another test module, so a test file can be
+moved, run alone or run on another xdist worker without dragging a second file's tests along."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+
+def imports_of_test_modules(path: Path) -> list[str]:
+    """The ``tests.…test_*`` modules that ``path`` imports, at any depth of the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        found += [n for n in names if n.startswith("tests.") and any(
+            part.startswith("test_") for part in n.split(".")[1:])]
+    return sorted(set(found))
+
+
+def test_no_test_module_imports_another():
+    offenders = {str(p.relative_to(TESTS)): imports_of_test_modules(p) for p in sorted(TESTS.rglob("*.py"))}
+    assert {path: names for path, names in offenders.items() if names} == {}
+
+
+def test_the_check_sees_a_nested_import_of_a_test_module(tmp_path):
+    path = tmp_path / "test_x.py"
+    path.write_text("def test_y():\n    from tests.flows.test_build import helper\n    import tests.fakes\n")
+    assert imports_of_test_modules(path) == ["tests.flows.test_build", "tests.flows.test_build.helper"]
