@@ -41,8 +41,11 @@ def retry_unless_bad_request(task, task_run, state) -> bool:
     return not (isinstance(error, PERMANENT) or is_permanent(error))
 
 
+# log_prints off: datasets fingerprints the trainer's map functions with dill, which disassembles
+# each one into a captured stdout to find its globals; the flow's print patch sent those lines to
+# the run's log instead (and left dill reading no globals). Progress goes through the run logger.
 @task(retries=2, retry_delay_seconds=[10, 60], task_run_name="train-{config.method}", cache_policy=NONE,
-      retry_condition_fn=retry_unless_bad_request)
+      retry_condition_fn=retry_unless_bad_request, log_prints=False)
 def train_model(root: str, config: TrainConfig, plan: dict, callbacks: list | None = None) -> dict:
     """Train (resuming from the last checkpoint a failed attempt left); returns the metrics."""
     return train_planned(Warehouse(root), config, TrainingPlan(**plan), get_run_logger(),

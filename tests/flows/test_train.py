@@ -7,6 +7,7 @@ hit that trains nothing. A retried train task resumes from the checkpoint its fa
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,22 @@ def built(tmp_path, scripted):
     return root, summary["run_id"]
 
 
+def bytecode_lines(flow_run_id) -> list[str]:
+    """The lines of a flow run's log that are disassembled Python. datasets fingerprints the
+    trainer's map functions with dill, which disassembles each into a captured stdout to read its
+    globals; under a flow's ``log_prints`` those prints went to the run's log (hundreds of lines)."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=30)
+    logs = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
+    with get_client(sync_client=True) as client:
+        messages = [log.message for log in client.read_logs(log_filter=logs, limit=200)]
+    assert any("Finished" in m for m in messages), messages  # the run's log was read
+    return [m for m in messages if re.search(r"\b(RESUME|LOAD_FAST|LOAD_GLOBAL|RETURN_VALUE)\b", m)]
+
+
 def _train_config(root, run_id, model, method="sft") -> TrainConfig:
     return TrainConfig(method=method, run_id=run_id, base_model=model, warehouse={"root": str(root)},
                        trl={"max_steps": 1, "per_device_train_batch_size": 2})
@@ -37,8 +54,10 @@ def _train_config(root, run_id, model, method="sft") -> TrainConfig:
 
 def test_train_registers_a_model_and_an_identical_request_is_a_cache_hit(built, tiny_model, monkeypatch):  # noqa: F811
     root, run_id = built
-    first = train(_train_config(root, run_id, tiny_model))
+    state = train(_train_config(root, run_id, tiny_model), return_state=True)
+    first = state.result()
     assert first["status"] == "trained"
+    assert bytecode_lines(state.state_details.flow_run_id) == []
     assert (Path(first["path"]) / "model.safetensors").is_file()
     assert Path(first["path"]).is_relative_to(Path(root).resolve() / "artifacts" / "models" / "trained")
     rows = query(Warehouse(root), "select * from models").to_pylist()
@@ -111,3 +130,4 @@ def test_train_command_trains_then_hits_the_cache(built, tiny_model):  # noqa: F
     assert json.loads(row["lineage"])["name"] == "nightly-sft"
     bad = CliRunner().invoke(app, [*args[:-2], "--trl", "max_steps", "--root", str(root)])
     assert bad.exit_code == 1 and "expected key=value" in bad.output
+
