@@ -32,11 +32,11 @@ demo: $(STAMP)
 	$(BIN)/ragfactory build --config configs/demo.yaml
 
 # Two workers on CI's two cores: much of the suite waits on servers, processes and the model's
-# single-threaded parts, so a second worker fills the idle core (groups: tests/conftest.py).
+# single-threaded parts, so a second worker fills the idle core (scopes: tests/conftest.py).
 TEST_WORKERS ?= 2
 test: $(STAMP) $(VLLM_STAMP) $(CLIENTS_STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadscope
 
 # The unit tier: no model, no server, no cluster, no process of its own (markers in pyproject.toml).
 test-fast: $(STAMP)

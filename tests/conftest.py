@@ -143,16 +143,28 @@ COST_OF_FIXTURE = {
 }
 
 
-# `make test` runs the suite on two xdist workers (`--dist loadgroup`): each group runs whole on
-# one worker, so a module's (or a package's) fixtures are built once. A module is a group; a
-# package whose fixtures outlive a module (tests/e2e: one stack, one nightly build) is one group.
-PACKAGE_GROUPS = ("e2e",)
+# `make test` runs the suite on two xdist workers (`--dist loadscope`): each scope runs whole on
+# one worker, so a module's (or a package's) fixtures are built once. A module is a scope; a package
+# whose fixtures outlive a module (tests/e2e: one stack, one nightly build) is one scope. The
+# scheduler reads scopes from node ids, so they are computed from paths, not from markers.
+PACKAGE_SCOPES = ("tests/e2e/",)
 
 
-def xdist_group(item) -> str:
-    """The group of a test: its package when listed in ``PACKAGE_GROUPS``, else its module."""
-    parts = Path(str(item.path)).relative_to(Path(__file__).parent).parts
-    return parts[0] if parts[0] in PACKAGE_GROUPS else "/".join(parts)
+def xdist_scope(nodeid: str) -> str:
+    """The scope of a test: its package when listed in ``PACKAGE_SCOPES``, else its module."""
+    return next((p for p in PACKAGE_SCOPES if nodeid.startswith(p)), nodeid.split("::")[0])
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByScope(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return ByScope(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -161,4 +173,3 @@ def pytest_collection_modifyitems(config, items):
             if fixture in item.fixturenames:
                 for marker in markers:
                     item.add_marker(marker)
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))

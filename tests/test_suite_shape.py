@@ -31,3 +31,11 @@ def test_the_check_sees_a_nested_import_of_a_test_module(tmp_path):
     path = tmp_path / "test_x.py"
     path.write_text("def test_y():\n    from tests.flows.test_build import helper\n    import tests.fakes\n")
     assert imports_of_test_modules(path) == ["tests.flows.test_build", "tests.flows.test_build.helper"]
+
+
+def test_a_module_is_one_xdist_scope_and_the_e2e_package_is_one():
+    from tests.conftest import xdist_scope
+
+    assert xdist_scope("tests/flows/test_build.py::test_a[decex]") == "tests/flows/test_build.py"
+    assert xdist_scope("tests/e2e/test_stack.py::test_a") == xdist_scope("tests/e2e/test_stack_flywheel.py::t") == (
+        "tests/e2e/")
