@@ -170,7 +170,8 @@ def flywheel_page(request: Request):
     dash = _dash(request)
     with dash.reading() as reader:
         nights = reader.rows("flywheel")
-    return dash.page(request, "flywheel", nights=nights)
+        metrics = reader.rows("flywheel_metrics")
+    return dash.page(request, "flywheel", nights=nights, metrics=metrics)
 
 
 @router.get("/train", response_class=HTMLResponse)

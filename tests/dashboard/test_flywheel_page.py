@@ -40,7 +40,18 @@ def client(tmp_path_factory):
            Decision("promote", "lies above zero", 4, 0.25, 0.125, 0.375, 0.001), "embedded", 0)
     _night(wh, "2026-11-02", "b-n2", ["q3", "q4", "q5"], "sft-b",
            Decision("keep", "does not lie above zero", 4, 0.05, -0.1, 0.2, 0.3), "sft-a", 1)
+    # sft-a, promoted on night 1 and kept on night 2: agentic F1 on valid (1 + 0.5 + 0 + 0.5) / 4 = 0.5
+    # and on test (0.25 + 0.5) / 2 = 0.375; its direct-mode F1 of 1.0 is another mode, not plotted.
+    _evals(wh, "ev-valid", "sft-a", "valid", "agentic", [1.0, 0.5, 0.0, 0.5])
+    _evals(wh, "ev-test", "sft-a", "test", "agentic", [0.25, 0.5])
+    _evals(wh, "ev-direct", "sft-a", "valid", "direct", [1.0])
     return TestClient(create_app(wh))
+
+
+def _evals(wh: Warehouse, run_id: str, model_id: str, partition: str, mode: str, f1: list[float]) -> None:
+    wh.write("evals", [{"eval_id": f"{run_id}-{i}", "run_id": run_id, "model_id": model_id, "dataset": "hotpotqa",
+                        "mode": mode, "question_id": f"q{i}", "em": 0.0, "f1": v, "cover_em": 0.0,
+                        "partition": partition} for i, v in enumerate(f1)], "eval", partition={"run_id": run_id})
 
 
 def _cells(page: str, night: str) -> list[str]:
@@ -59,6 +70,18 @@ def test_the_flywheel_page_shows_each_night_built_trained_and_decided(client):
     assert _cells(page, "2026-11-02") == [
         "3", "3", "0", "sft-b", "1.5000", "sft-a", "agentic f1", "4", "+0.0500", "[-0.1000, +0.2000]",
         "0.3000", "keep", "does not lie above zero"]
+
+
+def test_the_promoted_models_valid_and_test_scores_are_plotted_night_by_night(client):
+    page = client.get("/flywheel").text
+    for night in ("2026-11-01", "2026-11-02"):
+        row = page[page.index(f'id="promoted-nightly-{night}"'):]
+        cells = [c.split(">", 1)[1].split("<")[0] for c in row[:row.index("</tr>")].split("<td")[1:]]
+        assert cells == ["nightly", night, "sft-a", "f1", "0.5000", "4", "0.3750", "2"]
+    figure = page[page.index('id="plot-flywheel" data-metrics=\'') + len('id="plot-flywheel" data-metrics=\''):]
+    points = json.loads(figure[:figure.index("'")])
+    assert [(p["night"], p["valid"], p["test"]) for p in points] == [("2026-11-01", 0.5, 0.375),
+                                                                     ("2026-11-02", 0.5, 0.375)]
 
 
 def test_an_empty_warehouse_says_how_nights_come(tmp_path):

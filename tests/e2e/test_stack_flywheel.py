@@ -124,5 +124,8 @@ def test_the_flywheel_page_shows_both_nights_in_chromium(running, two_nights):
             rows = WebDriverWait(browser, 60).until(
                 lambda d: d.find_elements(By.CSS_SELECTOR, "#nights tbody tr") or None)
             assert [row.get_attribute("id").rsplit("-", 1)[-1] for row in rows] in (["n1", "n2"], ["n2", "n1"])
+            lines = WebDriverWait(browser, 60).until(  # the promoted model's valid and test scores by night
+                lambda d: d.find_elements(By.CSS_SELECTOR, "#plot-flywheel .scatterlayer .trace") or None)
+            assert len(lines) == 2
     finally:
         stop(process)

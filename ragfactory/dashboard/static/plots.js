@@ -2,7 +2,8 @@
 // multiples, one histogram per strategy (never overlaid: no series hides another), stacked by
 // the chosen split; all of a panel's plots share bins and x range, and one value repeated gets
 // a narrow bin around it rather than Plotly's unit bin. Evaluations are grouped bars, base
-// beside trained, with their legend always shown.
+// beside trained, with their legend always shown. The flywheel's plot is a line per pipeline and
+// partition: the promoted model's score after each night.
 (function () {
   'use strict';
   const PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];
@@ -60,6 +61,22 @@
     }));
     Plotly.newPlot(evals, traces, {barmode: 'group', height: 300, showlegend: true, margin: {l: 50, r: 10, t: 10, b: 40},
       legend: {orientation: 'h', y: -0.2, x: 0}, font: {size: 12}, yaxis: {title: {text: 'F1'}, range: [0, 1]}}, CONFIG);
+  }
+  const flywheel = document.getElementById('plot-flywheel');
+  if (flywheel) {  // one line per pipeline and partition: the promoted model's score after each night
+    const rows = JSON.parse(flywheel.dataset.metrics), traces = [];
+    for (const pipeline of [...new Set(rows.map(r => r.pipeline))]) {
+      const mine = rows.filter(r => r.pipeline === pipeline);
+      for (const [partition, dash] of [['valid', 'solid'], ['test', 'dot']]) {
+        traces.push({type: 'scatter', mode: 'lines+markers', name: pipeline + ' · ' + partition, x: mine.map(r => r.night),
+          y: mine.map(r => r[partition]), text: mine.map(r => r.promoted), line: {dash: dash},
+          hovertemplate: '%{x}: %{y:.4f} (%{text})<extra>' + partition + '</extra>'});
+      }
+    }
+    const metric = rows.length ? rows[0].metric : '';
+    Plotly.newPlot(flywheel, traces, {height: 300, showlegend: true, margin: {l: 50, r: 10, t: 10, b: 40},
+      legend: {orientation: 'h', y: -0.2, x: 0}, font: {size: 12}, xaxis: {type: 'category'},
+      yaxis: {title: {text: metric}, rangemode: 'tozero'}}, CONFIG);
   }
   for (const button of document.querySelectorAll('button.copy')) {
     button.addEventListener('click', () => {
