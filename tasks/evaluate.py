@@ -32,7 +32,8 @@ from ragfactory.tasks.eval.runner import (
     needs_retriever,
     shard_of,
 )
-from ragfactory.tasks.retrieval.corpus import WarehousePassages, open_retriever
+from ragfactory.tasks.retrieval.corpus import WarehousePassages
+from ragfactory.tasks.retrieval.ledger import LedgerRetriever, ledgered
 from ragfactory.tasks.llm.cache import CallCache, utc_now
 from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.llm.engine import make_batcher
@@ -65,16 +66,18 @@ def engine_config(config: EvalConfig, model_ref: str) -> LLMConfig:
     return config.llm.model_copy(update={"policy": policy, "judge": None})
 
 
-def open_eval_retriever(wh: Warehouse, config: EvalConfig, dataset: str):
-    """The configured retriever over the config's sources, by default the dataset's passages."""
+def open_eval_retriever(wh: Warehouse, config: EvalConfig, dataset: str, run_id: str) -> LedgerRetriever:
+    """The configured retriever over the config's sources (by default the dataset's passages),
+    in the retrieval ledger as strategy ``eval``: every search is a ``retrievals`` row of the
+    run, and a query any earlier run asked of the same index is answered from its row."""
     sources = config.sources or [dataset]
-    if config.retrieval.server_url:
-        return open_retriever(wh, sources, config.retrieval)
-    passages = WarehousePassages(wh, sources)
-    if not passages.count():
-        raise ValueError(f"no passages from sources {sources} in {wh.root}: set `sources` to the "
-                         "corpus the questions should search")
-    return open_retriever(wh, sources, config.retrieval, passages=passages)
+    passages = None
+    if not config.retrieval.server_url:
+        passages = WarehousePassages(wh, sources)
+        if not passages.count():
+            raise ValueError(f"no passages from sources {sources} in {wh.root}: set `sources` to the "
+                             "corpus the questions should search")
+    return ledgered(wh, sources, passages, config.retrieval, run_id, "eval", shard_of(dataset, "search"))
 
 
 def write_eval_shards(
@@ -118,13 +121,15 @@ def evaluate_dataset(root: str, config: EvalConfig, plan: dict, dataset: str) ->
     """Answer one dataset's questions in every mode; write its evals and llm_calls shards."""
     wh = Warehouse(root)
     questions = read_eval_questions(wh, dataset, config.limit, config.partition)
-    retriever = open_eval_retriever(wh, config, dataset) if needs_retriever(config.modes) else None
+    retriever = open_eval_retriever(wh, config, dataset, plan["run_id"]) if needs_retriever(config.modes) else None
     cache = CallCache.from_warehouse(wh, plan["run_id"])
     batcher = make_batcher(engine_config(config, plan["model_ref"]), cache, wh.artifacts_dir("models"))
     outcomes = asyncio.run(answer_questions(
         questions, config.modes, batcher, retriever, config.inference(), config.llm.max_in_flight,
     ))
     rows = write_eval_shards(wh, plan, dataset, questions, outcomes, cache)
+    if retriever is not None:
+        wh.write("retrievals", retriever.rows(), shard_of(dataset, "search"), partition={"run_id": plan["run_id"]})
     stats = batcher.stats.as_dict()
     get_run_logger().info("%s: %d %s questions x %d modes, engine %s", dataset, len(questions),
                           config.partition, len(config.modes), stats)

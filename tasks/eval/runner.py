@@ -22,6 +22,7 @@ from ragfactory.tasks.eval.baselines import answer_direct, answer_rag
 from ragfactory.tasks.eval.inference import EvalQuestion, InferenceConfig, Outcome
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.llm.types import Generator
+from ragfactory.tasks.retrieval.ledger import asking
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.rewards.answer import METRICS
 
@@ -59,7 +60,8 @@ def eval_id(run_id: str, dataset: str, mode: str, question_id: str) -> str:
 
 
 def shard_of(dataset: str, mode: str) -> str:
-    """The shard name of one dataset's rows for one mode (in ``evals`` and ``llm_calls``)."""
+    """The shard name of one dataset's rows for one mode (in ``evals`` and ``llm_calls``; its
+    ``retrievals`` are one shard for every mode, mode ``search``)."""
     return f"{dataset}-{mode}"
 
 
@@ -68,11 +70,17 @@ async def answer_questions(
     retriever: Retriever | None, config: InferenceConfig, max_in_flight: int,
 ) -> dict[str, list[Outcome]]:
     """mode -> the outcome of each question, in question order."""
-    jobs = [partial(MODES[mode], q, batcher, retriever, config) for mode in check_modes(modes)
-            for q in questions]
+    jobs = [partial(_attributed, q.question_id, partial(MODES[mode], q, batcher, retriever, config))
+            for mode in check_modes(modes) for q in questions]
     outcomes = await batcher.run_all(jobs, max_in_flight)
     n = len(questions)
     return {mode: outcomes[i * n : (i + 1) * n] for i, mode in enumerate(modes)}
+
+
+async def _attributed(question_id: str, job: Callable[[], Awaitable[Outcome]]) -> Outcome:
+    """The job's searches go to the retrieval ledger as this question's."""
+    with asking(question_id):
+        return await job()
 
 
 def eval_rows(

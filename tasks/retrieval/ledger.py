@@ -193,9 +193,17 @@ def open_ledger(warehouse: Warehouse, sources: list[str], config: Any, run_id: s
     """The build config's retriever over ``sources``, wrapped in a ledger backed by the
     warehouse's ``retrievals`` rows. The index fingerprint names the kind, the corpus (the
     passages' content digest, or the server's URL) and the parameters that change results."""
-    from ragfactory.tasks.retrieval.corpus import WarehousePassages, open_retriever
+    from ragfactory.tasks.retrieval.corpus import WarehousePassages
 
     passages = None if config.server_url else WarehousePassages(warehouse, sources)
+    return ledgered(warehouse, sources, passages, config, run_id, strategy, shard)
+
+
+def ledgered(warehouse: Warehouse, sources: list[str], passages: Any, config: Any, run_id: str, strategy: str,
+             shard: str | None = None) -> LedgerRetriever:
+    """``open_ledger`` over passages the caller already opened (None: the configured server)."""
+    from ragfactory.tasks.retrieval.corpus import open_retriever
+
     inner = open_retriever(warehouse, sources, config, passages=passages)
     kind = "http" if config.server_url else config.default
     corpus = config.server_url if passages is None else passages.digest()

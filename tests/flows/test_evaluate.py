@@ -107,6 +107,26 @@ def test_other_settings_are_another_run(root, models):
     assert rows == [{"n": 3}] and other["aggregates"][0]["n_questions"] == 3
 
 
+def test_searches_go_to_the_retrieval_ledger_and_another_run_replays_them(root, models):
+    """The trained policy searches each question once in agentic and rag modes: 2 searches a
+    question, each a ``retrievals`` row of the run (strategy ``eval``) naming its question; a
+    second run with other settings asks the same queries and is answered from the first's rows."""
+    wh = Warehouse(root[0])
+    first = evaluate(_config(root[0], TRAINED, modes=["agentic", "rag"], limit=4, max_tokens=64))
+    second = evaluate(_config(root[0], TRAINED, modes=["agentic", "rag"], limit=4, max_tokens=72))
+    assert first["run_id"] != second["run_id"]
+    sql = ("select run_id, strategy, count(*) as n, count(distinct question_id) as questions, "
+           "bool_and(cached) as all_cached from retrievals where run_id in ($a, $b) group by 1, 2 order by 1")
+    rows = {r["run_id"]: r for r in query(wh, sql, {"a": first["run_id"], "b": second["run_id"]}).to_pylist()}
+    searched = query(wh, "select run_id, sum(n_retrievals) as n from evals where run_id in ($a, $b) group by 1",
+                     {"a": first["run_id"], "b": second["run_id"]}).to_pylist()
+    assert {r["run_id"]: r["n"] for r in searched} == {first["run_id"]: 8, second["run_id"]: 8}
+    for run in (first, second):
+        assert (rows[run["run_id"]]["strategy"], rows[run["run_id"]]["n"], rows[run["run_id"]]["questions"]) == (
+            "eval", 8, 4)
+    assert rows[second["run_id"]]["all_cached"] is True
+
+
 def test_cli_evaluates_and_prints_the_aggregates(root, models):
     result = CliRunner().invoke(app, ["evaluate", "--model", TRAINED, "--dataset", "hotpotqa",
                                       "--limit", "5", "--mode", "direct", "--root", str(root[0])])
