@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import ragfactory.tasks.search.registry  # noqa: F401  (the strategies register their views on import)
-from ragfactory.tasks.data.loaders import load_questions
+from ragfactory.tasks.data.loaders import load_bundled, load_questions
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 
@@ -165,3 +165,22 @@ def test_labels_read_against_gold_support(tmp_path):
     pair = {(r["source_a"], r["source_b"]): r for r in rows}[("gold_support", "mc_value")]
     assert pair["n_nodes"] == 9
     assert pair["rho"] == pytest.approx(1.0) and pair["tau_b"] == pytest.approx(1.0)
+
+
+def test_gold_paragraphs_of_musique_and_2wiki(tmp_path):
+    """MuSiQue's gold comes from its is_supporting paragraphs (ids in the metadata, titles in
+    passages); 2WikiMultiHopQA's from supporting_facts, as HotpotQA's. The first bundled rows:
+    MuSiQue 2hop__327688_56873 supports with 'Craig Westcarr' and 'Nottingham Forest F.C.', 2Wiki
+    91edc89c… with 'Les films du losange' and 'Éric Rohmer' (lower-cased, accents kept)."""
+    wh = Warehouse(tmp_path)
+    for dataset in ("musique", "2wikimultihopqa"):
+        loaded = load_bundled(dataset, limit=1)
+        wh.write("questions", loaded.questions, dataset)
+        wh.write("passages", loaded.passages, dataset)
+    rows = query(wh, "select question_id, title from gold_paragraphs").to_pylist()
+    assert sorted((r["question_id"], r["title"]) for r in rows) == [
+        ("2wikimultihopqa:91edc89c0bdc11eba7f7acde48001122", "les films du losange"),
+        ("2wikimultihopqa:91edc89c0bdc11eba7f7acde48001122", "éric rohmer"),
+        ("musique:2hop__327688_56873", "craig westcarr"),
+        ("musique:2hop__327688_56873", "nottingham forest f.c."),
+    ]
