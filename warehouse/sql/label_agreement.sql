@@ -4,7 +4,8 @@
 -- gold paragraphs) is one more source, so every label is also read against the gold evidence.
 --   rho    Pearson's r of the two sources' ranks, tied values sharing their average rank
 --          (rank() gives ties the lowest one, so the average adds (ties - 1) / 2)
---   tau_b  (concordant - discordant) / sqrt((n0 - ties_a) (n0 - ties_b)) over the n0 node pairs
+--   tau_b  (concordant - discordant) / sqrt((n0 - ties_a) (n0 - ties_b)) over the n0 node pairs,
+--          counted over cells of equal values rather than node by node
 -- Both are null where a source is constant over the shared nodes (no ranking to compare).
 with labels as (
     select run_id, strategy, node_id, source, avg(value) as value
@@ -27,20 +28,31 @@ with labels as (
                + (count(*) over (partition by run_id, strategy, source_a, source_b, y) - 1) / 2 as rank_y
     from pairs
 ), spearman as (
-    select run_id, strategy, source_a, source_b, count(*) as n_nodes,
+    select run_id, strategy, source_a, source_b, count(*) as n_nodes, count(*) * (count(*) - 1) / 2 as n0,
            case when var_pop(rank_x) > 0 and var_pop(rank_y) > 0 then corr(rank_x, rank_y) end as rho
     from ranked
     group by all
+), cells as (
+    -- nodes with the same pair of values, counted: labels take few distinct values (MC values are
+    -- fractions of rollouts, relevance tenths, format 0 or 1), so pairs of cells stay few where
+    -- pairs of nodes would grow with the square of the run's steps
+    select run_id, strategy, source_a, source_b, x, y, count(*) as c
+    from pairs
+    group by all
 ), kendall as (
+    -- every ordered pair of cells: a cell with itself adds 0, each unordered pair counts twice
     select p.run_id, p.strategy, p.source_a, p.source_b,
-           sum(sign(p.x - q.x) * sign(p.y - q.y)) as concordance,
-           count(*) as n0,
-           count(*) filter (where p.x = q.x) as ties_a,
-           count(*) filter (where p.y = q.y) as ties_b
-    from pairs p
-    join pairs q
-        on q.run_id = p.run_id and q.strategy = p.strategy and q.source_a = p.source_a
-        and q.source_b = p.source_b and p.node_id < q.node_id
+           sum(p.c * q.c * sign(p.x - q.x) * sign(p.y - q.y)) / 2 as concordance
+    from cells p
+    join cells q using (run_id, strategy, source_a, source_b)
+    group by all
+), tied_x as (
+    select run_id, strategy, source_a, source_b, sum(c * (c - 1) / 2) as ties_a
+    from (select run_id, strategy, source_a, source_b, x, count(*) as c from pairs group by all)
+    group by all
+), tied_y as (
+    select run_id, strategy, source_a, source_b, sum(c * (c - 1) / 2) as ties_b
+    from (select run_id, strategy, source_a, source_b, y, count(*) as c from pairs group by all)
     group by all
 )
 select
@@ -48,8 +60,10 @@ select
     'gold_support' in (s.source_a, s.source_b) as against_gold,
     s.n_nodes,
     s.rho,
-    case when k.n0 > k.ties_a and k.n0 > k.ties_b
-         then k.concordance / sqrt((k.n0 - k.ties_a) * (k.n0 - k.ties_b)) end as tau_b
+    case when s.n0 > a.ties_a and s.n0 > b.ties_b
+         then k.concordance / sqrt((s.n0 - a.ties_a) * (s.n0 - b.ties_b)) end as tau_b
 from spearman s
-left join kendall k using (run_id, strategy, source_a, source_b)
+join kendall k using (run_id, strategy, source_a, source_b)
+join tied_x a using (run_id, strategy, source_a, source_b)
+join tied_y b using (run_id, strategy, source_a, source_b)
 order by s.run_id, s.strategy, s.source_a, s.source_b
