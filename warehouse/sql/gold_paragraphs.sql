@@ -1,15 +1,16 @@
 -- Each question's gold supporting paragraphs, by normalised title (docs/labels.md, "Search
 -- behaviour"): HotpotQA's and 2WikiMultiHopQA's supporting_facts titles, and MuSiQue's paragraphs
 -- marked is_supporting (the loader keeps their passage ids; their titles come from passages).
--- A question with none (Bamboogle) has no row; its hop count is its number of gold titles.
+-- A question with none (Bamboogle), or whose metadata is not JSON, has no row; a question's hop
+-- count is its number of gold titles.
 with facts as (
-    select question_id, dataset, unnest(json_extract_string(metadata, '$.supporting_facts[*][0]')) as title
+    select question_id, dataset,
+           unnest(case when json_valid(metadata) then json_extract_string(metadata, '$.supporting_facts[*][0]') end) as title
     from questions
-    where metadata is not null
 ), supporting as (
-    select question_id, dataset, unnest(json_extract_string(metadata, '$.supporting_passage_ids[*]')) as passage_id
+    select question_id, dataset,
+           unnest(case when json_valid(metadata) then json_extract_string(metadata, '$.supporting_passage_ids[*]') end) as passage_id
     from questions
-    where metadata is not null
 ), by_passage as (
     select s.question_id, s.dataset, p.title
     from supporting s

@@ -11,7 +11,7 @@ with gold as (
     select question_id, count(*) as hops from gold_paragraphs group by question_id
 ), steps as (
     select run_id, strategy, question_id, node_id, path, depth, kind, is_leaf,
-           case when not coalesce(is_format_error, false) then coalesce(
+           case when not coalesce(is_format_error, false) and json_valid(parsed) then coalesce(
                json_extract_string(parsed, '$.query'),
                case when json_extract_string(parsed, '$.action') = 'query' then json_extract_string(parsed, '$.content') end
            ) end as query
