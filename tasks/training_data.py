@@ -25,6 +25,7 @@ from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.data.loaders import load_questions
 from ragfactory.tasks.export.config import DecontaminationConfig, ExportConfig
 from ragfactory.tasks.export.contamination import EvalSet, contaminated_rows, screen_questions
+from ragfactory.tasks.export.gold_recall import GOLD_RECALL_SQL, keep_gold_recall
 from ragfactory.tasks.export.lengths import length_warnings
 from ragfactory.tasks.export.registry import EXPORTS, SCREENED_QUESTION_COLUMNS
 from ragfactory.tasks.export.llamafactory import KINDS as LLAMAFACTORY_TABLES
@@ -146,6 +147,9 @@ def write_training_data(root: str, run_id: str, strategy: str, config: ExportCon
     inputs = export_inputs(wh, run_id, strategy, exports.reads)
     with recording() as skips:  # why an exporter gave a question no row
         tables = exports.export(inputs, config, run_seed)
+        if config.require_gold_recall is not None and "sft_examples" in tables:
+            found = {r["node_id"]: r for r in query(wh, GOLD_RECALL_SQL, {"run_id": run_id, "strategy": strategy}).to_pylist()}
+            tables["sft_examples"] = keep_gold_recall(tables["sft_examples"], found, config.require_gold_recall)
     wh.write(SKIPS, skip_rows(skips), strategy, partition={"run_id": run_id})
     tables, contaminated = decontaminate(wh, run_id, strategy, tables, inputs["questions"],
                                          config.decontamination, llm)

@@ -40,10 +40,18 @@ __all__ = [
     "create_views", "query", "refresh_catalog", "sql_views", "table_view_sql", "tables_read", "user_query",
 ]
 
+# A view whose file stem ends so is one part's process labels as long rows (run_id, strategy,
+# question_id, node_id, source, value, scale); the catalog unions them all as ``step_labels_all``,
+# so a strategy (or a scorer) adds its labels by shipping one file, and no shared SQL names it.
+LABEL_PART_SUFFIX = "_step_labels"
+LABELS_VIEW = "step_labels_all"
+
+
 def sql_views() -> dict[str, str]:
     """The views shipped in ``warehouse/sql/`` and in the folders plugged parts registered (each
     search strategy's ``views/``, ``ragfactory/plugins.py``): file stem -> ``with … select``
-    text, by name. Two files of one name are an error naming both."""
+    text, by name, and ``step_labels_all``, the union of the ``*_step_labels`` ones. Two files of
+    one name are an error naming both."""
     found: dict[str, tuple[str, str]] = {}
     for folder in [resources.files("ragfactory.warehouse") / "sql", *view_folders()]:
         for entry in folder.iterdir():
@@ -53,7 +61,12 @@ def sql_views() -> dict[str, str]:
             if name in found:
                 raise ValueError(f"view {name!r} is defined twice: {found[name][0]} and {entry}")
             found[name] = (str(entry), entry.read_text(encoding="utf-8").strip().rstrip(";"))
-    return {name: found[name][1] for name in sorted(found)}
+    views = {name: found[name][1] for name in sorted(found)}
+    parts = [name for name in views if name.endswith(LABEL_PART_SUFFIX)]
+    if parts:  # every plugged part's step labels, one long table (docs/labels.md)
+        union = " union all by name ".join(f'select * from "{name}"' for name in parts)
+        views[LABELS_VIEW] = f"with parts as ({union}) select * from parts"
+    return views
 
 
 def tables_read(sql: str) -> set[str] | None:
@@ -142,8 +155,23 @@ def create_views(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, confined:
             except duckdb.Error as exc:
                 damaged = damaged_files(warehouse, table, footer=True) or [(f"a file of {table}", first_line(exc))]
         con.execute(f'create or replace view "{table}" as {_failing_select(warehouse, table, damaged)}')
-    for name, body in sql_views().items():
-        con.execute(f'create or replace view "{name}" as {body}')
+    create_sql_views(con, sql_views())
+
+
+def create_sql_views(con: duckdb.DuckDBPyConnection, views: dict[str, str]) -> None:
+    """Create ``views`` on ``con``, each after the shipped views it reads: DuckDB binds a view
+    when it is created, and ``label_agreement`` reads ``step_labels_all``, which reads the parts."""
+    pending = dict(views)
+    while pending:
+        failed: dict[str, str] = {}
+        for name, body in pending.items():
+            try:
+                con.execute(f'create or replace view "{name}" as {body}')
+            except duckdb.CatalogException as exc:  # a view it reads is not there yet
+                failed[name], error = body, exc
+        if len(failed) == len(pending):
+            raise error
+        pending = failed
 
 
 def damage_message(warehouse: Warehouse, table: str, damaged: list[tuple[str, str]]) -> str:

@@ -28,6 +28,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from ragfactory.dashboard import queries
+from ragfactory.dashboard.labels import label_panel
 from ragfactory.dashboard.security import Guard
 from ragfactory.dashboard.training import Prefect, method_tables, parse_json_object, refusal, train_config
 from ragfactory.warehouse.store import Warehouse
@@ -122,8 +123,9 @@ def rewards_page(request: Request, run: str | None = None, split: str = "none"):
         run = run or (runs[0] if runs else None)
         plots = queries.reward_plots(reader, run, split) if run else []
         strategies = [row["strategy"] for row in reader.rows("run_strategies", run=run)] if run else []
+        panel = label_panel(reader, run) if run else {"agreement": [], "search": []}
     return dash.page(request, "rewards", runs=runs, run=run, split=split, splits=queries.SPLITS,
-                     strategies=strategies, plots=plots)
+                     strategies=strategies, plots=plots, labels=panel)
 
 
 @router.get("/sql", response_class=HTMLResponse)

@@ -69,6 +69,12 @@ class ExportSettings(Section):
 
     sft: SftConfig = Field(default_factory=SftConfig, description="Best-chain SFT examples")
     dpo: DpoConfig = Field(default_factory=DpoConfig, description="Sibling preference pairs")
+    # None keeps every chain, as before: the filter needs gold paragraphs, which not every dataset has
+    require_gold_recall: float | None = Field(
+        None, ge=0.0, le=1.0, description="Keep only SFT chains whose searches found at least this fraction "
+        "of the question's gold supporting paragraphs (tasks/export/gold_recall.py); skipped chains are named "
+        "in export_skips",
+    )
 
 
 ExportConfig = create_model(
