@@ -8,11 +8,11 @@ from fastapi.testclient import TestClient
 from ragfactory.dashboard.app import create_app
 from ragfactory.dashboard.labels import agreement_tables
 from ragfactory.dashboard.queries import reading
-from tests.warehouse.test_labels import _hotpotqa_warehouse
+from tests.warehouse.labelled import hotpotqa_warehouse
 
 
 def test_agreement_tables_and_search_summary(tmp_path):
-    wh = _hotpotqa_warehouse(tmp_path)
+    wh = hotpotqa_warehouse(tmp_path)
     with reading(wh) as reader:
         (table,) = agreement_tables(reader, "r1")
     assert table["strategy"] == "treeps" and table["sources"] == ["format", "gold_support", "mc_value"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ragfactory.tasks.export.gold_recall import GOLD_RECALL_SQL, keep_gold_recall
 from ragfactory.tasks.export.skips import recording, skip_rows
 from ragfactory.warehouse.catalog import query
-from tests.warehouse.test_labels import BLACK_BOOK, TOKAREV, _hotpotqa_warehouse
+from tests.warehouse.labelled import BLACK_BOOK, TOKAREV, hotpotqa_warehouse
 
 
 def _row(question: str, *paths: str) -> dict:
@@ -15,7 +15,7 @@ def _row(question: str, *paths: str) -> dict:
 
 
 def test_chains_below_the_gold_recall_are_skipped_with_their_figures(tmp_path):
-    wh = _hotpotqa_warehouse(tmp_path)
+    wh = hotpotqa_warehouse(tmp_path)
     found = {r["node_id"]: r for r in query(wh, GOLD_RECALL_SQL, {"run_id": "r1", "strategy": "treeps"}).to_pylist()}
     rows = [
         _row(TOKAREV, "q", "q/s0", "q/s0/s1", "q/s0/s1/s2", "q/s0/s1/s2/a"),  # found 2 of 2
@@ -53,7 +53,7 @@ def test_the_export_task_keeps_the_chains_that_found_the_gold(tmp_path):
     from ragfactory.tasks.export.registry import EXPORTS, Exporter, StrategyExports
     from ragfactory.tasks.training_data import write_training_data
 
-    wh = _hotpotqa_warehouse(tmp_path)
+    wh = hotpotqa_warehouse(tmp_path)
     exporter = Exporter("sft_examples", {"nodes": ("node_id", "question_id", "path", "is_leaf")}, _chains)
     config = ExportConfig(require_gold_recall=1.0, decontamination={"mode": "off"})
     with EXPORTS.registered(StrategyExports("treeps", (exporter,))), disable_run_logger():

@@ -4,30 +4,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 import ragfactory.tasks.search.registry  # noqa: F401  (the strategies register their views on import)
-from ragfactory.tasks.data.loaders import load_bundled, load_questions
+from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
-
-HOTPOTQA = Path(__file__).resolve().parents[2] / "ragfactory" / "data" / "hotpotqa" / "dev.jsonl"
-TOKAREV = "hotpotqa:5ae143ed55429920d5234360"  # gold: Sergei Aleksandrovich Tokarev, Moscow State University
-BLACK_BOOK = "hotpotqa:5abc19705542993a06baf86e"  # gold: Black Book (film), Halina Reijn
-
-
-def _node(strategy: str, question: str, path: str, **fields) -> dict:
-    parent = path.rsplit("/", 1)[0] if "/" in path else None
-    return {"node_id": f"{question}|{path}", "run_id": "r1", "question_id": question, "strategy": strategy,
-            "path": path, "parent_id": f"{question}|{parent}" if parent else None, "depth": path.count("/"),
-            "kind": fields.pop("kind", "step"), "is_format_error": fields.pop("is_format_error", False), **fields}
-
-
-def _write(wh: Warehouse, table: str, rows: list[dict]) -> None:
-    wh.write(table, rows, "s0", partition={"run_id": "r1"})
-
+from tests.warehouse.labelled import BLACK_BOOK, TOKAREV, hotpotqa_warehouse, node, write
 
 def test_agreement_on_a_hand_built_tree(tmp_path):
     wh = Warehouse(tmp_path)
@@ -45,8 +29,8 @@ def test_agreement_on_a_hand_built_tree(tmp_path):
     #   tau_b = 3 / sqrt((6 - 1) * (6 - 0)) = 3 / sqrt(30) = 0.547723
     # format is 1 on every step: constant, so neither coefficient exists against it.
     values = {"s0": (0.2, -0.1), "s1": (0.5, 0.3), "s2": (0.5, 0.0), "s3": (0.9, 0.2)}
-    _write(wh, "nodes", [_node("treeps", "q1", "q", kind="question")] + [
-        _node("treeps", "q1", f"q/{name}", value=v, advantage=a) for name, (v, a) in values.items()
+    write(wh, "nodes", [node("treeps", "q1", "q", kind="question")] + [
+        node("treeps", "q1", f"q/{name}", value=v, advantage=a) for name, (v, a) in values.items()
     ])
     rows = query(wh, "select * from label_agreement").to_pylist()
     found = {(r["source_a"], r["source_b"]): r for r in rows}
@@ -60,17 +44,17 @@ def test_agreement_on_a_hand_built_tree(tmp_path):
 
 def test_step_labels_all_gathers_every_strategys_labels(tmp_path):
     wh = Warehouse(tmp_path)
-    _write(wh, "nodes", [
-        _node("decex", "d", "q", kind="question"), _node("decex", "d", "q/a", value=0.75),
-        _node("treeps", "t", "q/a", value=0.5, advantage=-0.25, is_format_error=True),
-        _node("mcts", "m", "q/a", value=0.4, parsed='{"judge_score": 0.8}'),
-        _node("apex", "x", "q/p0", kind="plan", parsed="{}"),
-        _node("apex", "x", "q/p0/s1", kind="sub_question", parsed='{"step": 1}'),
-        _node("apex", "x", "q/p0/s1/s2", kind="sub_question", parsed='{"step": 2}'),
+    write(wh, "nodes", [
+        node("decex", "d", "q", kind="question"), node("decex", "d", "q/a", value=0.75),
+        node("treeps", "t", "q/a", value=0.5, advantage=-0.25, is_format_error=True),
+        node("mcts", "m", "q/a", value=0.4, parsed='{"judge_score": 0.8}'),
+        node("apex", "x", "q/p0", kind="plan", parsed="{}"),
+        node("apex", "x", "q/p0/s1", kind="sub_question", parsed='{"step": 1}'),
+        node("apex", "x", "q/p0/s1/s2", kind="sub_question", parsed='{"step": 2}'),
     ])
-    _write(wh, "plan_scores", [{"plan_id": "x|q/p0", "run_id": "r1", "question_id": "x", "f1": 0.5,
+    write(wh, "plan_scores", [{"plan_id": "x|q/p0", "run_id": "r1", "question_id": "x", "f1": 0.5,
                                 "matched": [{"predicted": 1, "gold": 2, "similarity": 0.9}]}])
-    _write(wh, "rewards", [
+    write(wh, "rewards", [
         {"reward_id": "w1", "run_id": "r1", "question_id": "r", "strategy": "r3", "node_id": "r|q/s1",
          "name": "relevance", "value": 0.7, "is_format_error": False},
         {"reward_id": "w2", "run_id": "r1", "question_id": "r", "strategy": "r3", "node_id": "r|q/s1",
@@ -93,43 +77,8 @@ def test_step_labels_all_gathers_every_strategys_labels(tmp_path):
     }
 
 
-def _search(question: str, path: str, query: str, titles: list[str], value: float) -> tuple[dict, dict]:
-    """A search step (TreePS's parsed query) and the ledger row that answered it."""
-    node = _node("treeps", question, path, kind="sub_query", parsed=f'{{"query": "{query}"}}', value=value)
-    row = {"retrieval_id": f"{question}|{path}", "run_id": "r1", "strategy": "treeps", "question_id": question,
-           "node_id": node["node_id"], "query": query, "k": len(titles), "titles": titles,
-           "passage_ids": [f"p{i}" for i in range(len(titles))]}
-    return node, row
-
-
-def _hotpotqa_warehouse(tmp_path) -> Warehouse:
-    """The first two HotpotQA dev questions, as the loader keeps them, and a tree searching each."""
-    wh = Warehouse(tmp_path)
-    loaded = load_questions(HOTPOTQA, "hotpotqa", limit=2)
-    wh.write("questions", loaded.questions, "dev")
-    steps = [
-        # Tokarev: gold {sergei aleksandrovich tokarev, moscow state university}, 2 hops
-        _search(TOKAREV, "q/s0", "Sergei Aleksandrovich Tokarev professor",
-                ["Sergei Aleksandrovich Tokarev", "Sergei Aleksandrovich Kudryavtsev"], 0.4),
-        _search(TOKAREV, "q/s0/s1", "sergei aleksandrovich  tokarev, professor?",  # the same query again
-                ["Sergei Aleksandrovich Tokarev", "Sergei Kosarev"], 0.4),
-        _search(TOKAREV, "q/s0/s1/s2", "Moscow State University founded", ["Moscow State University"], 0.8),
-        # Black Book: gold {black book (film), halina reijn}, 2 hops
-        _search(BLACK_BOOK, "q/s0", "Black Book", ["Black Book of the Admiralty", "Black Book (World War II)"], 0.0),
-        _search(BLACK_BOOK, "q/s1", "Black Book film actress", ["Black Book (film)", "Halina Reijn"], 0.8),
-        _search(BLACK_BOOK, "q/s1/s2", "Halina Reijn heritage", ['"Halina Reijn"'], 0.8),
-    ]
-    leaves = [_node("treeps", TOKAREV, "q/s0/s1/s2/a", kind="answer", is_leaf=True, value=0.8),
-              _node("treeps", BLACK_BOOK, "q/s0/a", kind="answer", is_leaf=True, value=0.0),
-              _node("treeps", BLACK_BOOK, "q/s1/s2/a", kind="answer", is_leaf=True, value=0.8)]
-    roots = [_node("treeps", q, "q", kind="question") for q in (TOKAREV, BLACK_BOOK)]
-    _write(wh, "nodes", roots + [node for node, _ in steps] + leaves)
-    _write(wh, "retrievals", [row for _, row in steps])
-    return wh
-
-
 def test_gold_recall_worked_by_hand_on_two_hotpotqa_questions(tmp_path):
-    wh = _hotpotqa_warehouse(tmp_path)
+    wh = hotpotqa_warehouse(tmp_path)
     gold = query(wh, "select question_id, title from gold_paragraphs").to_pylist()
     assert sorted((g["question_id"], g["title"]) for g in gold) == [
         (BLACK_BOOK, "black book (film)"), (BLACK_BOOK, "halina reijn"),
@@ -160,7 +109,7 @@ def test_gold_recall_worked_by_hand_on_two_hotpotqa_questions(tmp_path):
 def test_labels_read_against_gold_support(tmp_path):
     # The values were set to 0.8 x gold_recall (0 -> 0, 0.5 -> 0.4, 1 -> 0.8) on all 9 steps, so
     # the two rankings are the same, ties included: rho = tau_b = 1.
-    wh = _hotpotqa_warehouse(tmp_path)
+    wh = hotpotqa_warehouse(tmp_path)
     rows = query(wh, "select * from label_agreement where against_gold").to_pylist()
     pair = {(r["source_a"], r["source_b"]): r for r in rows}[("gold_support", "mc_value")]
     assert pair["n_nodes"] == 9
