@@ -142,6 +142,7 @@ class CallCache:
             "question_id": dict(request.tags).get("question_id"),
             "node_id": None,
             "cached": False,
+            **token_columns(completion),
         }
         return self._used.setdefault(cid, row)
 
@@ -160,6 +161,19 @@ class CallCache:
     def write(self, warehouse: Warehouse, shard: str) -> Path:
         """Write the rows this shard used as its ``llm_calls`` shard (empty shards included)."""
         return warehouse.write(TABLE, self.rows(), shard=shard, partition={"run_id": self.run_id})
+
+
+def token_columns(completion: Completion) -> dict:
+    """The token columns of a completion's row: lists as sampled, None where the engine gave none."""
+    def listed(values):
+        return None if values is None else list(values)
+
+    return {
+        "prompt_token_ids": listed(completion.prompt_token_ids),
+        "completion_token_ids": listed(completion.completion_token_ids),
+        "completion_logprobs": listed(completion.completion_logprobs),
+        "tokenizer_fingerprint": completion.tokenizer_fingerprint,
+    }
 
 
 def completion_from_row(row: Mapping, cached: bool) -> Completion:
