@@ -19,6 +19,10 @@ the last bits, so a row's text equals the same row decoded alone only up to nume
 greedy decoding that means exactly equal but for near-tied logits; a sampled row shares its
 random stream, so it diverges only where such a tie flips a token.
 
+Every completion carries its prompt's and its sampled token ids, each sampled token's
+log-probability under the distribution it was drawn from (``sampling.py``) and the tokenizer's
+fingerprint (docs/tokens.md), so a trainer never re-tokenises what the engine produced.
+
 The model loads lazily on the first batch: a rebuild answered from the cache never pays for it.
 ``fingerprint`` is computed from the checkpoint files (content sampled, not read whole, so it
 costs milliseconds even for multi-GB weights: a fine-tune changes every sampled chunk), the dtype

@@ -100,7 +100,7 @@ def test_a_scripted_trees_trajectories_carry_the_ids_the_engine_reported():
 
     [tree] = asyncio.run(run())
     assign_node_values(tree.nodes)
-    calls = calls_by_id(batcher.cache.rows())
+    calls = calls_by_id(conform("llm_calls", batcher.cache.rows()).to_pylist())  # as the export reads them
     rows = trajectory_rows(tree.node_rows(), calls=calls)
     # the search's end of sequence is not in the answer's prompt, which closes the search tag instead
     assert len(rows) == 2 and all(r["dropped_sampled_tokens"] == 1 for r in rows)

@@ -55,7 +55,7 @@ def exported(embedded_model, tmp_path_factory):
         wh.write(table, tables[table], "treeps", partition={"run_id": RUN})
     read = {t: wh.read(t, run_id=RUN).to_pylist() for t in ("trajectories", "grpo_prompts", "verl_prompts")}
     node_calls = {n["node_id"]: n["llm_call_id"] for n in rows.nodes}
-    return {row["call_id"]: row for row in batcher.cache.rows()}, read, node_calls
+    return {row["call_id"]: row for row in wh.read("llm_calls", run_id=RUN).to_pylist()}, read, node_calls
 
 
 def test_every_call_records_its_tokens_and_their_logprobs(exported):
