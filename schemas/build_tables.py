@@ -118,6 +118,12 @@ BUILD_TABLES: list[TableSpec] = [
         ("question_id", pa.string()),
         ("node_id", pa.string()),
         ("cached", pa.bool_()),
+        # what the engine saw and sampled, so a trainer never re-tokenises (docs/tokens.md); null
+        # where the engine gives none (logprobs) and in rows written before schema 9
+        ("prompt_token_ids", pa.list_(pa.int32())),
+        ("completion_token_ids", pa.list_(pa.int32())),
+        ("completion_logprobs", pa.list_(pa.float32())),
+        ("tokenizer_fingerprint", pa.string()),  # tokenizer vocabulary and chat template digest
     ),
     spec(
         "retrievals", ("run_id",), ("retrieval_id",),

@@ -49,7 +49,10 @@ from ragfactory.schemas.training_tables import (
 # 8: the retrievals table (the retrieval ledger and cache); llm_calls.strategy, question_id,
 #    node_id and cached; rollouts.metric and metric_score; the export_skips table (why an exporter
 #    gave a question no row). Older files read with them null.
-SCHEMA_VERSION = 8
+# 9: token-exact calls: llm_calls.prompt_token_ids, completion_token_ids, completion_logprobs and
+#    tokenizer_fingerprint; trajectories carry token ids, loss mask and behaviour log-probs, and
+#    grpo_prompts and verl_prompts the prompt's token ids (docs/tokens.md). Older files read them null.
+SCHEMA_VERSION = 9
 
 # Bookkeeping, then what a build writes, then training and evaluation: `ragfactory tables` lists
 # them in this order.

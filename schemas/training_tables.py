@@ -20,6 +20,10 @@ STEP_SPAN = pa.struct(
         ("advantage", pa.float64()),
     ]
 )
+# token offsets [token_start, token_end) of a step's sampled tokens in completion_token_ids
+TOKEN_SPAN = pa.struct([("token_start", pa.int32()), ("token_end", pa.int32())])
+# a prompt's token ids as the engine rendered them (docs/tokens.md); null where no call recorded them
+PROMPT_TOKEN_COLUMNS = (("prompt_token_ids", pa.list_(pa.int32())), ("tokenizer_fingerprint", pa.string()))
 # verl's RL data columns, as Search-R1's data scripts write them (tasks/export/verl.py)
 VERL_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
 VERL_REWARD_MODEL = pa.struct(
@@ -73,6 +77,7 @@ TRAINING_TABLES: list[TableSpec] = [
         ("golden_answers", STRINGS),
         ("gold_plan", pa.string()),
         ("node_ids", STRINGS),
+        *PROMPT_TOKEN_COLUMNS,
     ),
     spec(
         "trajectories", ("run_id",), ("trajectory_id",),
@@ -92,6 +97,15 @@ TRAINING_TABLES: list[TableSpec] = [
         ("n_steps", pa.int32()),
         ("is_sampled", pa.bool_()),
         ("sample_seed", pa.int64()),
+        # the path as the engine saw and sampled it (tasks/llm/splice.py); null when its calls
+        # recorded no token ids. loss_mask and behaviour_logprobs align with completion_token_ids.
+        ("prompt_token_ids", pa.list_(pa.int32())),
+        ("completion_token_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())),  # 1: sampled by the policy; 0: template and observation
+        ("behaviour_logprobs", pa.list_(pa.float32())),  # the engine's, null at mask 0
+        ("step_token_spans", pa.list_(TOKEN_SPAN)),  # aligned with step_spans
+        ("dropped_sampled_tokens", pa.int32()),  # sampled tokens the next turn's prompt did not keep
+        ("tokenizer_fingerprint", pa.string()),
     ),
     spec(
         "step_labels", ("run_id",), ("label_id",),
@@ -115,6 +129,7 @@ TRAINING_TABLES: list[TableSpec] = [
         ("ability", pa.string()),
         ("reward_model", VERL_REWARD_MODEL),
         ("extra_info", VERL_EXTRA_INFO),
+        *PROMPT_TOKEN_COLUMNS,  # beside the five verl columns; the verl parquet keeps the five
     ),
     spec(
         "export_skips", ("run_id",), ("run_id", "strategy", "exporter", "question_id", "reason"),

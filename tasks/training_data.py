@@ -55,6 +55,16 @@ with wanted as (
 )
 select questions.* from questions join wanted using (question_id)
 """
+# the calls behind the strategy's nodes, one row per call (several shards may copy one call)
+CALLS_SQL = """
+with wanted as (
+    select distinct llm_call_id as call_id from nodes
+    where run_id = $run_id and strategy = $strategy and llm_call_id is not null
+)
+select llm_calls.* from llm_calls join wanted using (call_id)
+where run_id = $run_id
+qualify row_number() over (partition by call_id order by created_at) = 1
+"""
 HELD_OUT_SQL = """
 select question_id, question, 'warehouse:' || partition as source
 from questions
@@ -67,7 +77,8 @@ def export_inputs(wh: Warehouse, run_id: str, strategy: str,
                   reads: Mapping[str, Sequence[str]]) -> dict[str, list[dict]]:
     """The run's rows of each table an export reads, with the declared columns only: ``nodes`` of
     the tree strategy (by question and path), the ``questions`` those nodes answer (always, with
-    at least their text: decontamination screens it), and any other table whole for the run."""
+    at least their text: decontamination screens it), the ``llm_calls`` behind those nodes, and
+    any other table whole for the run."""
     params = {"run_id": run_id, "strategy": strategy}
     wanted = dict(reads) | {"questions": _columns("questions", [*reads.get("questions", ()), *SCREENED_QUESTION_COLUMNS])}
     inputs = {}
@@ -76,6 +87,8 @@ def export_inputs(wh: Warehouse, run_id: str, strategy: str,
             rows = query(wh, TREE_SQL, params)
         elif table == "questions":
             rows = query(wh, QUESTIONS_SQL, params)
+        elif table == "llm_calls":
+            rows = query(wh, CALLS_SQL, params)
         else:
             rows = wh.read(table, run_id=run_id)
         inputs[table] = rows.select(list(columns)).to_pylist()

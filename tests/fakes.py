@@ -224,3 +224,26 @@ class TableEmbedder:
 
     def embed_passages(self, texts: list[str]):
         return self.embed_queries(texts)
+
+
+class TokenScriptedBackend(ScriptedBackend):
+    """A ``ScriptedBackend`` that reports token ids and log-probs as an engine does: a character is
+    a token (its code point); the prompt is ``<role>content`` per message then ``<assistant>``, so
+    a prompt extends the one before it as a chat template's does; a completion's ids are its
+    text's then ``EOS``, and sampled token i has log-probability ``-(i + 1) / 64``."""
+
+    EOS = 0
+
+    @staticmethod
+    def ids(text: str) -> tuple[int, ...]:
+        return tuple(ord(c) for c in text)
+
+    def _complete(self, request: Request, sample_index: int) -> Completion:
+        from dataclasses import replace
+
+        plain = super()._complete(request, sample_index)
+        prompt = "".join(f"<{m.role}>{m.content}" for m in request.messages) + "<assistant>"
+        sampled = self.ids(plain.text) + (self.EOS,)
+        return replace(plain, prompt_token_ids=self.ids(prompt), completion_token_ids=sampled,
+                       completion_logprobs=tuple(-(i + 1) / 64 for i in range(len(sampled))),
+                       tokenizer_fingerprint="chars-v1")

@@ -35,8 +35,9 @@ from ragfactory.tasks.search.strategy import Registry
 Rows = list[dict[str, Any]]
 ExportInputs = Mapping[str, Sequence[Mapping[str, Any]]]
 # Tables an exporter may read: the run's rows of one tree strategy (nodes), the questions those
-# nodes answer, and whole-run tables the strategy filled (plans, plan_scores).
-EXPORT_INPUTS = ("nodes", "questions", "plans", "plan_scores", "rollouts")
+# nodes answer, the calls that generated those nodes (llm_calls: their token ids), and whole-run
+# tables the strategy filled (plans, plan_scores).
+EXPORT_INPUTS = ("nodes", "questions", "llm_calls", "plans", "plan_scores", "rollouts")
 TREE_COLUMNS = tuple(table_spec("nodes").schema.names)
 # what the export task reads of ``questions`` whatever the exporters declare: decontamination
 # screens each exported row's question text

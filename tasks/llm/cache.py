@@ -142,6 +142,7 @@ class CallCache:
             "question_id": dict(request.tags).get("question_id"),
             "node_id": None,
             "cached": False,
+            **token_columns(completion),
         }
         return self._used.setdefault(cid, row)
 
@@ -160,6 +161,23 @@ class CallCache:
     def write(self, warehouse: Warehouse, shard: str) -> Path:
         """Write the rows this shard used as its ``llm_calls`` shard (empty shards included)."""
         return warehouse.write(TABLE, self.rows(), shard=shard, partition={"run_id": self.run_id})
+
+
+def token_columns(completion: Completion) -> dict:
+    """The token columns of a completion's row, None where the engine gave none. Held as numpy
+    int32 / float32 arrays: a shard keeps every row it used, and a Python list of ids costs ~36
+    bytes a token (an int object and its pointer) where the array costs 4."""
+    import numpy as np
+
+    def packed(values, dtype):
+        return None if values is None else np.asarray(values, dtype=dtype)
+
+    return {
+        "prompt_token_ids": packed(completion.prompt_token_ids, np.int32),
+        "completion_token_ids": packed(completion.completion_token_ids, np.int32),
+        "completion_logprobs": packed(completion.completion_logprobs, np.float32),
+        "tokenizer_fingerprint": completion.tokenizer_fingerprint,
+    }
 
 
 def completion_from_row(row: Mapping, cached: bool) -> Completion:

@@ -24,6 +24,10 @@ its own engine object directly, with no ``CoalescingBackend`` in front, because 
 the same alone as in a batch and the coalescer's gather wait (50 ms a call) would be most of a
 null build's time. The tokenizer and its compiled grammars are still loaded once per process.
 
+Token ids (docs/tokens.md): the prompt's are the tokenizer's ids of role-prefixed lines (the
+null engine renders no chat template), the completion's the walk's tokens; log-probabilities
+are null, as there is no distribution.
+
 The fingerprint (``null/<tokenizer>/<digest>``) differs from every real model's, so a null
 build never reads a real model's cached calls, nor writes any a real build would read.
 """
@@ -85,10 +89,11 @@ class NullBackend:
             raise ValueError(f"request {index}: n and max_tokens must be >= 1, got n={sampling.n}, "
                              f"max_tokens={sampling.max_tokens}")
         digest = hashlib.sha256(json.dumps(request.messages_json(), sort_keys=True).encode()).digest()
-        prompt_tokens = sum(len(self._masks.tokenizer.tokenize_str(m.content)) + 4 for m in request.messages)
+        prompt = "".join(f"{m.role}: {m.content}\n" for m in request.messages) + "assistant: "
+        prompt_ids = tuple(self._masks.tokenizer.tokenize_str(prompt))
         stop = tuple(s for s in sampling.stop if s)
         return [self._walker.sample(random.Random(digest + str(sampling.seed + i).encode()),
-                                    sampling.grammar, sampling.max_tokens, stop, prompt_tokens)
+                                    sampling.grammar, sampling.max_tokens, stop, prompt_ids)
                 for i in range(sampling.n)]
 
 
@@ -106,16 +111,20 @@ def _walker(tokenizer_dir: Path, settings: NullSettings) -> _Walker:
 
             from ragfactory.tasks.llm.structured import GrammarMasks
 
-            _WALKERS[key] = _Walker(GrammarMasks(AutoTokenizer.from_pretrained(str(tokenizer_dir))), settings)
+            from ragfactory.tasks.llm.tokenizer_id import tokenizer_fingerprint
+
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+            _WALKERS[key] = _Walker(GrammarMasks(tokenizer), settings, tokenizer_fingerprint(tokenizer))
         return _WALKERS[key]
 
 
 class _Walker:
     """Random walks over one tokenizer's vocabulary, constrained or free."""
 
-    def __init__(self, masks, settings: NullSettings):
+    def __init__(self, masks, settings: NullSettings, tokenizer_id: str | None = None):
         self.masks = masks
         self.settings = settings
+        self.tokenizer_id = tokenizer_id
         tokenizer = masks.tokenizer
         self.eos = tokenizer.eos_token
         self.normal = [t for t in range(masks.vocab_size) if not tokenizer.is_special_token(t)]
@@ -123,7 +132,7 @@ class _Walker:
         self.closing = [self.eos] + [t for c in CLOSING_CHARS for t in tokenizer.tokenize_str(c)[:1]]
 
     def sample(self, rng: random.Random, grammar: Grammar | None, max_tokens: int,
-               stop: tuple[str, ...], prompt_tokens: int) -> Completion:
+               stop: tuple[str, ...], prompt_ids: tuple[int, ...]) -> Completion:
         if grammar is None:
             tokens, finish = self._free(rng, max_tokens)
         else:
@@ -132,8 +141,9 @@ class _Walker:
         cuts = [text.find(s) for s in stop if s in text]
         if cuts:
             text, finish = text[: min(cuts)], "stop"
-        return Completion(text=text, finish_reason=finish, prompt_tokens=prompt_tokens,
-                          completion_tokens=len(tokens))
+        return Completion(text=text, finish_reason=finish, prompt_tokens=len(prompt_ids),
+                          completion_tokens=len(tokens), prompt_token_ids=prompt_ids,
+                          completion_token_ids=tuple(tokens), tokenizer_fingerprint=self.tokenizer_id)
 
     def _free(self, rng: random.Random, max_tokens: int) -> tuple[list[int], str]:
         tokens: list[int] = []

@@ -62,6 +62,12 @@ class OpenAIConfig:
     # Hand each request over as soon as a question issues it (the server batches in-flight
     # sequences at every step); false: the scheduler's lock-step batches, one call at a time.
     continuous: bool = True
+    # Ask for each sampled token's log-probability (the standard ``logprobs`` field): kept in
+    # llm_calls.completion_logprobs, so a trainer has the behaviour policy's (docs/tokens.md).
+    logprobs: bool = True
+    # Ask for the prompt's and completion's token ids (vLLM's ``return_token_ids``); off by
+    # default because hosted APIs refuse fields they do not know.
+    token_ids: bool = False
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -83,9 +89,11 @@ def openai_fingerprint(model: str, revision: str = "") -> str:
 
 
 def request_body(
-    model: str, request: Request, n: int | None = None, seed: int | None = None
+    model: str, request: Request, n: int | None = None, seed: int | None = None,
+    logprobs: bool = False, token_ids: bool = False,
 ) -> dict:
-    """The chat-completions JSON body of one request (``n`` / ``seed`` override the request's)."""
+    """The chat-completions JSON body of one request (``n`` / ``seed`` override the request's;
+    ``logprobs`` / ``token_ids`` ask for the sampled tokens' log-probs and the token ids)."""
     s = request.sampling
     body = {
         "model": model,
@@ -100,6 +108,10 @@ def request_body(
         body["stop"] = list(s.stop)
     if s.grammar is not None:
         body["structured_outputs"] = {"grammar": s.grammar.text}
+    if logprobs:
+        body["logprobs"] = True
+    if token_ids:
+        body["return_token_ids"] = True
     return body
 
 
@@ -128,6 +140,7 @@ def parse_choices(payload: dict, latency_s: float) -> list[Completion]:
     usage = payload.get("usage") or {}
     prompt_tokens = int(usage.get("prompt_tokens") or 0)
     counts = split_tokens(int(usage.get("completion_tokens") or 0), texts)
+    prompt_ids = _ints(payload.get("prompt_token_ids"))
     return [
         Completion(
             text=text,
@@ -135,9 +148,25 @@ def parse_choices(payload: dict, latency_s: float) -> list[Completion]:
             prompt_tokens=prompt_tokens,
             completion_tokens=count,
             latency_s=latency_s,
+            prompt_token_ids=prompt_ids,
+            completion_token_ids=_ints(choice.get("token_ids")),
+            completion_logprobs=choice_logprobs(choice),
         )
         for choice, text, count in zip(choices, texts, counts)
     ]
+
+
+def choice_logprobs(choice: dict) -> tuple[float, ...] | None:
+    """The sampled tokens' log-probabilities a choice carries (``logprobs.content[*].logprob``),
+    as the server computed them; None when it sent none."""
+    content = (choice.get("logprobs") or {}).get("content")
+    if not content or any(entry.get("logprob") is None for entry in content):
+        return None
+    return tuple(float(entry["logprob"]) for entry in content)
+
+
+def _ints(values) -> tuple[int, ...] | None:
+    return None if values is None else tuple(int(v) for v in values)
 
 
 class OpenAIBackend:
@@ -158,6 +187,7 @@ class OpenAIBackend:
         self._transport = transport
         self._rng = rng or random.Random()
         self.continuous = config.continuous
+        self._asks = {"logprobs": config.logprobs, "token_ids": config.token_ids}
         # One bound per event loop (a shard's batcher runs one): its concurrent calls share it.
         self._limits: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -227,12 +257,12 @@ class OpenAIBackend:
         n = request.sampling.n
         async with semaphore:
             started = time.perf_counter()
-            payload = await self._post(client, index, request_body(self.config.model, request))
+            payload = await self._post(client, index, request_body(self.config.model, request, **self._asks))
         completions = parse_choices(payload, time.perf_counter() - started)[:n]
         # Some servers (llama.cpp) ignore n; sample i then comes from its own seed + i, the
         # seeding the contract promises and vLLM uses for the children of an n > 1 request.
         for i in range(len(completions), n):
-            body = request_body(self.config.model, request, n=1, seed=request.sampling.seed + i)
+            body = request_body(self.config.model, request, n=1, seed=request.sampling.seed + i, **self._asks)
             async with semaphore:
                 payload = await self._post(client, index, body)
             extra = parse_choices(payload, time.perf_counter() - started)

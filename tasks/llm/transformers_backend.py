@@ -19,6 +19,10 @@ the last bits, so a row's text equals the same row decoded alone only up to nume
 greedy decoding that means exactly equal but for near-tied logits; a sampled row shares its
 random stream, so it diverges only where such a tie flips a token.
 
+Every completion carries its prompt's and its sampled token ids, each sampled token's
+log-probability under the distribution it was drawn from (``sampling.py``) and the tokenizer's
+fingerprint (docs/tokens.md), so a trainer never re-tokenises what the engine produced.
+
 The model loads lazily on the first batch: a rebuild answered from the cache never pays for it.
 ``fingerprint`` is computed from the checkpoint files (content sampled, not read whole, so it
 costs milliseconds even for multi-GB weights: a fine-tune changes every sampled chunk), the dtype
@@ -43,7 +47,11 @@ from ragfactory.tasks.llm.decode_memory import (
     kv_bytes_per_token,
     kv_token_slots,
 )
+from ragfactory.tasks.llm.sampling import sample_tokens, sampled_logprobs
+from ragfactory.tasks.llm.tokenizer_id import tokenizer_fingerprint
 from ragfactory.tasks.llm.types import Completion, Grammar, Request
+
+__all__ = ["TransformersBackend", "TransformersSettings", "checkpoint_fingerprint", "sample_tokens"]
 
 DECODE_VERSION = "rowseed-v1"  # bump when the decode loop changes what it samples
 
@@ -83,6 +91,7 @@ class _Row:
     grammar: Grammar | None = None
     matcher: Any = None  # the row's llguidance matcher while it decodes under ``grammar``
     tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)  # of each sampled token (sampling.py)
     finish_reason: str = ""
     latency_s: float = 0.0
 
@@ -98,6 +107,7 @@ class TransformersBackend:
         self.fingerprint = checkpoint_fingerprint(self.model_ref, self.dtype)
         self._model = None
         self._tokenizer = None
+        self.tokenizer_fingerprint: str | None = None  # computed at load, with the tokenizer
         self._eos_ids: frozenset[int] = frozenset()
         self._pad_id = 0
         self._masks = None  # GrammarMasks, built with the first constrained row
@@ -134,6 +144,7 @@ class TransformersBackend:
         pad = tokenizer.pad_token_id
         self._pad_id = pad if pad is not None else min(self._eos_ids)
         self._tokenizer, self._model = tokenizer, model.to(self.device).eval()
+        self.tokenizer_fingerprint = tokenizer_fingerprint(tokenizer)
         # transformers renamed forward's past_key_values to cache (5.x warns on the old name)
         params = inspect.signature(type(model).forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
@@ -185,11 +196,11 @@ class TransformersBackend:
         while True:
             live = [rows[i] for i in active]
             self._mask(logits, live)
-            tokens = sample_tokens(
-                logits.float(), [r.temperature for r in live], [r.top_p for r in live],
-                [generators[i] for i in active],
-            )
-            done = [self._advance(row, int(token), started) for row, token in zip(live, tokens)]
+            scores, temperatures, top_ps = logits.float(), [r.temperature for r in live], [r.top_p for r in live]
+            tokens = sample_tokens(scores, temperatures, top_ps, [generators[i] for i in active])
+            logprobs = sampled_logprobs(scores, tokens, temperatures, top_ps).tolist()
+            done = [self._advance(row, int(token), logprob, started)
+                    for row, token, logprob in zip(live, tokens, logprobs)]
             keep = [k for k, finished in enumerate(done) if not finished]
             if not keep:
                 return
@@ -261,9 +272,10 @@ class TransformersBackend:
         if constrained:
             self._masks.mask_logits(logits, constrained, [live[k].matcher for k in constrained])
 
-    def _advance(self, row: _Row, token: int, started: float) -> bool:
-        """Append a sampled token; True when the row is finished."""
+    def _advance(self, row: _Row, token: int, logprob: float, started: float) -> bool:
+        """Append a sampled token and its log-probability; True when the row is finished."""
         row.tokens.append(token)
+        row.logprobs.append(logprob)
         if row.matcher is not None and not row.matcher.consume_token(token):
             raise RuntimeError(f"grammar {row.grammar.name!r} refused a token its own mask allowed: "
                                f"{row.matcher.get_error()}")
@@ -296,45 +308,11 @@ class TransformersBackend:
             prompt_tokens=len(row.prompt),
             completion_tokens=len(row.tokens),
             latency_s=row.latency_s,
+            prompt_token_ids=tuple(row.prompt),
+            completion_token_ids=tuple(row.tokens),
+            completion_logprobs=tuple(row.logprobs),
+            tokenizer_fingerprint=self.tokenizer_fingerprint,
         )
-
-def sample_tokens(logits, temperatures: list[float], top_ps: list[float], generators: list):
-    """One token per row: greedy at temperature 0, else sampled with the row's own generator.
-
-    Every sampling row draws one uniform number from its generator per step and inverts a CDF:
-    of the vocabulary in id order when ``top_p`` is 1, of the sorted nucleus otherwise. Which
-    CDF a row uses depends only on its own parameters, so its token never depends on other rows.
-    """
-    import torch
-
-    tokens = logits.argmax(dim=-1)
-    device = logits.device
-    temperature = torch.tensor(temperatures, device=device)
-    top_p = torch.tensor(top_ps, device=device)
-    sampled = temperature > 0
-    if not bool(sampled.any()):
-        return tokens
-    draws = torch.stack([torch.rand((), generator=g, device=device) for g in generators])
-    for subset in (sampled & (top_p >= 1), sampled & (top_p < 1)):
-        index = subset.nonzero().squeeze(-1)
-        if index.numel():
-            probs = torch.softmax(logits[index] / temperature[index, None], dim=-1)
-            tokens[index] = _invert_cdf(probs, draws[index], top_p[index])
-    return tokens
-
-
-def _invert_cdf(probs, draws, top_p):
-    import torch
-
-    if bool((top_p >= 1).all()):
-        ids, cdf = None, probs.cumsum(-1)
-    else:
-        probs, ids = probs.sort(dim=-1, descending=True)
-        # drop a token once the mass before it reaches top_p (the most likely token always stays)
-        cdf = probs.masked_fill((probs.cumsum(-1) - probs) >= top_p[:, None], 0.0).cumsum(-1)
-    pick = torch.searchsorted(cdf, (draws * cdf[:, -1])[:, None], right=True)
-    pick = pick.clamp(max=cdf.shape[-1] - 1)
-    return pick.squeeze(-1) if ids is None else ids.gather(-1, pick).squeeze(-1)
 
 
 def checkpoint_fingerprint(

@@ -97,6 +97,12 @@ class Request:
 
 @dataclass(frozen=True)
 class Completion:
+    """One sample. The token fields are what the engine saw and sampled (docs/tokens.md), kept so
+    a trainer never re-tokenises: ``prompt_token_ids`` the rendered prompt, ``completion_token_ids``
+    every sampled token (end of sequence and a stop string's tail included), ``completion_logprobs``
+    each sampled token's log-probability as the engine reports it, and ``tokenizer_fingerprint``
+    the tokenizer and chat template that made the prompt ids. None where the engine gives none."""
+
     text: str
     finish_reason: str = "stop"
     prompt_tokens: int = 0
@@ -104,6 +110,10 @@ class Completion:
     latency_s: float = 0.0
     call_id: str = ""
     cached: bool = False
+    prompt_token_ids: tuple[int, ...] | None = field(default=None, repr=False)
+    completion_token_ids: tuple[int, ...] | None = field(default=None, repr=False)
+    completion_logprobs: tuple[float, ...] | None = field(default=None, repr=False)
+    tokenizer_fingerprint: str | None = None
 
 
 def call_id(fingerprint: str, request: Request, sample_index: int) -> str:

@@ -17,7 +17,8 @@ from typing import Any
 
 from ragfactory.tasks.llm.types import Completion, Request
 from ragfactory.tasks.llm.vllm_backend import (
-    VLLMConfig, engine_args, import_vllm, sampling_kwargs, sampling_params, to_completions, vllm_fingerprint,
+    VLLMConfig, engine_args, engine_tokenizer_id, import_vllm, sampling_kwargs, sampling_params, to_completions,
+    vllm_fingerprint,
 )
 
 
@@ -46,6 +47,7 @@ class VLLMAsyncBackend:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = threading.Lock()
         self._ids = itertools.count()
+        self._tokenizer_id: str | None = None  # of the engine's tokenizer, read with the first answer
 
     def __repr__(self) -> str:
         return f"VLLMAsyncBackend(model={self.config.model!r}, fingerprint={self.fingerprint!r})"
@@ -106,7 +108,9 @@ class VLLMAsyncBackend:
             final = output
         if final is None or not final.finished:
             raise RuntimeError(f"vllm ended request {request.role!r} without a final output")
-        return to_completions(final, time.perf_counter() - started)
+        if self._tokenizer_id is None:
+            self._tokenizer_id = engine_tokenizer_id(self._engine)
+        return to_completions(final, time.perf_counter() - started, self._tokenizer_id)
 
 
 def chat_prompt_ids(engine: Any, request: Request) -> list[int]:

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragfactory.tasks.llm.tokenizer_id import tokenizer_fingerprint
 from ragfactory.tasks.llm.transformers_backend import checkpoint_fingerprint
 from ragfactory.tasks.llm.types import Completion, Grammar, Message, Request, Sampling
 
@@ -98,22 +99,47 @@ def sampling_kwargs(sampling: Sampling) -> dict:
         "max_tokens": sampling.max_tokens,
         "stop": list(sampling.stop),
         "seed": sampling.seed,
+        "logprobs": 0,  # the sampled token's log-probability alone (docs/tokens.md)
     } | ({"structured_outputs": {"grammar": sampling.grammar.text}} if sampling.grammar else {})
 
 
-def to_completions(output: Any, latency_s: float) -> list[Completion]:
-    """Completions from one ``RequestOutput``, in sample order."""
-    prompt_tokens = len(output.prompt_token_ids or [])
+def to_completions(output: Any, latency_s: float, tokenizer_id: str | None = None) -> list[Completion]:
+    """Completions from one ``RequestOutput``, in sample order, with the token ids vLLM sampled
+    and, where it returned them, their log-probabilities (vLLM's ``logprobs_mode``: raw model
+    log-probs by default, before temperature and processors)."""
+    prompt_ids = tuple(output.prompt_token_ids) if output.prompt_token_ids is not None else None
     return [
         Completion(
             text=sample.text,
             finish_reason=str(sample.finish_reason or "unknown"),
-            prompt_tokens=prompt_tokens,
+            prompt_tokens=len(prompt_ids or ()),
             completion_tokens=len(sample.token_ids),
             latency_s=latency_s,
+            prompt_token_ids=prompt_ids,
+            completion_token_ids=tuple(sample.token_ids),
+            completion_logprobs=sampled_logprobs(sample),
+            tokenizer_fingerprint=tokenizer_id,
         )
         for sample in sorted(output.outputs, key=lambda s: s.index)
     ]
+
+
+def sampled_logprobs(sample: Any) -> tuple[float, ...] | None:
+    """The log-probability vLLM gave each sampled token (``logprobs``: one {id: Logprob} per
+    token), or None when it gave none for some token."""
+    steps = getattr(sample, "logprobs", None)
+    if not steps or len(steps) != len(sample.token_ids):
+        return None
+    values = [step.get(token) if isinstance(step, dict) else None for step, token in zip(steps, sample.token_ids)]
+    if any(v is None for v in values):
+        return None
+    return tuple(float(getattr(v, "logprob", v)) for v in values)
+
+
+def engine_tokenizer_id(engine: Any) -> str | None:
+    """The fingerprint of the tokenizer an engine renders prompts with; None when it shows none."""
+    get_tokenizer = getattr(engine, "get_tokenizer", None)
+    return None if get_tokenizer is None else tokenizer_fingerprint(get_tokenizer())
 
 
 class VLLMBackend:
@@ -131,6 +157,7 @@ class VLLMBackend:
         self._llm = llm
         self._make_params = make_params
         self._lock = threading.Lock()  # LLM is not thread-safe; a scheduler calls from its thread
+        self._tokenizer_id: str | None = None
 
     def __repr__(self) -> str:
         return f"VLLMBackend(model={self.config.model!r}, fingerprint={self.fingerprint!r})"
@@ -152,9 +179,10 @@ class VLLMBackend:
             started = time.perf_counter()
             outputs = self.llm.chat(conversations, params, use_tqdm=False)
             latency = time.perf_counter() - started
+            self._tokenizer_id = self._tokenizer_id or engine_tokenizer_id(self.llm)
         if len(outputs) != len(requests):
             raise RuntimeError(f"vllm answered {len(outputs)} of {len(requests)} requests")
-        return [to_completions(o, latency) for o in outputs]
+        return [to_completions(o, latency, self._tokenizer_id) for o in outputs]
 
 
 def import_vllm() -> Any:

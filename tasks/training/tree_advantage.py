@@ -21,10 +21,15 @@ is ``latest:<name>`` of this lineage, then another ``tree-advantage`` run on its
 blind spot: when the build's policy was not the base (another engine, another checkpoint),
 π_old is only close to the sampling policy, and ρ drifts from 1 by that gap.
 
-A row is tokenised in pieces: the prompt (chat template, generation prompt), then each step's
-text and each gap between steps (the ``<information>`` observation and its separators)
-separately, as the expansion generated a step after its observation. Step tokens carry the
-step's advantage and loss mask 1; prompt and observation tokens carry mask 0.
+A row that carries token ids (``prompt_token_ids``, ``completion_token_ids``, ``loss_mask`` and
+``step_token_spans``, spliced from the calls that sampled it: tasks/llm/splice.py) is trained
+on exactly those ids, never re-tokenised: the tokens trained on are the tokens sampled, each
+step's sampled tokens carry its advantage and mask 1, template and observation tokens mask 0.
+A row without them (an export before schema 9, an engine that gave no ids, another tokenizer's
+ids) falls back to text, and the log says how many did. That fallback tokenises in pieces: the
+prompt (chat template, generation prompt), then each step's text and each gap between steps
+(the ``<information>`` observation and its separators) separately, as the expansion generated a
+step after its observation.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import torch
 from trl.trainer.base_config import _BaseConfig
 from trl.trainer.base_trainer import _BaseTrainer
 
+from ragfactory.tasks.llm.tokenizer_id import tokenizer_fingerprint
 from ragfactory.tasks.training.methods import MethodContext
 
 IGNORED = ("prompt", "response", "step_spans", "observation_spans", "is_sampled")
@@ -85,11 +91,44 @@ def tokenize_row(row: dict, tokenizer, max_length: int) -> dict | None:
     return {"input_ids": ids, "advantages": advantages, "loss_mask": mask}
 
 
+def has_token_ids(row: dict, fingerprint: str | None) -> bool:
+    """Whether a row carries token ids this tokenizer can train on (same fingerprint)."""
+    return (row.get("completion_token_ids") is not None and row.get("prompt_token_ids") is not None
+            and row.get("step_token_spans") is not None and row.get("tokenizer_fingerprint") == fingerprint)
+
+
+def token_row(row: dict, max_length: int) -> dict | None:
+    """``input_ids``, per-token ``advantages`` and ``loss_mask`` of a row from its own token ids
+    (``prompt_token_ids`` then ``completion_token_ids``); None when not even its first step fits."""
+    prompt, completion = list(row["prompt_token_ids"]), list(row["completion_token_ids"])
+    ids = prompt + completion
+    mask = [0] * len(prompt) + [int(m) for m in row["loss_mask"]]
+    advantages = [0.0] * len(ids)
+    end = 0  # whole steps only: cut after the last step that fits
+    for span, step in zip(row["step_token_spans"], row["step_spans"]):
+        start, stop = len(prompt) + span["token_start"], len(prompt) + span["token_end"]
+        if stop > max_length:
+            break
+        advantages[start:stop] = [float(step["advantage"])] * (stop - start)
+        end = stop
+    if not any(mask[:end]):
+        return None
+    return {"input_ids": ids[:end], "advantages": advantages[:end], "loss_mask": mask[:end]}
+
+
 def trajectory_features(rows: list[dict], tokenizer, max_length: int, logger=None) -> list[dict]:
-    """The sampled trajectories (``is_sampled``) tokenised; rows whose first step does not fit are
-    dropped and counted in the log."""
+    """The sampled trajectories (``is_sampled``) as features: from their token ids where they
+    carry this tokenizer's, else tokenised from text (counted in the log); rows whose first step
+    does not fit are dropped and counted in the log."""
     sampled = [row for row in rows if row.get("is_sampled", True)]
-    features = [tokenize_row(row, tokenizer, max_length) for row in sampled]
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    exact = [has_token_ids(row, fingerprint) for row in sampled]
+    features = [token_row(row, max_length) if ok else tokenize_row(row, tokenizer, max_length)
+                for row, ok in zip(sampled, exact)]
+    if logger is not None and not all(exact):
+        logger.warning("tree-advantage: %d of %d trajectories carry no token ids of this tokenizer (an "
+                       "export before schema 9, or an engine that gave none); they are re-tokenised from "
+                       "text", exact.count(False), len(sampled))
     kept = [f for f in features if f is not None]
     if logger is not None and len(kept) < len(sampled):
         logger.warning("tree-advantage: %d of %d trajectories do not fit max_length %d and are left out",

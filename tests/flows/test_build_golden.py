@@ -24,9 +24,16 @@ from tests.flows.scripted_policies import treeps_and_decex
 # Where the wall clock and the machine show through: when a call ran and how long it took, and
 # where the bundled dataset file lies in this checkout.
 VOLATILE = {"llm_calls": ("created_at", "latency_s"), "questions": ("source_file",)}
-# Columns added after the literals were pinned (schema version 7): left out of the digests, so the
-# pinned values still prove every earlier column unchanged; what they hold is asserted below.
-ADDED = {"llm_calls": ("strategy", "question_id", "node_id", "cached"), "rollouts": ("metric", "metric_score")}
+# Columns added after the literals were pinned (schema versions 7 and 9): left out of the digests,
+# so the pinned values still prove every earlier column unchanged; what they hold is asserted below
+# (the token columns: tests/export/test_tokens.py; the scripted engine reports no ids).
+TOKENS = ("prompt_token_ids", "tokenizer_fingerprint")
+ADDED = {"llm_calls": ("strategy", "question_id", "node_id", "cached", *TOKENS, "completion_token_ids",
+                       "completion_logprobs"),
+         "rollouts": ("metric", "metric_score"),
+         "trajectories": (*TOKENS, "completion_token_ids", "loss_mask", "behaviour_logprobs", "step_token_spans",
+                          "dropped_sampled_tokens"),
+         "grpo_prompts": TOKENS, "verl_prompts": TOKENS}
 GOLDEN = {
     "questions": "d857112eb243e5e1", "passages": "2c452904ec52c8fb", "nodes": "b2f30cf0a8ac67a5",
     "rollouts": "79482bc431e5eb8c", "llm_calls": "c755602eeaa7bbb6", "sft_examples": "07ec417bd2d33fcf",

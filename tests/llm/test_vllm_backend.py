@@ -74,7 +74,8 @@ def _ask(text: str, **sampling) -> Request:
 @pytest.mark.parametrize(
     ("sampling", "expected"),
     [
-        ({}, {"n": 1, "temperature": 0.0, "top_p": 1.0, "max_tokens": 256, "stop": [], "seed": 0}),
+        ({}, {"n": 1, "temperature": 0.0, "top_p": 1.0, "max_tokens": 256, "stop": [], "seed": 0,
+               "logprobs": 0}),
         (
             {
                 "n": 4,
@@ -91,6 +92,7 @@ def _ask(text: str, **sampling) -> Request:
                 "max_tokens": 8,
                 "stop": ["\n", "."],
                 "seed": 5,
+                "logprobs": 0,
             },
         ),
     ],

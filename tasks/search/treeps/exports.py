@@ -12,10 +12,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
+from ragfactory.tasks.llm.splice import CALL_COLUMNS, calls_by_id
 from ragfactory.tasks.export.verl import ABILITY, ANSWER_TAG, REWARD_STYLE, data_source
 from ragfactory.tasks.search.tree import RowTree, group_trees, stable_id
 from ragfactory.tasks.search.treeps.config import STRATEGY
-from ragfactory.tasks.search.treeps.grpo import golden_list, grpo_prompt_rows, question_rows, root_id, tree_question
+from ragfactory.tasks.search.treeps.grpo import (
+    golden_list, grpo_prompt_rows, question_rows, root_id, root_prompt_tokens, tree_question,
+)
 from ragfactory.tasks.search.treeps.step_labels import StepLabelConfig, step_label_rows
 from ragfactory.tasks.search.treeps.trajectories import TrajectoryConfig, tree_prompt, trajectory_rows
 
@@ -29,9 +32,11 @@ def _user_prompt(tree: RowTree) -> str:
 
 
 def verl_rows(
-    nodes_rows: Iterable[Mapping[str, Any]], questions: Iterable[Mapping[str, Any]]
+    nodes_rows: Iterable[Mapping[str, Any]], questions: Iterable[Mapping[str, Any]],
+    calls: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One ``verl_prompts`` row per question tree in ``nodes_rows``, indexed in tree order."""
+    """One ``verl_prompts`` row per question tree in ``nodes_rows``, indexed in tree order, with
+    the prompt's token ids from ``calls`` (call_id -> ``llm_calls`` row) where they were recorded."""
     by_id = question_rows(questions)
     rows = []
     for index, tree in enumerate(group_trees(nodes_rows).values()):
@@ -52,20 +57,21 @@ def verl_rows(
                 "strategy": tree.strategy,
                 "node_ids": [root_id(tree)],
             },
+            **root_prompt_tokens(tree, calls or {}),
         })
     return rows
 
 
 def _trajectories(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return trajectory_rows(inputs["nodes"], config.trajectories, run_seed)
+    return trajectory_rows(inputs["nodes"], config.trajectories, run_seed, calls_by_id(inputs["llm_calls"]))
 
 
 def _grpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return grpo_prompt_rows(inputs["nodes"], inputs["questions"])
+    return grpo_prompt_rows(inputs["nodes"], inputs["questions"], calls_by_id(inputs["llm_calls"]))
 
 
 def _verl(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
-    return verl_rows(inputs["nodes"], inputs["questions"])
+    return verl_rows(inputs["nodes"], inputs["questions"], calls_by_id(inputs["llm_calls"]))
 
 
 def _step_labels(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
@@ -77,9 +83,10 @@ EXPORT_CONFIG = {
     "step_labels": ("Stepwise process labels for PRMs (TreePS)", StepLabelConfig),
 }
 EXPORTS = StrategyExports(STRATEGY, (
-    Exporter("trajectories", {"nodes": TREE_COLUMNS}, _trajectories),
-    Exporter("grpo_prompts", {"nodes": TREE_COLUMNS, "questions": ("question_id", "golden_answers")}, _grpo),
-    Exporter("verl_prompts", {"nodes": TREE_COLUMNS,
+    Exporter("trajectories", {"nodes": TREE_COLUMNS, "llm_calls": CALL_COLUMNS}, _trajectories),
+    Exporter("grpo_prompts", {"nodes": TREE_COLUMNS, "questions": ("question_id", "golden_answers"),
+                              "llm_calls": CALL_COLUMNS}, _grpo),
+    Exporter("verl_prompts", {"nodes": TREE_COLUMNS, "llm_calls": CALL_COLUMNS,
                               "questions": ("question_id", "dataset", "split", "golden_answers")}, _verl),
     Exporter("step_labels", {"nodes": TREE_COLUMNS}, _step_labels),
 ))

@@ -4,7 +4,9 @@ TreePS-RAG trains online: the trainer needs each question's prompt and what its 
 scored against, not the trees. A ``grpo_prompts`` row is TRL's conversational prompt-only
 format, ``prompt`` = [{"role": "user", "content": …}] (the Search-R1 template the tree was
 expanded with), plus ``golden_answers``, which ``GRPOTrainer`` passes to the reward function
-by name, and the question and root node ids. ``task`` is "qa": the reward is answer matching.
+by name, and the question and root node ids. ``task`` is "qa": the reward is answer matching. ``prompt_token_ids`` are the prompt's ids as the
+engine rendered them for the root's first steps (``tasks/llm/splice.py``), null where no call
+recorded them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ragfactory.tasks.llm.splice import prompt_tokens
 from ragfactory.tasks.search.treeps.trajectories import tree_prompt
 from ragfactory.tasks.search.tree import RowTree, group_trees, stable_id
 
@@ -43,10 +46,17 @@ def root_id(tree: RowTree) -> str:
     return tree.children(None)[0]["node_id"]
 
 
+def root_prompt_tokens(tree: RowTree, calls: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The token ids of the prompt the root was expanded with, as its first steps' calls sent it."""
+    return prompt_tokens([child.get("llm_call_id") for child in tree.children(root_id(tree))], calls)
+
+
 def grpo_prompt_rows(
-    nodes_rows: Iterable[Mapping[str, Any]], questions: Iterable[Mapping[str, Any]]
+    nodes_rows: Iterable[Mapping[str, Any]], questions: Iterable[Mapping[str, Any]],
+    calls: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One ``grpo_prompts`` row per question tree in ``nodes_rows``."""
+    """One ``grpo_prompts`` row per question tree in ``nodes_rows``, with the prompt's token ids
+    from ``calls`` (call_id -> ``llm_calls`` row)."""
     by_id = question_rows(questions)
     rows = []
     for tree in group_trees(nodes_rows).values():
@@ -61,5 +71,6 @@ def grpo_prompt_rows(
             "golden_answers": golden_list(question),
             "gold_plan": None,
             "node_ids": [root_id(tree)],
+            **root_prompt_tokens(tree, calls or {}),
         })
     return rows

@@ -12,7 +12,9 @@ observations, what the expansion sent the engine) and as Search-R1's single ``re
 ``step_spans`` (character offsets, as Python string indices, of each step's model text, with
 its node id and advantage A(n): the value every token of the step is trained with) and
 ``observation_spans`` (the retrieved passages, masked from the loss). ``advantages`` lists the
-steps' advantages in order.
+steps' advantages in order. With the ``llm_calls`` of its steps a row also carries the path's
+token ids as the engine sampled them, with loss mask, behaviour log-probs and each step's token
+span (``tasks/llm/splice.py``), so a trainer need not re-tokenise ``response``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ragfactory.tasks.llm.splice import trajectory_tokens
 from ragfactory.tasks.llm.seeds import derive_seed
 from ragfactory.tasks.llm.types import Message
 from ragfactory.tasks.search.tree import RowTree, group_trees, path_key, stable_id
@@ -90,15 +93,18 @@ def trajectory_rows(
     nodes_rows: Iterable[Mapping[str, Any]],
     config: TrajectoryConfig = TrajectoryConfig(),
     run_seed: int = 0,
+    calls: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """``trajectories`` rows for every tree in ``nodes_rows`` (valued by the valuation stage: tasks/valuate.py)."""
+    """``trajectories`` rows for every tree in ``nodes_rows`` (valued by the valuation stage:
+    tasks/valuate.py); ``calls`` (call_id -> ``llm_calls`` row) gives their token columns."""
     rows: list[dict[str, Any]] = []
     for tree in group_trees(nodes_rows).values():
         prompt = [{"role": "user", "content": tree_prompt(tree)}]
         chains = tree_paths(tree)
         chosen, seed = sampled_paths(tree, len(chains), config, run_seed)
         for index, chain in enumerate(chains):
-            rows.append(_row(tree, prompt, chain, index in chosen, seed))
+            row = _row(tree, prompt, chain, index in chosen, seed)
+            rows.append(row | trajectory_tokens([n.get("llm_call_id") for n in chain[1:]], calls or {}))
     return rows
 
 
