@@ -21,9 +21,14 @@ from ragfactory.tasks.training.config import LoraSection
 WORKER_DEFAULTS: dict[str, Any] = {
     "report_to": [], "logging_steps": 1, "save_strategy": "steps", "save_total_limit": 2,
 }
+# TRL's default batch of 8 is kept as 4 micro-batches of 2: the same gradient per step, a quarter
+# of the activations resident (docs/training.md, "Speed and memory"). DPO's reference log-probs
+# are computed once before training from the initial weights, so no reference copy is held and
+# no step runs a reference forward.
+MICRO_BATCH = {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4}
 METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
-    "sft": {"completion_only_loss": True, "max_length": 1024},
-    "dpo": {"max_length": 1024},
+    "sft": {"completion_only_loss": True, "max_length": 1024, **MICRO_BATCH},
+    "dpo": {"max_length": 1024, "precompute_ref_log_probs": True, **MICRO_BATCH},
     # Two generations is the smallest group with a relative advantage; enough for CPU smoke runs.
     "grpo": {"num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": 256},
     "grpo-agentic": {"num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": 256},
@@ -74,7 +79,10 @@ def trl_args(method: str, output_dir: str | Path, save_steps: int, seed: int,
     """The TRL ``SFTConfig`` / ``DPOConfig`` / ``GRPOConfig`` (or a method's own config) of one run."""
     config = config_class(method)
     generation = vllm_generation() if method == "grpo" else {}
-    kwargs = {**WORKER_DEFAULTS, **METHOD_DEFAULTS[method], **device_settings(), **generation,
+    defaults = dict(METHOD_DEFAULTS[method])
+    if "per_device_train_batch_size" in (overrides or {}):  # a batch asked for is one forward, as in TRL
+        defaults.pop("gradient_accumulation_steps", None)
+    kwargs = {**WORKER_DEFAULTS, **defaults, **device_settings(), **generation,
               "save_steps": save_steps, "seed": seed, **(overrides or {})}
     kwargs["output_dir"] = str(output_dir)
     try:
