@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragfactory.memory import tune_allocator
 from ragfactory.tasks.llm.embedded import embedded_model_path, is_embedded
 from ragfactory.tasks.training.config import TrainingRequest
 from ragfactory.tasks.training.data import export_files, read_export, snapshot_hash, training_dataset
@@ -74,6 +75,7 @@ def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
                   logger: logging.Logger | logging.LoggerAdapter,
                   callbacks: Sequence = (), extra_rewards: Mapping[str, RewardFunc] | None = None) -> dict:
     """Train as planned and return the run's metrics (the weights land in ``plan.output_dir``)."""
+    tune_allocator()  # a worker's flow process starts without the CLI: freed activations leave the heap
     rows = read_export([Path(f) for f in plan.files], config.method, config.task)
     progress = LossLogger(logger, prefix=f"{plan.model_id}: ")
     if (spec := method_spec(config.method)) is not None:
