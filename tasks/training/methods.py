@@ -24,7 +24,7 @@ from typing import Any
 
 from ragfactory.warehouse.store import Warehouse
 
-# options the reward functions read (``process_reward.py``: metric; ``prm.py``: the PRM and its
+# options the reward functions read (a strategy's: metric; ``prm.py``: the PRM and its
 # aggregate), beside a method's own
 REWARD_OPTIONS = ("metric", "prm_model", "prm_aggregate")
 
@@ -57,6 +57,27 @@ class MethodContext:
         rows = query(self.warehouse, "select config, inputs from runs where run_id = $run_id",
                      {"run_id": self.run_id}).to_pylist()
         return {**rows[0], "config": json.loads(rows[0]["config"] or "{}")} if rows else None
+
+    def judge_generator(self):
+        """The build's judge (its ``llm`` config's judge role, else its policy) as a generator,
+        its calls cached under the training's own name."""
+        from ragfactory.tasks.llm.cache import CallCache
+        from ragfactory.tasks.llm.config import LLMConfig
+        from ragfactory.tasks.llm.engine import make_batcher
+
+        run = self.build_run()
+        llm = LLMConfig.model_validate((run["config"].get("llm") or {}) if run else {})
+        cache = CallCache(f"train-{self.run_id or 'parquet'}")
+        return make_batcher(llm, cache, self.warehouse.artifacts_dir("models"))
+
+    def question_texts(self) -> dict[str, str]:
+        """``question_id -> question`` of the rows' questions, from the warehouse."""
+        from ragfactory.warehouse.catalog import query
+
+        ids = sorted({str(r["question_id"]) for r in self.rows})
+        rows = query(self.warehouse, "select question_id, question from questions where list_contains($ids, question_id)",
+                     {"ids": ids}).to_pylist()
+        return {r["question_id"]: r["question"] for r in rows}
 
 
 @dataclass(frozen=True)

@@ -370,11 +370,6 @@ def registered_prm_reward(wh, options: Mapping[str, Any]) -> PRMReward:
     return prm_reward(StepScorer.load(ref.load), str(options.get("prm_aggregate", "min")))
 
 
-def prm_rewards(wh, names: Sequence[str], options: Mapping[str, Any]) -> dict[str, PRMReward]:
-    """``{"prm": …}`` when the run's reward ``names`` include it, else nothing (no model loads)."""
-    return {"prm": registered_prm_reward(wh, options)} if "prm" in names else {}
-
-
 def step_rewards(scorer: StepScorer, prompts: Sequence, completions: Sequence) -> list[list[float]]:
     """The per-step scores ``prm_reward`` aggregates."""
     return PRMReward(scorer).step_rewards(prompts, completions)

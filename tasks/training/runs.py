@@ -22,7 +22,8 @@ from ragfactory.tasks.training.registry import (
     cache_key, export_question_ids, model_id_for, model_row, ModelRef, resolve_model_ref,
     seen_question_ids,
 )
-from ragfactory.tasks.training.rewards import RewardFunc, reward_functions
+from ragfactory.tasks.rewards import RewardFunc
+from ragfactory.tasks.training.rewards import run_rewards
 from ragfactory.tasks.training.trainers import (
     load_model, lora_config, make_trainer, run_training, trl_args,
 )
@@ -86,14 +87,7 @@ def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
     args = trl_args(config.method, plan.output_dir, config.save_steps, config.seed, config.trl)
     rewards = None
     if config.method == "grpo":
-        extra = dict(extra_rewards or {})
-        if "sepr" in config.rewards and "sepr" not in extra:
-            extra["sepr"] = plan_reward(wh)
-        if "prm" not in extra:
-            from ragfactory.tasks.training.prm import prm_rewards
-
-            extra |= prm_rewards(wh, config.rewards, config.options)
-        rewards = reward_functions(config.rewards, extra)
+        rewards = run_rewards(method_context(wh, config, plan, rows, logger, ()), extra_rewards)
     trainer = make_trainer(config.method, model, tokenizer, dataset, args,
                            [progress, *callbacks], rewards, lora_config(config.lora))
     logger.info("%s: %s on %d rows from %s", plan.model_id, config.method, len(dataset), plan.base_model)
@@ -110,17 +104,6 @@ def method_context(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan, r
         run_id=config.run_id, rewards=list(config.rewards), peft_config=lora_config(config.lora),
         options=dict(config.options),
     )
-
-
-def plan_reward(wh: Warehouse) -> RewardFunc:
-    """SEPR (APEX-Searcher) as a TRL reward function, its embeddings cached in the warehouse."""
-    from functools import partial, update_wrapper
-
-    from ragfactory.tasks.rewards.sepr import load_plan_scorer
-    from ragfactory.tasks.training.rewards import sepr_reward
-
-    reward = partial(sepr_reward, scorer=load_plan_scorer(cache_dir=wh.artifacts_dir("embeddings")))
-    return update_wrapper(reward, sepr_reward)
 
 
 def trained_question_ids(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan) -> set[str]:
