@@ -284,7 +284,7 @@ def qa_rows(rows: list[dict]) -> list[dict]:
 
 
 def build_trainer(ctx: MethodContext, retriever: Retriever | None = None):
-    """TRL's GRPO trainer with the agentic rollout (the ``methods.py`` seam)."""
+    """TRL's GRPO trainer with the agentic rollout (its spec: ``methods/grpo_agentic.py``)."""
     import datasets
     from trl import GRPOTrainer
 

@@ -268,7 +268,7 @@ class PRMTrainer(Trainer):
 
 
 def build_trainer(ctx: MethodContext) -> PRMTrainer:
-    """The PRM trainer on a ``step_labels`` export (the ``methods.py`` seam)."""
+    """The PRM trainer on a ``step_labels`` export (its spec: ``methods/prm.py``)."""
     import datasets
     from transformers import DataCollatorForTokenClassification, set_seed
 

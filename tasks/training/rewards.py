@@ -2,7 +2,8 @@
 
 A name is a stock reward (``tasks/rewards/functions.py``), one the caller passes ready-made
 (``extra``), or one declared as a factory: by a strategy (its ``training`` module's ``REWARDS``,
-``tasks/search/strategy.py``) or here (``prm``: a trained step reward model, ``prm.py``). Only the
+``tasks/search/strategy.py``) or by a training method (its spec's ``rewards``: the ``prm``
+method's trained step reward model). Only the
 factories of the names asked for are built, once per run, in the order they are named.
 """
 
@@ -14,21 +15,18 @@ from ragfactory.tasks.rewards import RewardContext, RewardFactory, RewardFunc
 from ragfactory.tasks.rewards.functions import reward_functions
 
 
-def prm_reward(ctx: RewardContext) -> RewardFunc:
-    """A trained step reward model's score of each completion (``prm.registered_prm_reward``)."""
-    from ragfactory.tasks.training.prm import registered_prm_reward
-
-    return registered_prm_reward(ctx.warehouse, ctx.options)
-
-
 def declared_rewards() -> dict[str, RewardFactory]:
-    """Every reward factory by name: the strategies' and the training's own."""
+    """Every reward factory by name: the strategies' and the training methods'."""
     from ragfactory.tasks.search.registry import STRATEGIES
+    from ragfactory.tasks.training.methods import METHODS
 
     declared = STRATEGIES.declared("training", "REWARDS")
-    if "prm" in declared:
-        raise ValueError("a strategy declares the reward 'prm', which training declares")
-    return {**declared, "prm": prm_reward}
+    for spec in METHODS.values():
+        clash = sorted(set(spec.rewards) & set(declared))
+        if clash:
+            raise ValueError(f"method {spec.name!r} declares the rewards {clash} again")
+        declared |= spec.rewards
+    return declared
 
 
 def run_rewards(ctx: RewardContext, extra: Mapping[str, RewardFunc] | None = None) -> list[RewardFunc]:

@@ -77,7 +77,8 @@ def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
     """Train as planned and return the run's metrics (the weights land in ``plan.output_dir``)."""
     rows = read_export([Path(f) for f in plan.files], config.method, config.task)
     progress = LossLogger(logger, prefix=f"{plan.model_id}: ")
-    if (spec := method_spec(config.method)) is not None:
+    spec = method_spec(config.method)
+    if not spec.stock:
         trainer = spec.build(method_context(wh, config, plan, rows, logger, [progress, *callbacks]))
         logger.info("%s: %s on %d rows from %s", plan.model_id, config.method, len(trainer.train_dataset),
                     plan.base_model)
@@ -86,7 +87,7 @@ def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
     model, tokenizer = load_model(loadable(plan.base_model, wh))
     args = trl_args(config.method, plan.output_dir, config.save_steps, config.seed, config.trl)
     rewards = None
-    if config.method == "grpo":
+    if spec.rewarded:
         rewards = run_rewards(method_context(wh, config, plan, rows, logger, ()), extra_rewards)
     trainer = make_trainer(config.method, model, tokenizer, dataset, args,
                            [progress, *callbacks], rewards, lora_config(config.lora))
@@ -97,7 +98,7 @@ def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
 
 def method_context(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan, rows: list[dict],
                    logger, callbacks: Sequence) -> MethodContext:
-    """What a method built in ``methods.py`` gets to build its trainer."""
+    """What a method's ``build_trainer`` (and a reward factory) gets."""
     return MethodContext(
         rows=rows, model_path=loadable(plan.base_model, wh), output_dir=plan.output_dir, trl=dict(config.trl),
         save_steps=config.save_steps, seed=config.seed, callbacks=list(callbacks), logger=logger, warehouse=wh,
