@@ -21,7 +21,8 @@ module (``REWARDS``, ``tasks/search/strategy.py``), a training method in its spe
 (``tasks/training/rewards.py``).
 
 The metrics beneath them live here too: answer EM / F1 / cover-EM (``answer.py``), SEPR
-(``sepr.py``) with its embedding cache.
+(``sepr.py``) with its embedding cache, and verl's rule-based score (``verl_reward.py``, in verl's
+own signature: verl loads that file by path).
 """
 
 from __future__ import annotations
