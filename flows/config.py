@@ -214,8 +214,7 @@ class TrainConfig(Section):
     def export_table(self) -> str:
         from ragfactory.tasks.training.methods import METHODS
 
-        stock = {"sft": "sft_examples", "dpo": "preference_pairs", "grpo": "grpo_prompts"}
-        return self.table or stock.get(self.method) or METHODS[self.method].table
+        return self.table or METHODS[self.method].table
 
     def training_fields(self) -> dict:
         """The fields that shape the trained weights (not where inputs and outputs live).

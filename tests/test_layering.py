@@ -113,13 +113,20 @@ FORBIDDEN = {
 KNOWN_EXCEPTIONS: set[tuple[str, str]] = set()
 
 
+# Modules of a strategy's folder that belong to another part: the strategy names them (its
+# ``exports``, ``training`` and ``evaluation`` fields, tasks/search/strategy.py), that part loads
+# them by name, so Search never imports them.
+STRATEGY_HOOKS = {"exports": "Export", "training": "Training", "evaluation": "Eval"}
+
+
 def part_of(module: str) -> str | None:
     """The part (docs/architecture.md) of a project module, None for anything not ours. A
     strategy's exporters (``tasks/search/<name>/exports.py``) live in its folder but belong to
-    Export: they declare ``Exporter`` rows, and the export registry loads them by name."""
+    Export: they declare ``Exporter`` rows, and the export registry loads them by name; so do its
+    ``training.py`` (Training) and ``evaluation.py`` (Eval)."""
     parts = module.split(".")
-    if parts[:3] == ["ragfactory", "tasks", "search"] and parts[4:5] == ["exports"]:
-        return "Export"
+    if parts[:3] == ["ragfactory", "tasks", "search"] and len(parts) == 5 and parts[4] in STRATEGY_HOOKS:
+        return STRATEGY_HOOKS[parts[4]]
     for i in range(len(parts), 0, -1):
         prefix = ".".join(parts[:i])
         if prefix in PARTS:
@@ -286,12 +293,8 @@ def test_checker_catches_an_import_cycle_between_parts(tmp_path):
 SEARCH = REPO / "tasks" / "search"
 # The registry names every strategy, one line each: the one place outside their folders.
 STRATEGY_REGISTRY = "tasks/search/registry.py"
-# Modules that still use one paper's step format or judges directly (training and evaluation
-# read the formats their data was made in). A test fails once one stops, so the list only shrinks.
-STILL_NAMING_A_STRATEGY = {
-    "tasks/eval/agentic.py", "tasks/training/agentic.py", "tasks/training/process_reward.py",
-    "tasks/training/rewards.py",
-}
+# Python modules and SQL views (the warehouse's and the dashboard's) are scanned.
+SCANNED = ("*.py", "*.sql")
 
 
 def strategy_folders(search: Path) -> list[str]:
@@ -301,12 +304,13 @@ def strategy_folders(search: Path) -> list[str]:
 
 
 def modules_naming_a_strategy(root: Path, names: Iterable[str]) -> dict[str, list[str]]:
-    """``{module: [names it says]}`` for every project module outside the strategies' folders
-    that says a strategy's name as a word (code, strings or comments)."""
+    """``{module: [names it says]}`` for every project module or SQL view outside the strategies'
+    folders that says a strategy's name as a word (code, strings or comments)."""
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
     found = {}
     for folder in ("tasks", "flows", "warehouse", "ragfactory", "schemas"):
-        for path in _python_files(root / folder):
+        files = [p for glob in SCANNED for p in (root / folder).rglob(glob) if ".venv" not in p.parts]
+        for path in sorted(files):
             rel = path.relative_to(root)
             if rel.parts[:2] == ("tasks", "search") and len(rel.parts) > 3 and rel.parts[2] in names:
                 continue
@@ -320,11 +324,8 @@ def test_no_module_outside_a_strategy_folder_names_a_strategy():
     names = strategy_folders(SEARCH)
     assert names == ["apex", "decex", "mcts", "r3", "treeps"]
     naming = modules_naming_a_strategy(REPO, names)
-    unexpected = {m: said for m, said in naming.items()
-                  if m != STRATEGY_REGISTRY and m not in STILL_NAMING_A_STRATEGY}
+    unexpected = {m: said for m, said in naming.items() if m != STRATEGY_REGISTRY}
     assert not unexpected, f"modules outside tasks/search/<name>/ name strategies: {unexpected}"
-    gone = sorted(STILL_NAMING_A_STRATEGY - set(naming))
-    assert not gone, f"no longer name a strategy, drop them from STILL_NAMING_A_STRATEGY: {gone}"
     assert sorted(naming[STRATEGY_REGISTRY]) == names
 
 
@@ -332,11 +333,14 @@ def test_strategy_scan_catches_a_name_and_spares_the_folder(tmp_path):
     files = {
         "tasks/search/alpha/plugin.py": "ALPHA = 'alpha'\n",
         "tasks/search/alpha/exports.py": "# alpha's exporters\n",
+        "tasks/search/alpha/views/alpha_tree.sql": "select * from nodes where strategy = 'alpha'\n",
         "tasks/export/sft.py": "if tree.strategy == 'alpha':\n    pass\n",
         "flows/config.py": "alpha_beta = 1  # alphabet, not alpha_ anything\n",
+        "warehouse/sql/summary.sql": "select 'alpha' as strategy from plan_scores\n",
     }
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     assert strategy_folders(tmp_path / "tasks" / "search") == ["alpha"]
-    assert modules_naming_a_strategy(tmp_path, ["alpha"]) == {"tasks/export/sft.py": ["alpha"]}
+    assert modules_naming_a_strategy(tmp_path, ["alpha"]) == {
+        "tasks/export/sft.py": ["alpha"], "warehouse/sql/summary.sql": ["alpha"]}

@@ -22,9 +22,6 @@ from importlib import resources
 from ragfactory.dashboard import fates
 from ragfactory.warehouse.store import Warehouse
 
-STOCK_TABLES = {"sft": "sft_examples", "dpo": "preference_pairs", "grpo": "grpo_prompts"}
-
-
 @cache
 def sql_text(name: str) -> str:
     """The text of ``sql/<name>.sql``."""

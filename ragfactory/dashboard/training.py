@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ragfactory.dashboard.queries import STOCK_TABLES, Reader, build_ids, export_rows
+from ragfactory.dashboard.queries import Reader, build_ids, export_rows
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 # the trainer's progress line (tasks/training/progress.py): "step 3/10 (30%) loss 0.6931 lr 5.00e-05 eta 01m02s"
@@ -24,7 +24,7 @@ def method_tables() -> dict[str, str]:
     """Every training method and the export table it reads by default."""
     from ragfactory.tasks.training.methods import METHODS
 
-    return STOCK_TABLES | {name: spec.table for name, spec in METHODS.items()}
+    return {name: spec.table for name, spec in METHODS.items()}
 
 
 def deployment_name(method: str) -> str:

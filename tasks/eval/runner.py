@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 from datetime import datetime
 from functools import partial
 
-from ragfactory.tasks.eval.agentic import answer_agentic
 from ragfactory.tasks.eval.baselines import answer_direct, answer_rag
 from ragfactory.tasks.eval.inference import EvalQuestion, InferenceConfig, Outcome
 from ragfactory.tasks.llm.batcher import Batcher
@@ -27,18 +26,31 @@ from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.rewards.answer import METRICS
 
 Mode = Callable[[EvalQuestion, Generator, Retriever | None, InferenceConfig], Awaitable[Outcome]]
-MODES: dict[str, Mode] = {"agentic": answer_agentic, "direct": answer_direct, "rag": answer_rag}
+# The built-in modes; a strategy adds the inference its data trains (``Strategy.evaluation``:
+# ReasonRAG's agentic loop), ``eval_modes`` merges them.
+BUILTIN_MODES: dict[str, Mode] = {"direct": answer_direct, "rag": answer_rag}
 RETRIEVING_MODES = frozenset({"agentic", "rag"})
 AGGREGATE_COLUMNS = ("em", "f1", "cover_em", "n_retrievals", "n_steps")
 
 
-def check_modes(modes: Iterable[str]) -> list[str]:
+def eval_modes() -> dict[str, Mode]:
+    """Every evaluation mode by name: the built-ins and those the registered strategies add."""
+    from ragfactory.tasks.search.registry import STRATEGIES
+
+    added = STRATEGIES.declared("evaluation", "MODES")
+    clash = sorted(set(added) & set(BUILTIN_MODES))
+    if clash:
+        raise ValueError(f"strategies declare the built-in evaluation modes {clash} again")
+    return {**added, **BUILTIN_MODES}
+
+
+def check_modes(names: Iterable[str]) -> list[str]:
     """The modes, or an error naming the unknown ones and the known ones."""
-    modes = list(modes)
-    unknown = sorted(set(modes) - set(MODES))
+    names = list(names)
+    unknown = sorted(set(names) - set(eval_modes()))
     if unknown:
-        raise ValueError(f"unknown evaluation modes {unknown}; known: {sorted(MODES)}")
-    return modes
+        raise ValueError(f"unknown evaluation modes {unknown}; known: {sorted(eval_modes())}")
+    return names
 
 
 def needs_retriever(modes: Iterable[str]) -> bool:
@@ -70,7 +82,7 @@ async def answer_questions(
     retriever: Retriever | None, config: InferenceConfig, max_in_flight: int,
 ) -> dict[str, list[Outcome]]:
     """mode -> the outcome of each question, in question order."""
-    jobs = [partial(_attributed, q.question_id, partial(MODES[mode], q, batcher, retriever, config))
+    jobs = [partial(_attributed, q.question_id, partial(eval_modes()[mode], q, batcher, retriever, config))
             for mode in check_modes(modes) for q in questions]
     outcomes = await batcher.run_all(jobs, max_in_flight)
     n = len(questions)

@@ -22,8 +22,8 @@ prompt_id, run_id and question_id for the warehouse);
 The reward is stock verl's: ``verl.utils.reward_score.default_compute_score`` (verl 0.9.1) scores
 the seven ``searchR1_<dataset>`` names of ``SEARCH_R1_DATASETS`` with Search-R1's exact match of
 the last ``<answer> … </answer>`` against ``target``, the tag the TreePS prompts ask for. Any other
-dataset's rows score through ``verl_reward.py`` (the same rule for every ``searchR1_`` name), which
-``reward_overrides`` names in ``reward.custom_reward_function`` overrides for ``main_ppo``.
+dataset's rows score through ``tasks/rewards/verl_reward.py`` (the same rule for every ``searchR1_``
+name), which ``reward_overrides`` names in ``reward.custom_reward_function`` overrides for ``main_ppo``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ DATA_SOURCE_PREFIX = "searchR1_"  # the prefix of verl's Search-R1 reward names
 # The datasets verl 0.9.1's default_compute_score scores as searchR1_<name>, no user code needed.
 SEARCH_R1_DATASETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 ANSWER_TAG = "<answer>"  # what search_r1_like_qa_em parses; every prompt must ask for it
-REWARD_MODULE = Path(__file__).with_name("verl_reward.py")
+# verl loads it by path (it imports nothing of ragfactory)
+REWARD_MODULE = Path(__file__).parents[1] / "rewards" / "verl_reward.py"
 
 
 def data_source(dataset: str | None) -> str:

@@ -20,7 +20,7 @@ paraphrases" but does not print it. On ten MuSiQue dev gold plans (symbolic step
 puts every paraphrase at >= 0.79 and every other step of the same plan at <= 0.68 (a county's
 location against its neighbour); 0.7 sits in that gap.
 
-``sepr_reward`` (``tasks/training/rewards.py``) is the same score as a TRL reward function: it
+``sepr_reward`` (in the APEX strategy's ``training.py``) is the same score as a TRL reward function: it
 reads the completion with the APEX planner's parser, which this module does not import, so the
 reward stays below the strategies that use it.
 """

@@ -3,7 +3,9 @@
 The termination prompt (Table 4) answers ``<reasoning>`` plus ``<answer>`` or ``<question>``; the
 sub-question prompt (Table 5) free thinking plus ``<question>``; the self-answer prompt (Table 6)
 thinking plus ``<answer>``; the sub-query prompt (Table 7) the bare query; a rollout turn (Table
-8) reasoning that ends in ``<search>`` or ``<answer>``, answered by ``<information>``.
+8) reasoning that ends in ``<search>`` or ``<answer>``, answered by ``<information>``. That
+rollout turn is Search-R1's (Jin et al. 2025), which TreePS-RAG's steps and the agentic GRPO
+rollout share: ``ROLLOUT_STOP`` ends it, ``information`` renders the passages that answer a search.
 
 Parsing is tolerant, because models are: text around tags is kept as reasoning, tag names are
 case-insensitive, a ``<think>…</think>`` block (reasoning models) is ignored, and a tag opened but
@@ -15,11 +17,14 @@ which becomes the node's ``format_error``, and the strategy carries on without t
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 TAGS = ("reasoning", "question", "answer", "search", "information", "think")
 _THINK_BLOCK = re.compile(r"<\s*think\s*>.*?<\s*/\s*think\s*>", re.IGNORECASE | re.DOTALL)
 _ANY_TAG = re.compile(r"<\s*/?\s*(?:" + "|".join(TAGS) + r")\s*>", re.IGNORECASE)
+# A rollout turn ends at its action; engines drop the stop string.
+ROLLOUT_STOP = ("</search>", "</answer>")
 _QUERY_PREFIX = re.compile(r"^\s*(?:search\s+)?query\s*[:：]\s*", re.IGNORECASE)
 
 
@@ -157,3 +162,15 @@ def parse_rollout_turn(text: str | None) -> Parsed:
     action = None if error else tag
     key = "query" if tag == "search" else "answer"
     return Parsed({"action": action, "reasoning": text_before(body, tag), key: content}, error)
+
+
+def render_passages(hits: Iterable[Mapping]) -> str:
+    """Search-R1's passage list: ``Doc i(Title: title) text``, one line each."""
+    return "".join(
+        f"Doc {i}(Title: {hit['title']}) {hit['text']}\n" for i, hit in enumerate(hits, start=1)
+    )
+
+
+def information(hits: Iterable[Mapping]) -> str:
+    """The observation of a search: the passages inside ``<information>``."""
+    return f"<information>{render_passages(hits)}</information>"

@@ -24,7 +24,14 @@ A strategy is a registered plug-in that declares:
 8. ``views``: the folder of its SQL views (``<view name>.sql``), which the warehouse catalog
    shows beside its own (registered through ``ragfactory/plugins.py``);
 9. ``explain``: optionally, why one of its nodes was kept or pruned, in the dashboard's words
-   (``ragfactory/dashboard/fates.py``), before the generic rules.
+   (``ragfactory/dashboard/fates.py``), before the generic rules;
+10. ``training``: optionally, the dotted name of the module in its folder that declares what its
+    data trains with: ``REWARDS``, reward functions by the name ``train --rewards`` gives them,
+    each built per run from the training's context (``tasks/rewards/__init__.py``). Named, not
+    imported, like ``exports``: that module belongs to the training part;
+11. ``evaluation``: optionally, the dotted name of the module in its folder that declares
+    ``MODES``, the evaluation modes it adds (the inference its data trains, by mode name, as
+    ``tasks/eval/runner.py`` calls a mode). That module belongs to the evaluation part.
 
 The shard runner, the config, its hash, the expand and export tasks and the catalog look
 strategies up here and know none by name. Adding a strategy is one sub-package under
@@ -37,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +83,8 @@ class Strategy:
     exports: str | None = None
     views: Path | None = None
     explain: Callable[[Mapping[str, Any], str], str | None] | None = None
+    training: str | None = None
+    evaluation: str | None = None
 
     @property
     def tree_names(self) -> tuple[str, ...]:
@@ -138,6 +148,19 @@ class Registry:
             return self._by_name[name]
         except KeyError:
             raise ValueError(f"unknown strategy {name!r}; known: {self.names()}") from None
+
+    def declared(self, hook: str, name: str) -> dict[str, Any]:
+        """The ``name`` mappings that the strategies' ``hook`` modules (``training``,
+        ``evaluation``) declare, merged in registration order; a key declared twice is an error."""
+        merged: dict[str, Any] = {}
+        for strategy in self._by_name.values():
+            module = getattr(strategy, hook)
+            declared = getattr(import_module(module), name, {}) if module else {}
+            clash = sorted(set(declared) & set(merged))
+            if clash:
+                raise ValueError(f"strategy {strategy.name!r} declares {hook} {name} {clash} again")
+            merged |= declared
+        return merged
 
     def by_tree_name(self, tree_name: str) -> Strategy:
         """The strategy whose trees are named ``tree_name`` in ``nodes.strategy``."""

@@ -10,8 +10,8 @@ multi-turn rollout against the build's own retriever, through TRL's ``rollout_fu
    top-p and top-k from the GRPO config).
 3. A turn whose first action is ``<search> q </search>`` (``parse_rollout_turn``, as TreePS reads
    a step) retrieves the top-``top_k`` passages for q; the observation
-   ``\\n\\n<information>Doc 1(Title: …) …</information>\\n\\n`` (``treeps.steps``, the layout the
-   trees and the ``trajectories`` export use) is appended to the completion with mask 0. Any
+   ``\\n\\n<information>Doc 1(Title: …) …</information>\\n\\n`` (``tasks/search/parsing.py``,
+   Search-R1's layout, which the trees and the ``trajectories`` export use) is appended to the completion with mask 0. Any
    other turn ends the rollout; so do ``max_turns`` turns and a spent budget (an observation is
    cut to the budget that is left).
 4. The rollout returns ``prompt_ids``, ``completion_ids`` (model and observation tokens in
@@ -19,8 +19,9 @@ multi-turn rollout against the build's own retriever, through TRL's ``rollout_fu
    the loss mask, so retrieved text gets no gradient) and ``retrieved`` (per completion, the hits
    of each search), which TRL forwards to the reward functions by name.
 
-The reward functions are the stock ones (``answer_em``, ``answer_f1``, ``format``) plus
-``r3_process`` (``tasks/training/process_reward.py``). Every rollout is logged, and appended to
+The reward functions are those the run names (``tasks/training/rewards.py``): the stock ones
+(``answer_em``, ``answer_f1``, ``format``), ``prm`` and those the strategies declare, such as
+R3-RAG's judged ``r3_process``. Every rollout is logged, and appended to
 ``rollouts.jsonl`` in the output folder with its queries and retrieved passages.
 
 Why ``rollout_func`` and not TRL's ``tools`` / ``environment_factory``: those call tools through
@@ -42,8 +43,7 @@ from typing import Any
 
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.search.common import hit_record
-from ragfactory.tasks.search.parsing import parse_rollout_turn
-from ragfactory.tasks.search.treeps.steps import STEP_STOP, information
+from ragfactory.tasks.search.parsing import information, parse_rollout_turn, ROLLOUT_STOP
 from ragfactory.tasks.training.methods import check_options, MethodContext
 
 ROLLOUT_LOG = "rollouts.jsonl"
@@ -106,7 +106,7 @@ def turn_end(tokenizer, new_ids: Sequence[int], eos_ids: set[int]) -> int:
 
 def token_text_has_stop(tokenizer, ids: Sequence[int]) -> bool:
     tail = tokenizer.decode(ids[-8:], skip_special_tokens=False)
-    return any(stop in tail for stop in STEP_STOP)
+    return any(stop in tail for stop in ROLLOUT_STOP)
 
 
 class GrammarProcessor:
@@ -146,7 +146,7 @@ def generate_turn(model, tokenizer, rollouts: list[Rollout], budget: int, sampli
     processors = LogitsProcessorList([GrammarProcessor(*grammar, len(rows))] if grammar else [])
     with torch.no_grad():
         out = model.generate(input_ids=ids.to(device), attention_mask=attention.to(device), max_new_tokens=room,
-                             do_sample=True, stop_strings=list(STEP_STOP), tokenizer=tokenizer,
+                             do_sample=True, stop_strings=list(ROLLOUT_STOP), tokenizer=tokenizer,
                              pad_token_id=pad, logits_processor=processors, **sampling)
     new = []
     for rollout, row in zip(rollouts, out[:, width:].tolist()):
@@ -284,12 +284,11 @@ def qa_rows(rows: list[dict]) -> list[dict]:
 
 
 def build_trainer(ctx: MethodContext, retriever: Retriever | None = None):
-    """TRL's GRPO trainer with the agentic rollout (the ``methods.py`` seam)."""
+    """TRL's GRPO trainer with the agentic rollout (its spec: ``methods/grpo_agentic.py``)."""
     import datasets
     from trl import GRPOTrainer
 
-    from ragfactory.tasks.training.process_reward import process_rewards
-    from ragfactory.tasks.training.rewards import reward_functions
+    from ragfactory.tasks.training.rewards import run_rewards
     from ragfactory.tasks.training.trainers import load_model, trl_args
 
     options = AgenticOptions.from_options(ctx.options)
@@ -297,7 +296,7 @@ def build_trainer(ctx: MethodContext, retriever: Retriever | None = None):
     model, tokenizer = load_model(ctx.model_path)
     tokenizer.padding_side = "left"
     args = trl_args("grpo-agentic", ctx.output_dir, ctx.save_steps, ctx.seed, ctx.trl)
-    rewards = reward_functions(ctx.rewards, process_rewards(ctx))
+    rewards = run_rewards(ctx)
     dataset = datasets.Dataset.from_list(qa_rows(ctx.rows))
     return GRPOTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=dataset,
                        processing_class=tokenizer, callbacks=list(ctx.callbacks), peft_config=ctx.peft_config,

@@ -11,9 +11,10 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TrainMethod = Literal["sft", "dpo", "grpo", "grpo-agentic", "tree-advantage", "prm"]
-# TRL's stock trainers; the others are built in ``methods.py``
-STOCK_METHODS = ("sft", "dpo", "grpo")
+from ragfactory.tasks.training.methods import TRAIN_METHODS
+
+# the registered methods (``tasks/training/methods/``), in registration order
+TrainMethod = Literal[TRAIN_METHODS]  # type: ignore[valid-type]
 
 
 class Section(BaseModel):

@@ -16,15 +16,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-METHOD_COLUMNS = {
-    "sft": ("messages",),
-    "dpo": ("prompt", "chosen", "rejected"),
-    "grpo": ("prompt", "golden_answers", "task", "gold_plan"),
-}
-# Columns a method reads when an export has them (SEPR needs gold_plan; only planner rows do).
-OPTIONAL_COLUMNS = {"grpo": ("task", "gold_plan")}
-
-
 def export_files(root: str | Path, table: str, run_id: str | None, parquet: str | None) -> list[Path]:
     """The parquet files of a run's export (or of a given file or folder), sorted.
 
@@ -55,13 +46,11 @@ def snapshot_hash(files: list[Path]) -> str:
 
 
 def method_columns(method: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(the columns a method reads, those of them it can do without)."""
-    from ragfactory.tasks.training.methods import METHODS
+    """(the columns a method reads, those of them it can do without), from its spec."""
+    from ragfactory.tasks.training.methods import method_spec
 
-    if method in METHODS:
-        spec = METHODS[method]
-        return spec.columns + spec.optional, spec.optional
-    return METHOD_COLUMNS[method], OPTIONAL_COLUMNS.get(method, ())
+    spec = method_spec(method)
+    return spec.columns + spec.optional, spec.optional
 
 
 def read_export(files: list[Path], method: str, task: str | None = None) -> list[dict]:
@@ -99,11 +88,12 @@ def sft_prompt_completions(rows: list[dict]) -> list[dict]:
 
 
 def training_dataset(rows: list[dict], method: str):
-    """A ``datasets.Dataset`` in the format of the method's TRL trainer."""
+    """A ``datasets.Dataset`` in the format of the method's TRL trainer (its spec's ``prepare``)."""
     import datasets
 
-    if method == "sft":
-        rows = sft_prompt_completions(rows)
+    from ragfactory.tasks.training.methods import method_spec
+
+    rows = method_spec(method).prepared(rows)
     if not rows:
         raise ValueError(f"the {method} export has no rows")
     return datasets.Dataset.from_list(rows)

@@ -23,7 +23,8 @@ from ragfactory.tasks.training.registry import (
     cache_key, export_question_ids, model_id_for, model_row, ModelRef, resolve_model_ref,
     seen_question_ids,
 )
-from ragfactory.tasks.training.rewards import RewardFunc, reward_functions
+from ragfactory.tasks.rewards import RewardFunc
+from ragfactory.tasks.training.rewards import run_rewards
 from ragfactory.tasks.training.trainers import (
     load_model, lora_config, make_trainer, run_training, trl_args,
 )
@@ -78,7 +79,8 @@ def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
     tune_allocator()  # a worker's flow process starts without the CLI: freed activations leave the heap
     rows = read_export([Path(f) for f in plan.files], config.method, config.task)
     progress = LossLogger(logger, prefix=f"{plan.model_id}: ")
-    if (spec := method_spec(config.method)) is not None:
+    spec = method_spec(config.method)
+    if not spec.stock:
         trainer = spec.build(method_context(wh, config, plan, rows, logger, [progress, *callbacks]))
         logger.info("%s: %s on %d rows from %s", plan.model_id, config.method, len(trainer.train_dataset),
                     plan.base_model)
@@ -87,15 +89,8 @@ def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
     model, tokenizer = load_model(loadable(plan.base_model, wh))
     args = trl_args(config.method, plan.output_dir, config.save_steps, config.seed, config.trl)
     rewards = None
-    if config.method == "grpo":
-        extra = dict(extra_rewards or {})
-        if "sepr" in config.rewards and "sepr" not in extra:
-            extra["sepr"] = plan_reward(wh)
-        if "prm" not in extra:
-            from ragfactory.tasks.training.prm import prm_rewards
-
-            extra |= prm_rewards(wh, config.rewards, config.options)
-        rewards = reward_functions(config.rewards, extra)
+    if spec.rewarded:
+        rewards = run_rewards(method_context(wh, config, plan, rows, logger, ()), extra_rewards)
     trainer = make_trainer(config.method, model, tokenizer, dataset, args,
                            [progress, *callbacks], rewards, lora_config(config.lora))
     logger.info("%s: %s on %d rows from %s", plan.model_id, config.method, len(dataset), plan.base_model)
@@ -105,24 +100,13 @@ def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
 
 def method_context(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan, rows: list[dict],
                    logger, callbacks: Sequence) -> MethodContext:
-    """What a method built in ``methods.py`` gets to build its trainer."""
+    """What a method's ``build_trainer`` (and a reward factory) gets."""
     return MethodContext(
         rows=rows, model_path=loadable(plan.base_model, wh), output_dir=plan.output_dir, trl=dict(config.trl),
         save_steps=config.save_steps, seed=config.seed, callbacks=list(callbacks), logger=logger, warehouse=wh,
         run_id=config.run_id, rewards=list(config.rewards), peft_config=lora_config(config.lora),
         options=dict(config.options),
     )
-
-
-def plan_reward(wh: Warehouse) -> RewardFunc:
-    """SEPR (APEX-Searcher) as a TRL reward function, its embeddings cached in the warehouse."""
-    from functools import partial, update_wrapper
-
-    from ragfactory.tasks.rewards.sepr import load_plan_scorer
-    from ragfactory.tasks.training.rewards import sepr_reward
-
-    reward = partial(sepr_reward, scorer=load_plan_scorer(cache_dir=wh.artifacts_dir("embeddings")))
-    return update_wrapper(reward, sepr_reward)
 
 
 def trained_question_ids(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan) -> set[str]:

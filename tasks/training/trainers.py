@@ -15,42 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from ragfactory.tasks.training.config import LoraSection
+from ragfactory.tasks.training.methods import method_spec
 
 # Why each default: metrics reach the registry, not a tracker; every step logged feeds the loss
 # lines; checkpoints carry optimizer state so a resumed run continues the same trajectory.
 WORKER_DEFAULTS: dict[str, Any] = {
     "report_to": [], "logging_steps": 1, "save_strategy": "steps", "save_total_limit": 2,
 }
-# TRL's default batch of 8 is kept as 4 micro-batches of 2: the same gradient per step, a quarter
-# of the activations resident (docs/training.md, "Speed and memory"). DPO's reference log-probs
-# are computed once before training from the initial weights, so no reference copy is held and
-# no step runs a reference forward.
-MICRO_BATCH = {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4}
-METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
-    "sft": {"completion_only_loss": True, "max_length": 1024, **MICRO_BATCH},
-    "dpo": {"max_length": 1024, "precompute_ref_log_probs": True, **MICRO_BATCH},
-    # Two generations is the smallest group with a relative advantage; enough for CPU smoke runs.
-    "grpo": {"num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": 256},
-    "grpo-agentic": {"num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": 256},
-    # TreePS-RAG trains at lr 1e-6 with batches of 512 (Table 5); a CPU worker takes small batches,
-    # so a larger rate; the paper's batch and rate are overrides away.
-    "tree-advantage": {"per_device_train_batch_size": 2, "learning_rate": 1e-5},
-    "prm": {"per_device_train_batch_size": 2},
-}
-
-
-def config_class(method: str):
-    """The TRL config class of a method: a stock one, or the one its ``methods.py`` spec names."""
-    from trl import DPOConfig, GRPOConfig, SFTConfig
-
-    from ragfactory.tasks.training.methods import METHODS
-
-    if method in METHODS:
-        return METHODS[method].config_class
-    classes = {"sft": SFTConfig, "dpo": DPOConfig, "grpo": GRPOConfig}
-    if method not in classes:
-        raise ValueError(f"unknown training method {method!r}; expected one of {sorted(METHOD_DEFAULTS)}")
-    return classes[method]
 
 
 def device_settings() -> dict[str, Any]:
@@ -76,10 +47,12 @@ def vllm_generation() -> dict[str, Any]:
 
 def trl_args(method: str, output_dir: str | Path, save_steps: int, seed: int,
              overrides: dict[str, Any] | None = None):
-    """The TRL ``SFTConfig`` / ``DPOConfig`` / ``GRPOConfig`` (or a method's own config) of one run."""
-    config = config_class(method)
-    generation = vllm_generation() if method == "grpo" else {}
-    defaults = dict(METHOD_DEFAULTS[method])
+    """The TRL ``SFTConfig`` / ``DPOConfig`` / ``GRPOConfig`` (or a method's own config) of one run:
+    the worker's defaults, the method's (its spec), the device's, then the caller's overrides."""
+    spec = method_spec(method)
+    config = spec.config_class
+    generation = vllm_generation() if spec.vllm else {}
+    defaults = dict(spec.defaults)
     if "per_device_train_batch_size" in (overrides or {}):  # a batch asked for is one forward, as in TRL
         defaults.pop("gradient_accumulation_steps", None)
     kwargs = {**WORKER_DEFAULTS, **defaults, **device_settings(), **generation,
@@ -124,16 +97,16 @@ def last_checkpoint(output_dir: str | Path) -> str | None:
 
 def make_trainer(method: str, model, tokenizer, dataset, args, callbacks: Sequence = (),
                  reward_funcs: Sequence | None = None, peft_config=None):
-    """The TRL trainer of a method, wired to the dataset, callbacks and optional adapters."""
-    from trl import DPOTrainer, GRPOTrainer, SFTTrainer
-
+    """The stock TRL trainer of a method (its spec's ``trainer``), wired to the dataset, callbacks,
+    optional adapters and, for a rewarded method, its reward functions."""
+    spec = method_spec(method)
     common = dict(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                   callbacks=list(callbacks), peft_config=peft_config)
-    if method == "grpo":
+    if spec.rewarded:
         if not reward_funcs:
-            raise ValueError("GRPO needs reward functions")
-        return GRPOTrainer(reward_funcs=list(reward_funcs), **common)
-    return {"sft": SFTTrainer, "dpo": DPOTrainer}[method](**common)
+            raise ValueError(f"{method} needs reward functions")
+        common["reward_funcs"] = list(reward_funcs)
+    return spec.trainer_class(**common)
 
 
 def run_training(trainer, output_dir: str | Path, keep_checkpoints: bool = False) -> dict[str, Any]:

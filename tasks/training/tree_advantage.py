@@ -220,7 +220,7 @@ def add_old_logps(model, features: list[dict], pad_id: int, batch_size: int) -> 
 
 
 def build_trainer(ctx: MethodContext) -> TreeAdvantageTrainer:
-    """The method's trainer on a ``trajectories`` export (the ``methods.py`` seam)."""
+    """The method's trainer on a ``trajectories`` export (its spec: ``methods/tree_advantage.py``)."""
     from ragfactory.tasks.training.trainers import load_model, trl_args
 
     model, tokenizer = load_model(ctx.model_path)

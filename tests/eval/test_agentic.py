@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from ragfactory.tasks.eval.agentic import answer_agentic
+from ragfactory.tasks.search.mcts.evaluation import answer_agentic
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.search.mcts import steps
 from ragfactory.tasks.search.mcts.steps import STOP, closed, parse_turn

@@ -14,7 +14,7 @@ from functools import partial
 import pytest
 
 from ragfactory.tasks.search.apex.exports import ApexExportConfig, executor_sft_examples, planner_grpo_prompts
-from ragfactory.tasks.training.rewards import sepr_reward
+from ragfactory.tasks.search.apex.training import sepr_reward
 from ragfactory.warehouse.catalog import query, refresh_catalog
 from ragfactory.warehouse.store import conform
 from tests.search.apex_scenario import PLANS, QUESTION, apex_reply, run, scorer

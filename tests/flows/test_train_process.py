@@ -17,7 +17,7 @@ from ragfactory.flows.build import build
 from ragfactory.flows.config import BuildConfig, EvalConfig, TrainConfig
 from ragfactory.flows.evaluate import evaluate
 from ragfactory.flows.train import train
-from ragfactory.tasks.training.prm import heldout_ids
+from ragfactory.tasks.training.prm.heldout import heldout_ids
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm

@@ -21,8 +21,9 @@ from ragfactory.tasks.rewards.sepr import (
     normalize_sub_question,
     plan_score_row,
 )
-from ragfactory.tasks.training import rewards as training_rewards
-from ragfactory.tasks.training.rewards import sepr_reward
+from ragfactory.tasks.rewards import functions as stock_rewards
+from ragfactory.tasks.search.apex import training as apex_training
+from ragfactory.tasks.search.apex.training import sepr_reward
 from ragfactory.warehouse.store import conform
 from tests.fakes import TableEmbedder
 
@@ -126,8 +127,8 @@ def test_plan_score_row_fits_the_table(scorer):
 
 
 def test_reward_docstring_example_runs():
-    result = doctest.testmod(training_rewards, optionflags=doctest.ELLIPSIS)
-    assert result.attempted >= 8 and result.failed == 0
+    results = [doctest.testmod(m, optionflags=doctest.ELLIPSIS) for m in (stock_rewards, apex_training)]
+    assert sum(r.attempted for r in results) >= 8 and sum(r.failed for r in results) == 0
 
 
 def _plan(*steps: str) -> str:

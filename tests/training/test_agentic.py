@@ -16,7 +16,7 @@ from ragfactory.tasks.training.agentic import (
     AgenticOptions, build_trainer, observe, qa_rows, ROLLOUT_LOG, Rollout, turn_end,
 )
 from ragfactory.tasks.training.methods import MethodContext
-from ragfactory.tasks.training.process_reward import outcome, R3ProcessReward
+from ragfactory.tasks.search.r3.training import outcome, R3ProcessReward
 from ragfactory.tasks.training.runs import run_training
 from ragfactory.tasks.training.trainers import load_model
 
@@ -167,7 +167,7 @@ def test_the_engine_judge_asks_the_judge_role_once_per_search_in_one_batch():
     """Verdicts by passage title: Jaws reads 0.8, Paris does not read (None, scored 0 by r3_process)."""
     from ragfactory.tasks.llm.batcher import Batcher
     from ragfactory.tasks.retrieval.types import Hit
-    from ragfactory.tasks.training.process_reward import EngineJudge
+    from ragfactory.tasks.search.r3.training import EngineJudge
     from tests.fakes import ScriptedBackend
 
     def verdict(request, sample):

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from ragfactory.tasks.training.methods import MethodContext
-from ragfactory.tasks.training.prm import (
-    build_trainer, heldout_ids, load_tokenizer, prm_reward, split_steps, step_rewards, StepScorer,
-)
+from ragfactory.tasks.training.prm.heldout import heldout_ids
+from ragfactory.tasks.training.prm.reward import prm_reward, split_steps, step_rewards
+from ragfactory.tasks.training.prm.scoring import load_tokenizer, StepScorer
+from ragfactory.tasks.training.prm.trainer import build_trainer
 from ragfactory.tasks.training.runs import run_training
 
 PROMPT = "Answer the question. Question: what is the capital of France?\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragfactory.tasks.training.rewards import (
+from ragfactory.tasks.rewards.functions import (
     answer_em_reward, answer_f1_reward, format_reward, parse_answer, reward_functions,
 )
 

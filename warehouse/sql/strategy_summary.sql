@@ -29,9 +29,11 @@ with node_counts as (
     from trajectories
     group by run_id, strategy
 ), plan_counts as (
-    select run_id, 'apex' as strategy, count(*) as n_scored_plans, round(avg(f1), 3) as mean_plan_f1
-    from plan_scores
-    group by run_id
+    -- a scored plan is a node of the strategy that planned it (plan_id is its node_id)
+    select s.run_id, n.strategy, count(*) as n_scored_plans, round(avg(s.f1), 3) as mean_plan_f1
+    from plan_scores s
+    join nodes n on n.run_id = s.run_id and n.node_id = s.plan_id
+    group by s.run_id, n.strategy
 ), label_counts as (
     select run_id, strategy, count(*) as n_step_labels
     from step_labels

@@ -41,5 +41,6 @@ APEX = Strategy(
     encoders=encoders,
     description="APEX-Searcher planning, SEPR and execution",
     exports=f"{__package__}.exports",
+    training=f"{__package__}.training",
     views=Path(__file__).parent / "views",
 )

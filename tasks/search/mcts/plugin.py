@@ -21,5 +21,6 @@ MCTS = Strategy(
     description="ReasonRAG MCTS parameters (defaults and their sources in tasks/search/mcts/config.py)",
     explain=explain,
     exports=f"{__package__}.exports",
+    evaluation=f"{__package__}.evaluation",
     views=Path(__file__).parent / "views",
 )

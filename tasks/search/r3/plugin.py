@@ -19,5 +19,6 @@ R3 = Strategy(
     expand=expand,
     description="R3-RAG cold-start parameters (defaults and their sources in tasks/search/r3/config.py)",
     exports=f"{__package__}.exports",
+    training=f"{__package__}.training",
     views=Path(__file__).parent / "views",
 )

@@ -17,17 +17,17 @@ the observations (retrieved text, masked from the loss, §2.3 "Policy Optimizati
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ragfactory.tasks.llm.types import Message
 from ragfactory.tasks.prompts.loader import render_prompt
-from ragfactory.tasks.search.parsing import Parsed, parse_rollout_turn, tag_span
+from ragfactory.tasks.search.parsing import ROLLOUT_STOP, Parsed, information, parse_rollout_turn, tag_span
 
 # prompt name -> the tag its reasoning goes in
 PROMPT_REASONING_TAGS = {"treeps_step": "reason", "treeps_search_r1": "think"}
 # A step ends at its action; engines drop the stop string, ``closed_step`` puts it back.
-STEP_STOP = ("</search>", "</answer>")
+STEP_STOP = ROLLOUT_STOP
 _CLOSING = {"search": "</search>", "answer": "</answer>"}
 
 
@@ -56,18 +56,6 @@ def closed_step(text: str, action: str | None) -> str:
     tail = _CLOSING.get(action or "")
     body = text.rstrip()
     return body if tail is None or body.endswith(tail) else f"{body} {tail}"
-
-
-def render_passages(hits: Iterable[Mapping]) -> str:
-    """Search-R1's passage list: ``Doc i(Title: title) text``, one line each."""
-    return "".join(
-        f"Doc {i}(Title: {hit['title']}) {hit['text']}\n" for i, hit in enumerate(hits, start=1)
-    )
-
-
-def information(hits: Iterable[Mapping]) -> str:
-    """The observation o_i of a search: the passages inside ``<information>``."""
-    return f"<information>{render_passages(hits)}</information>"
 
 
 def step_turns(text: str, hits: Sequence[Mapping] | None) -> list[Message]:

@@ -13,9 +13,11 @@ Algorithm 1, for at most ``max_rounds`` rounds (its N):
   rounds has no answer: its prediction is empty.
 
 The step format (the user turn of each stage, the stop strings, how an output reads) is
-``tasks/search/mcts/steps.py``, shared with the MCTS search that builds ReasonRAG's training
-data; each stage's output grammar (``reasonrag_reasoning.lark``: a query or an answer;
-``reasonrag_grounding.lark``: the evidence) holds a constrained model to that form.
+``steps.py``, shared with the search in this folder that builds ReasonRAG's training data; each
+stage's output grammar (``reasonrag_reasoning.lark``: a query or an answer;
+``reasonrag_grounding.lark``: the evidence) holds a constrained model to that form. ``MODES``
+adds this loop to the evaluation as its ``agentic`` mode (``tasks/eval/runner.py``); this module
+belongs to the evaluation part: the strategy names it (``plugin.py``), the runner loads it.
 """
 
 from __future__ import annotations
@@ -79,3 +81,6 @@ async def answer_agentic(
             stage = REASONING
     outcome.errors.append(f"no <answer> in {config.max_rounds} rounds")
     return outcome
+
+
+MODES = {MODE: answer_agentic}

@@ -1,7 +1,8 @@
-"""``r3_process``: R3-RAG's process reward (Eq. 3-4) of an agentic GRPO rollout.
+"""What R3-RAG's data trains with: ``r3_process``, its process reward (Eq. 3-4) of an agentic
+GRPO rollout (``REWARDS``; this module belongs to the training part: ``plugin.py`` names it).
 
 A rollout's steps are its searches and its last turn. As the R3 cold start scores them
-(``tasks/search/r3/expansion.py``), step i earns
+(``expansion.py``), step i earns
 
     process_i = relevance_i + format_i
 
@@ -16,8 +17,8 @@ with λ_T by the outcome T (Eq. 4, Appendix E): 0.6 when the answer matches a go
 (``metric``: EM, or cover-EM for small models' long answers), −0.2 when it does not, −0.1 when
 the rollout ran out of turns or tokens still searching ("fail"), and 1 for a format error, so its
 −1 stays negative. The judge model here is an engine (the build's ``llm`` config, the judge
-role, or the policy's model when the build named no judge); tests plug a scripted one in the
-engine registry.
+role, or the policy's model when the build named no judge: ``RewardContext.judge_generator``);
+tests plug a scripted one in the engine registry.
 
 Worked example (``tests/training/test_agentic.py``): two searches judged 0.7 and 0.3, then the
 right answer: 0.6 · (0.7 + 0.3 + 0) = 0.6.
@@ -29,14 +30,14 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ragfactory.tasks.rewards.answer import cover_exact_match, exact_match
 from ragfactory.tasks.retrieval.types import Hit
+from ragfactory.tasks.rewards import RewardContext, RewardFunc
+from ragfactory.tasks.rewards.answer import cover_exact_match, exact_match
+from ragfactory.tasks.rewards.functions import completion_text, parse_answer
 from ragfactory.tasks.search.common import hits_from_records
 from ragfactory.tasks.search.parsing import parse_rollout_turn
 from ragfactory.tasks.search.r3.config import R3Config
 from ragfactory.tasks.search.r3.judges import judge_request, parse_relevance, relevance_values
-from ragfactory.tasks.training.methods import MethodContext
-from ragfactory.tasks.training.rewards import completion_text, parse_answer
 
 # (question, hits) pairs -> one relevance score each (None: no readable verdict)
 RelevanceJudge = Callable[[Sequence[tuple[str, Sequence[Hit]]]], list[float | None]]
@@ -65,7 +66,7 @@ def outcome(text: str, golden: Sequence[str], metric: str) -> str:
 
 @dataclass
 class R3ProcessReward:
-    """A TRL reward function; ``retrieved`` is the rollout's column (``agentic.py``)."""
+    """A TRL reward function; ``retrieved`` is the rollout's column (``tasks/training/agentic.py``)."""
 
     judge: RelevanceJudge
     questions: Mapping[str, str]  # question_id -> question text
@@ -115,39 +116,14 @@ class EngineJudge:
         return asyncio.run(run())
 
 
-def engine_judge(ctx: MethodContext) -> RelevanceJudge:
-    """The build's judge (its ``llm`` config's judge role, else its policy) as a relevance judge."""
-    from ragfactory.tasks.llm.cache import CallCache
-    from ragfactory.tasks.llm.config import LLMConfig
-    from ragfactory.tasks.llm.engine import make_batcher
-
-    run = ctx.build_run()
-    llm = LLMConfig.model_validate((run["config"].get("llm") or {}) if run else {})
-    cache = CallCache(f"train-{ctx.run_id or 'parquet'}")
-    return EngineJudge(make_batcher(llm, cache, ctx.warehouse.artifacts_dir("models")))
-
-
-def question_texts(ctx: MethodContext) -> dict[str, str]:
-    from ragfactory.warehouse.catalog import query
-
-    ids = sorted({str(r["question_id"]) for r in ctx.rows})
-    rows = query(ctx.warehouse, "select question_id, question from questions where list_contains($ids, question_id)",
-                 {"ids": ids}).to_pylist()
-    return {r["question_id"]: r["question"] for r in rows}
-
-
-def process_rewards(ctx: MethodContext, judge: RelevanceJudge | None = None) -> dict[str, Callable]:
-    """The process rewards the run names: ``r3_process`` (its judge built only then) and ``prm``
-    (a trained step reward model, ``prm.registered_prm_reward``)."""
-    from ragfactory.tasks.training.prm import prm_rewards
-
-    rewards: dict[str, Callable] = prm_rewards(ctx.warehouse, ctx.rewards, ctx.options)
-    if "r3_process" not in ctx.rewards:
-        return rewards
+def process_reward(ctx: RewardContext) -> RewardFunc:
+    """``r3_process`` for a run: the build's judge and the questions of the rows it trains on."""
     if ctx.warehouse is None:
         raise ValueError("r3_process needs the warehouse: the questions and the build's judge")
     metric = ctx.options.get("metric", "em")
     if metric not in METRICS:
         raise ValueError(f"r3_process: unknown metric {metric!r}; one of {sorted(METRICS)}")
-    rewards["r3_process"] = R3ProcessReward(judge or engine_judge(ctx), question_texts(ctx), metric=metric)
-    return rewards
+    return R3ProcessReward(EngineJudge(ctx.judge_generator()), ctx.question_texts(), metric=metric)
+
+
+REWARDS = {"r3_process": process_reward}
