@@ -30,7 +30,7 @@ def _far_timezone(now: dt.datetime | None = None) -> str:
 
 
 TIMEZONE = _far_timezone()
-RUN_TIMEOUT_S = 900
+RUN_TIMEOUT_S = 1800  # a wait, not a measure: a deployment run on a loaded 2-core machine
 CPU_JOB = {"env": {"RAGFACTORY_DEVICE": "cpu", "RAGFACTORY_ENGINE": "transformers"}}
 
 
