@@ -43,8 +43,10 @@ SHARD = f"nodes/run_id={RUN}/decex-0000.parquet"
 
 @pytest.fixture(scope="module")
 def undisturbed(tmp_path_factory):
-    import tests.cluster_engine as cluster  # registers its engine, as the preload does in the CLI
+    import tests.cluster_engine as cluster
     from ragfactory.tasks.llm.registry import unregister_backend
+
+    cluster.register()  # as the preload does in the CLI; an earlier module of this worker may have imported it
 
     root = tmp_path_factory.mktemp("undisturbed") / "wh"
     data = decex_config(root).model_dump(mode="json")

@@ -132,10 +132,10 @@ def test_build_publishes_its_table_and_sql_artifacts(tmp_path, scripted):
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["build-decex-test", "build-decex-test-sql"])))
     mine = [a for a in artifacts if summary["run_id"] in (a.description or "")]
     assert {a.type for a in mine} == {"table", "markdown"}
-    table = next(a for a in mine if a.type == "table")
+    table = max((a for a in mine if a.type == "table"), key=lambda a: a.created)  # the newest: other tests built this run id
     data = json.loads(table.data) if isinstance(table.data, str) else table.data
     assert {"item": "shards", "value": 2} in data
-    markdown = next(a for a in mine if a.type == "markdown")
+    markdown = max((a for a in mine if a.type == "markdown"), key=lambda a: a.created)
     assert f"where run_id = '{summary['run_id']}'" in markdown.data
     sql = markdown.data.split("```sql")[1].split("```")[0]
     for statement in filter(str.strip, sql.split(";")):

@@ -11,6 +11,7 @@ test bounds is what a build keeps per question it has done, which tree size does
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +30,10 @@ def peak_kib(tmp_path: Path, questions: int) -> int:
     path = tmp_path / f"memory-{questions}.yaml"
     path.write_text(yaml.safe_dump(null_config(tmp_path / f"wh-{questions}", -(-questions // 2), limit=None)))
     command = [str(Path(sys.executable).with_name("ragfactory")), "build", "--config", str(path)]
-    done = subprocess.run([sys.executable, "-c", WRAPPER, *command], capture_output=True, text=True)
+    # a process of its own, as from a shell: no Prefect setting of this worker's earlier tests leaks in
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["PREFECT_HOME"] = str(tmp_path / f"prefect-home-{questions}")
+    done = subprocess.run([sys.executable, "-c", WRAPPER, *command], capture_output=True, text=True, env=env)
     last = done.stdout.strip().splitlines()[-1].split()
     assert last[0] == "maxrss_kib" and last[2] == "0", done.stdout[-3000:] + done.stderr[-3000:]
     return int(last[1])
