@@ -82,7 +82,8 @@ async def answer_questions(
     retriever: Retriever | None, config: InferenceConfig, max_in_flight: int,
 ) -> dict[str, list[Outcome]]:
     """mode -> the outcome of each question, in question order."""
-    jobs = [partial(_attributed, q.question_id, partial(eval_modes()[mode], q, batcher, retriever, config))
+    answer = eval_modes()  # the strategies' declared modes, gathered once rather than per question
+    jobs = [partial(_attributed, q.question_id, partial(answer[mode], q, batcher, retriever, config))
             for mode in check_modes(modes) for q in questions]
     outcomes = await batcher.run_all(jobs, max_in_flight)
     n = len(questions)
