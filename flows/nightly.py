@@ -49,7 +49,7 @@ def _train(root: str, config: NightlyConfig, run_id: str, earlier: list[str], in
     return trained
 
 
-def _evaluated(wh: Warehouse, config: NightlyConfig, model: str, partition: str) -> dict:
+def evaluated(wh: Warehouse, config: NightlyConfig, model: str, partition: str) -> dict:
     """The evaluation of ``model`` on ``partition``: read back when its run completed, else run."""
     eval_config = config.evaluation.model_copy(update={
         "model": model, "partition": partition, "compare": None,
@@ -79,13 +79,13 @@ def nightly(config: NightlyConfig, night: str | None = None) -> dict:
     candidate = trained[-1]["model_id"] if trained else None
     decision = night_decision(root, config.name, night)
     if decision is None:
-        runs = {name: _evaluated(wh, config, name, "valid")["run_id"] if name else None
+        runs = {name: evaluated(wh, config, name, "valid")["run_id"] if name else None
                 for name in dict.fromkeys([candidate, incumbent])}
         promotion = PromotionConfig(metric=config.metric, mode=config.mode, confidence=config.confidence,
                                     seed=config.evaluation.seed)
         decision = promote(root, config.name, night, candidate, incumbent, runs[candidate], runs[incumbent],
                            promotion, built["run_id"])
-    report = _evaluated(wh, config, decision["promoted"], "test")
+    report = evaluated(wh, config, decision["promoted"], "test")
     refresh_catalog(wh)
     return {"night": night, "status": "completed", "build": {k: built[k] for k in ("run_id", "status")},
             "earlier": earlier, "trained": trained, "decision": decision,

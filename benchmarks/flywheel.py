@@ -1,0 +1,107 @@
+"""Nights of the flywheel on this machine with the embedded model (docs/flywheel.md): each night's
+questions, exported rows, training loss, valid delta with its interval and decision, and the test
+figure of the model promoted at the end against the base model's.
+
+The nights are the deployed ``nightly`` pipeline's (``prefect.yaml``: DecEx and MCTS on the next
+frontier train questions, SFT then DPO on this night's exports and the two nights before, the
+candidate against the incumbent on valid, F1 in agentic mode, promotion only when the bootstrap
+95 % interval of the delta lies above zero), run one after the other through the ``nightly`` flow
+in a warehouse of their own. The flags scale the budgets down so that nights fit a 2-core machine;
+the defaults are the deployment's. The evaluation is not tuned: whatever the figures show is the
+result. SmolLM2-135M scores near zero EM on HotpotQA, so the deltas say how little a few steps of
+a small model move F1, not what the papers' 1–8B models gain.
+
+Run: .venv/bin/python benchmarks/flywheel.py [--nights 3] [--questions 32] [--steps 20]
+     [--eval-limit 50] [--root DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import report  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def nightly_parameters(root: str, questions: int, steps: int, eval_limit: int) -> dict:
+    """The ``nightly`` deployment's config, in ``root``, with the budgets given."""
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    [deployment] = [d for d in spec["deployments"] if d["name"] == "nightly"]
+    config = copy.deepcopy(deployment["parameters"]["config"])
+    config["build"]["search"]["questions_per_night"] = questions
+    config["build"]["warehouse"] = {"root": root}
+    config["trl"] = {method: {**config["trl"].get(method, {}), "max_steps": steps} for method in config["methods"]}
+    config["evaluation"]["limit"] = eval_limit
+    return config
+
+
+def night_row(root: str, result: dict, wall_s: float) -> dict:
+    """One night: what it built, trained and decided, and its promoted model's test F1."""
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    wh, run_id = Warehouse(root), result["build"]["run_id"]
+    built = query(wh, "select strategy, count(distinct question_id) as n from nodes where run_id = $r group by 1",
+                  {"r": run_id}).to_pylist()
+    exported = {t: query(wh, f"select count(*) from {t} where run_id = $r", {"r": run_id}).column(0)[0].as_py()
+                for t in ("sft_examples", "preference_pairs")}
+    losses = {t["method"]: round(float(t["metrics"].get("train_loss", float("nan"))), 3) for t in result["trained"]}
+    d = result["decision"]
+    return {"night": result["night"], "questions": " ".join(f"{r['strategy']}:{r['n']}" for r in built),
+            "sft_rows": exported["sft_examples"], "dpo_pairs": exported["preference_pairs"],
+            "sft_loss": losses.get("sft"), "dpo_loss": losses.get("dpo"), "n_valid": d.get("n"),
+            "delta_f1": d.get("delta"), "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"), "p": d.get("p"),
+            "decision": d["decision"], "reason": d.get("reason"), "promoted": d["promoted"],
+            "test_f1": test_f1(root, result["test"]["run_id"]), "wall_s": round(wall_s)}
+
+
+def test_f1(root: str, eval_run_id: str) -> float:
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    mean = query(Warehouse(root), "select avg(f1) from evals where run_id = $r and mode = 'agentic'",
+                 {"r": eval_run_id}).column(0)[0].as_py()
+    return round(mean or 0.0, 4)
+
+
+def main(args: argparse.Namespace) -> None:
+    from ragfactory.flows.config import NightlyConfig
+    from ragfactory.flows.nightly import nightly
+
+    root = args.root or tempfile.mkdtemp(prefix="flywheel-")
+    config = NightlyConfig.model_validate(nightly_parameters(root, args.questions, args.steps, args.eval_limit))
+    rows = []
+    for i in range(1, args.nights + 1):
+        start = time.perf_counter()
+        result = nightly(config, night=f"night-{i}")
+        rows.append(night_row(root, result, time.perf_counter() - start))
+        print(rows[-1], flush=True)
+    base = config.base_model
+    if rows[-1]["promoted"] != base:  # the base on the same test questions, for the comparison
+        from ragfactory.flows.nightly import evaluated
+        from ragfactory.warehouse.store import Warehouse
+
+        rows.append({"night": "base", "promoted": base,
+                     "test_f1": test_f1(root, evaluated(Warehouse(root), config, base, "test")["run_id"])})
+    print(f"warehouse: {root}")
+    report("flywheel", rows)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nights", type=int, default=3)
+    parser.add_argument("--questions", type=int, default=32, help="new train questions per strategy per night")
+    parser.add_argument("--steps", type=int, default=20, help="optimizer steps of each training method")
+    parser.add_argument("--eval-limit", type=int, default=50, help="valid (and test) questions per evaluation")
+    parser.add_argument("--root", help="the warehouse (default: a new temporary folder)")
+    main(parser.parse_args())
