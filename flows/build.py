@@ -48,7 +48,6 @@ from ragfactory.warehouse.runs import default_run_id
 from ragfactory.warehouse.store import Warehouse, safe_name
 
 
-
 def _settle(futures: dict[str, PrefectFuture], errors: dict[str, str]) -> tuple[list[dict], list[str]]:
     """Results of the shards that completed, and the names of those that failed (their reasons
     go to ``errors``)."""
@@ -63,8 +62,15 @@ def _settle(futures: dict[str, PrefectFuture], errors: dict[str, str]) -> tuple[
     return done, failed
 
 
-def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], sources: list[str],
-            versions: list[str], errors: dict[str, str]) -> tuple[list[dict], list[str]]:
+def _expand(
+    root: str,
+    run_id: str,
+    config: BuildConfig,
+    datasets: list[str],
+    sources: list[str],
+    versions: list[str],
+    errors: dict[str, str],
+) -> tuple[list[dict], list[str]]:
     """Expand every configured strategy; returns (shard results, failed shards), the reason of
     each failure in ``errors``.
 
@@ -83,11 +89,24 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
 
     shards, failed = [], []
     with shard_runner(config.runner, search.max_concurrent_shards) as (run_task, limit):
+
         def submit(job: tuple[str, str, list[str]]) -> PrefectFuture:
             strategy, name, ids = job
-            expand = expand_trees.with_options(result_storage=storage, refresh_cache=not shard_written(wh, run_id, name))
-            return run_task(expand, {"root": root, "run_id": run_id, "config": config, "strategy": strategy,
-                                     "shard": name, "question_ids": ids, "sources": sources})
+            expand = expand_trees.with_options(
+                result_storage=storage, refresh_cache=not shard_written(wh, run_id, name)
+            )
+            return run_task(
+                expand,
+                {
+                    "root": root,
+                    "run_id": run_id,
+                    "config": config,
+                    "strategy": strategy,
+                    "shard": name,
+                    "question_ids": ids,
+                    "sources": sources,
+                },
+            )
 
         # settled inside the block: a Dask future's state lives in its cluster, closed after it
         for (_, name, _), future in _bounded(submit, planned, limit or len(planned) or 1):
@@ -100,28 +119,49 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
     return shards, failed
 
 
-def _questions(root: str, run_id: str, config: BuildConfig, strategy: str, datasets: list[str],
-               versions: list[str]) -> list[list[str]]:
+def _questions(
+    root: str, run_id: str, config: BuildConfig, strategy: str, datasets: list[str], versions: list[str]
+) -> list[list[str]]:
     """The shards of questions ``strategy`` expands: the frontier (``search.select``), or the
     sample or listed questions."""
     search = config.search
     if search.select == "frontier":
-        return plan_frontier(root, run_id, tree_strategy(config, strategy), config.llm.policy.model, datasets,
-                             search.questions_per_night, search.shard_size, search.partition, versions)
-    return plan_shards(root, datasets, search.questions_per_dataset, search.shard_size, search.partition,
-                       search.listed_questions(strategy), versions)
+        return plan_frontier(
+            root,
+            run_id,
+            tree_strategy(config, strategy),
+            config.llm.policy.model,
+            datasets,
+            search.questions_per_night,
+            search.shard_size,
+            search.partition,
+            versions,
+        )
+    return plan_shards(
+        root,
+        datasets,
+        search.questions_per_dataset,
+        search.shard_size,
+        search.partition,
+        search.listed_questions(strategy),
+        versions,
+    )
 
 
-def _value(root: str, run_id: str, config: BuildConfig, shards: list[dict],
-           errors: dict[str, str]) -> tuple[list[dict], list[str], set[str]]:
+def _value(
+    root: str, run_id: str, config: BuildConfig, shards: list[dict], errors: dict[str, str]
+) -> tuple[list[dict], list[str], set[str]]:
     """Value the ``nodes`` of every expanded shard whose strategy the ``valuation`` section
     values; returns (the valuations done, those that failed, named ``value-<shard>``, and the
     strategies of the failed ones)."""
     valued = {s: config.valuation.values(s, STRATEGIES.get(s).valued) for s in config.search.strategies}
     jobs = [r for r in shards if valued[r["strategy"]]]
     # as many at once as expansion ran, not every shard of the build (each reads its shard's nodes)
-    finished = _bounded(lambda r: value_nodes.submit(root, run_id, r["shard"], config.valuation), jobs,
-                        config.search.max_concurrent_shards)
+    finished = _bounded(
+        lambda r: value_nodes.submit(root, run_id, r["shard"], config.valuation),
+        jobs,
+        config.search.max_concurrent_shards,
+    )
     done, failed = _settle({f"value-{r['shard']}": future for r, future in finished}, errors)
     by_name = {f"value-{r['shard']}": r["strategy"] for r in shards}
     return done, failed, {by_name[name] for name in failed}
@@ -130,16 +170,18 @@ def _value(root: str, run_id: str, config: BuildConfig, shards: list[dict],
 def _export(root: str, run_id: str, config: BuildConfig, unvalued: set[str]) -> list[dict]:
     """Export every configured strategy but those whose valuation failed (their exports would
     read nodes without values)."""
-    return [write_training_data(root, run_id, tree_strategy(config, strategy), config.export, config.seed, config.llm)
-            for strategy in config.search.strategies if strategy not in unvalued]
+    return [
+        write_training_data(root, run_id, tree_strategy(config, strategy), config.export, config.seed, config.llm)
+        for strategy in config.search.strategies
+        if strategy not in unvalued
+    ]
 
 
 def _ingest(root: str, config: BuildConfig, errors: dict[str, str]) -> tuple[list[dict], list[str]]:
     """Ingest every dataset and corpus file at once: (their summaries, the names that failed);
     the reason of each failure goes to ``errors``."""
     limit = config.corpus.max_passage_chars
-    futures = {d.name: ingest_dataset.submit(root, d, config.partitions.rule_for(d), limit)
-               for d in config.datasets}
+    futures = {d.name: ingest_dataset.submit(root, d, config.partitions.rule_for(d), limit) for d in config.datasets}
     futures |= {f: ingest_corpus.submit(root, f, limit) for f in config.corpus.files}
     return _settle(futures, errors)
 
@@ -220,14 +262,17 @@ def build_warnings(config: BuildConfig) -> list[str]:
     """What a reader of this build's exports must know: it draws on held-out questions."""
     if config.search.partition == "train" or not config.search.strategies:
         return []
-    return [f"search.partition is {config.search.partition!r}: this build expands questions that "
-            "evaluations hold out; a model trained on it is scored on questions it has seen "
-            "(evals.is_seen) unless evaluated on another partition"]
+    return [
+        f"search.partition is {config.search.partition!r}: this build expands questions that "
+        "evaluations hold out; a model trained on it is scored on questions it has seen "
+        "(evals.is_seen) unless evaluated on another partition"
+    ]
 
 
 @flow(name="build", log_prints=True)
-def build(config: BuildConfig, run_id: str | None = None, policy_model: str | None = None,
-          night: str | None = None) -> dict:
+def build(
+    config: BuildConfig, run_id: str | None = None, policy_model: str | None = None, night: str | None = None
+) -> dict:
     """Ingest, index, expand and export as the config says; returns a summary of the run.
 
     ``policy_model`` overrides the config's policy model: 'embedded', a path, a registered model
@@ -242,27 +287,45 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
     config = with_policy_model(config, wh, policy_model)
     run_id = run_id or night_run_id(config, night)
     warnings = build_warnings(config)
-    with recorded_run(wh, run_id=run_id, flow="build", config=config.model_dump(mode="json"),
-                      config_hash=config.config_hash(), warnings=warnings) as hold:
+    with recorded_run(
+        wh,
+        run_id=run_id,
+        flow="build",
+        config=config.model_dump(mode="json"),
+        config_hash=config.config_hash(),
+        warnings=warnings,
+    ) as hold:
         get_run_logger().info("run %s writing to %s", run_id, root)
         for warning in warnings:
             get_run_logger().warning(warning)
         errors: dict[str, str] = {}
         ingested, failed = _ingest(root, config, errors)
         warnings += [warning for r in ingested for warning in r["warnings"]]
-        hold.run.update(inputs=[{"dataset": r["source"], "version": r["version"]} for r in ingested],
-                        warnings=warnings)
+        hold.run.update(inputs=[{"dataset": r["source"], "version": r["version"]} for r in ingested], warnings=warnings)
         datasets, sources, indexes = _prepare_search(root, config, ingested)
-        shards, expand_failed = _expand(root, run_id, config, datasets, sources,
-                                        [r["version"] for r in ingested], errors)
+        shards, expand_failed = _expand(
+            root, run_id, config, datasets, sources, [r["version"] for r in ingested], errors
+        )
         valuations, value_failed, unvalued = _value(root, run_id, config, shards, errors)
         exports = _export(root, run_id, config, unvalued)
         failed += expand_failed + value_failed
         status = finish(hold, failed, anything_done=bool(ingested))
     refresh_catalog(wh)
     report = publish_build_report(root, run_id, config.name, datasets, shards)
-    return final_state({"run_id": run_id, "root": root, "catalog": str(wh.catalog_path), "status": status,
-                        "ingested": ingested, "indexes": indexes, "shards": shards, "valuations": valuations, "exports": exports,
-                        "failed_shards": failed, "errors": errors, "warnings": warnings,
-                        "report": report})
-
+    return final_state(
+        {
+            "run_id": run_id,
+            "root": root,
+            "catalog": str(wh.catalog_path),
+            "status": status,
+            "ingested": ingested,
+            "indexes": indexes,
+            "shards": shards,
+            "valuations": valuations,
+            "exports": exports,
+            "failed_shards": failed,
+            "errors": errors,
+            "warnings": warnings,
+            "report": report,
+        }
+    )

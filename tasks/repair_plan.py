@@ -49,8 +49,7 @@ def _ingested_by(row: dict, column: str, name: str) -> bool:
     if column == "dataset":
         return any(d.get("name") == name for d in config.get("datasets", []))
     files = config.get("corpus", {}).get("files", [])
-    return any(d.get("name") == name for d in config.get("datasets", [])) or any(
-        Path(f).stem == name for f in files)
+    return any(d.get("name") == name for d in config.get("datasets", [])) or any(Path(f).stem == name for f in files)
 
 
 def plan_repair(wh: Warehouse, problems: list[Problem]) -> dict:
@@ -70,18 +69,23 @@ def plan_repair(wh: Warehouse, problems: list[Problem]) -> dict:
             else:
                 manual.append(f"{problem.path}: no build in this warehouse; the next one rebuilds the index")
         elif table == "runs":
-            manual.append(f"{problem.path}: the runs row of {value} is its recipe and cannot be rebuilt; "
-                          "run again the command that made it")
+            manual.append(
+                f"{problem.path}: the runs row of {value} is its recipe and cannot be rebuilt; "
+                "run again the command that made it"
+            )
         elif table in INGESTED:
-            builds = sorted((r for r in rows.values() if r["flow"] == "build" and _ingested_by(r, column, value)),
-                            key=lambda r: r["started_at"])
+            builds = sorted(
+                (r for r in rows.values() if r["flow"] == "build" and _ingested_by(r, column, value)),
+                key=lambda r: r["started_at"],
+            )
             if builds:
                 runs.add(builds[-1]["run_id"])
             elif column == "dataset" and value in bundled_names():
                 ingest.add(value)
             else:
-                manual.append(f"{problem.path}: no build in this warehouse ingests {value}; "
-                              "run again the build that did")
+                manual.append(
+                    f"{problem.path}: no build in this warehouse ingests {value}; run again the build that did"
+                )
         elif value not in rows:
             manual.append(f"{problem.path}: run {value} has no readable runs row; run it again by hand")
         elif rows[value]["flow"] not in REBUILDABLE_FLOWS:
@@ -89,7 +93,6 @@ def plan_repair(wh: Warehouse, problems: list[Problem]) -> dict:
         else:
             runs.add(value)
     return {"runs": sorted(runs), "ingest": sorted(ingest), "manual": manual}
-
 
 
 def rebuild_config(row: dict, root: str) -> BuildConfig | EvalConfig:

@@ -15,5 +15,4 @@ from ragfactory.cli.building import print_build_summary
 from ragfactory.cli.common import app, console, logged_run, print_arrow, print_failures
 from ragfactory.cli.evaluation import print_comparison
 
-__all__ = ["app", "console", "logged_run", "print_arrow", "print_build_summary", "print_comparison",
-           "print_failures"]
+__all__ = ["app", "console", "logged_run", "print_arrow", "print_build_summary", "print_comparison", "print_failures"]

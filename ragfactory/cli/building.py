@@ -76,21 +76,26 @@ def print_build_summary(summary: dict) -> None:
         print_arrow(rejects, title="rejects")
     else:
         console.print("rejects: none")
-    print_arrow(query(wh, "select * from question_partitions"),
-                title="questions per partition (builds expand train; evaluations answer test)")
+    print_arrow(
+        query(wh, "select * from question_partitions"),
+        title="questions per partition (builds expand train; evaluations answer test)",
+    )
     contaminated = query(wh, _CONTAMINATION_SQL, {"run_id": summary["run_id"]})
     if contaminated.num_rows:
         print_arrow(contaminated, title="training rows matching held-out or evaluation questions (contamination)")
     for warning in summary.get("warnings", []):
         console.print(f"[yellow]warning:[/yellow] {warning}")
-    strategies = query(wh, "select * exclude (run_id) from strategy_summary where run_id = $run_id",
-                       {"run_id": summary["run_id"]})
+    strategies = query(
+        wh, "select * exclude (run_id) from strategy_summary where run_id = $run_id", {"run_id": summary["run_id"]}
+    )
     if strategies.num_rows:
         print_arrow(strategies, title="search trees and training data per strategy")
     figures = {row["item"]: row["value"] for row in summary.get("report", [])}
     if figures:
-        console.print(f"shards: {figures['shards']} ({figures['cached shards']} cached from an earlier run), "
-                      f"engine calls: {figures['engine calls']}, cached samples: {figures['engine cache hits']}")
+        console.print(
+            f"shards: {figures['shards']} ({figures['cached shards']} cached from an earlier run), "
+            f"engine calls: {figures['engine calls']}, cached samples: {figures['engine cache hits']}"
+        )
     for name, info in summary.get("indexes", {}).items():
         console.print(f"index {name}: {info}")
     if summary["failed_shards"]:

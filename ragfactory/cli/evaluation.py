@@ -21,23 +21,39 @@ from ragfactory.cli.common import (
     run_flow,
 )
 
-ModelOption = Annotated[str, typer.Option(
-    "--model", "-m", help="'embedded', a model id or latest:NAME (newest of a lineage) from the "
-    "models table, or a checkpoint folder")]
-DatasetsOption = Annotated[list[str] | None, typer.Option(
-    "--dataset", "-d", help="Dataset to answer (repeatable; default hotpotqa)")]
+ModelOption = Annotated[
+    str,
+    typer.Option(
+        "--model",
+        "-m",
+        help="'embedded', a model id or latest:NAME (newest of a lineage) from the "
+        "models table, or a checkpoint folder",
+    ),
+]
+DatasetsOption = Annotated[
+    list[str] | None, typer.Option("--dataset", "-d", help="Dataset to answer (repeatable; default hotpotqa)")
+]
 LimitOption = Annotated[int | None, typer.Option(min=1, help="First N questions of each dataset")]
-ModesOption = Annotated[list[str] | None, typer.Option(
-    "--mode", help="agentic, direct or rag (repeatable; default all three)")]
-MaxRoundsOption = Annotated[int | None, typer.Option(
-    min=1, help="Model calls per agentic question at most (default 11)")]
+ModesOption = Annotated[
+    list[str] | None, typer.Option("--mode", help="agentic, direct or rag (repeatable; default all three)")
+]
+MaxRoundsOption = Annotated[
+    int | None, typer.Option(min=1, help="Model calls per agentic question at most (default 11)")
+]
 MaxTokensOption = Annotated[int | None, typer.Option(min=1, help="Tokens per model call (default 256)")]
-PartitionOption = Annotated[str | None, typer.Option(
-    help="Questions of this partition: test (default), valid (model selection) or train")]
-CompareOption = Annotated[str | None, typer.Option(
-    "--compare", help="A base model to compare with on the same questions and modes (eval_compare)")]
-AllowDownloadsOption = Annotated[bool, typer.Option(
-    "--allow-downloads", help="Let a model not on this machine be fetched from the hub (default: offline)")]
+PartitionOption = Annotated[
+    str | None, typer.Option(help="Questions of this partition: test (default), valid (model selection) or train")
+]
+CompareOption = Annotated[
+    str | None,
+    typer.Option("--compare", help="A base model to compare with on the same questions and modes (eval_compare)"),
+]
+AllowDownloadsOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-downloads", help="Let a model not on this machine be fetched from the hub (default: offline)"
+    ),
+]
 
 
 @app.command()
@@ -69,9 +85,19 @@ def evaluate(
     """
     from ragfactory.flows.config import EvalConfig
 
-    cfg = options_config(EvalConfig, root, model=model, datasets=datasets, limit=limit, modes=modes,
-                         max_rounds=max_rounds, max_tokens=max_tokens, partition=partition, compare=compare,
-                         allow_downloads=allow_downloads or None)
+    cfg = options_config(
+        EvalConfig,
+        root,
+        model=model,
+        datasets=datasets,
+        limit=limit,
+        modes=modes,
+        max_rounds=max_rounds,
+        max_tokens=max_tokens,
+        partition=partition,
+        compare=compare,
+        allow_downloads=allow_downloads or None,
+    )
     summary, log = _run_evaluation(cfg, root)
     _print_evaluation(summary, log)
     if summary["status"] != "completed":
@@ -99,8 +125,10 @@ def _print_evaluation(summary: dict, log: Path) -> None:
     base model's too), and the comparison with the base model when there is one."""
     import pyarrow as pa
 
-    print_arrow(pa.Table.from_pylist(summary["aggregates"]) if summary["aggregates"] else pa.table({"mode": []}),
-                title=f"{summary['model_id']} (run {summary['run_id']})")
+    print_arrow(
+        pa.Table.from_pylist(summary["aggregates"]) if summary["aggregates"] else pa.table({"mode": []}),
+        title=f"{summary['model_id']} (run {summary['run_id']})",
+    )
     if summary["failed_shards"]:
         console.print(f"[red]failed datasets:[/red] {', '.join(summary['failed_shards'])}")
     print_failures(summary, log, "dataset")
@@ -111,9 +139,24 @@ def _print_evaluation(summary: dict, log: Path) -> None:
     console.print('compare models: ragfactory sql "select * from eval_summary"')
 
 
-COMPARISON_COLUMNS = ("dataset", "mode", "n", "em_a", "em_b", "em_delta", "em_delta_low", "em_delta_high",
-                      "f1_a", "f1_b", "f1_delta", "f1_delta_low", "f1_delta_high", "n_a_only", "n_b_only",
-                      "mcnemar_p")
+COMPARISON_COLUMNS = (
+    "dataset",
+    "mode",
+    "n",
+    "em_a",
+    "em_b",
+    "em_delta",
+    "em_delta_low",
+    "em_delta_high",
+    "f1_a",
+    "f1_b",
+    "f1_delta",
+    "f1_delta_low",
+    "f1_delta_high",
+    "n_a_only",
+    "n_b_only",
+    "mcnemar_p",
+)
 
 
 def print_comparison(rows: list[dict]) -> None:
@@ -124,7 +167,12 @@ def print_comparison(rows: list[dict]) -> None:
         console.print("[yellow]comparison:[/yellow] the two models share no evaluated question")
         return
     table = pa.Table.from_pylist([{c: row[c] for c in COMPARISON_COLUMNS} for row in rows])
-    print_arrow(table, title=f"a = {rows[0]['model_a']} vs b = {rows[0]['model_b']} "
-                             f"({rows[0]['partition']} questions; {rows[0]['confidence']:.0%} paired bootstrap "
-                             "intervals, McNemar exact p on EM)")
-    console.print(f'the same in SQL: ragfactory sql "select * from eval_compare where run_id = \'{rows[0]["run_id"]}\'"')
+    print_arrow(
+        table,
+        title=f"a = {rows[0]['model_a']} vs b = {rows[0]['model_b']} "
+        f"({rows[0]['partition']} questions; {rows[0]['confidence']:.0%} paired bootstrap "
+        "intervals, McNemar exact p on EM)",
+    )
+    console.print(
+        f"the same in SQL: ragfactory sql \"select * from eval_compare where run_id = '{rows[0]['run_id']}'\""
+    )

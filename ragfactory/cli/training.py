@@ -24,27 +24,47 @@ from ragfactory.cli.common import (
 
 @app.command()
 def train(
-    method: Annotated[str, typer.Option(
-        "--method", help="sft, dpo, grpo; grpo-agentic (the build's retriever answers <search>), "
-        "tree-advantage (TreePS trajectories), prm (a step reward model on step_labels)")],
+    method: Annotated[
+        str,
+        typer.Option(
+            "--method",
+            help="sft, dpo, grpo; grpo-agentic (the build's retriever answers <search>), "
+            "tree-advantage (TreePS trajectories), prm (a step reward model on step_labels)",
+        ),
+    ],
     run_id: Annotated[str | None, typer.Option("--run-id", help="Build run whose export is trained on")] = None,
     parquet: Annotated[str | None, typer.Option(help="A parquet file or folder instead of a run's export")] = None,
-    base_model: Annotated[str, typer.Option(
-        help="'embedded' (SmolLM2-135M), a checkpoint folder, a model id or latest:NAME")] = "embedded",
+    base_model: Annotated[
+        str, typer.Option(help="'embedded' (SmolLM2-135M), a checkpoint folder, a model id or latest:NAME")
+    ] = "embedded",
     task: Annotated[str | None, typer.Option(help="GRPO only: qa (answers) or plan (APEX planner, SEPR)")] = None,
-    rewards: Annotated[list[str] | None, typer.Option(
-        "--reward", help="GRPO reward function (repeatable): answer_em, answer_f1, format, sepr; "
-        "grpo-agentic also r3_process")] = None,
-    trl: Annotated[list[str] | None, typer.Option(
-        "--trl", help="TRL config override key=value (repeatable), e.g. max_steps=100")] = None,
-    options: Annotated[list[str] | None, typer.Option(
-        "--option", help="Method setting key=value (repeatable): grpo-agentic max_turns, top_k; "
-        "prm heldout_fraction, max_length")] = None,
+    rewards: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--reward",
+            help="GRPO reward function (repeatable): answer_em, answer_f1, format, sepr; grpo-agentic also r3_process",
+        ),
+    ] = None,
+    trl: Annotated[
+        list[str] | None, typer.Option("--trl", help="TRL config override key=value (repeatable), e.g. max_steps=100")
+    ] = None,
+    options: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option",
+            help="Method setting key=value (repeatable): grpo-agentic max_turns, top_k; "
+            "prm heldout_fraction, max_length",
+        ),
+    ] = None,
     lora: Annotated[bool, typer.Option("--lora/--no-lora", help="Train LoRA adapters (peft)")] = False,
     name: Annotated[str | None, typer.Option(help="Lineage name (default: the method)")] = None,
     output_dir: Annotated[str | None, typer.Option(help="Where the model goes")] = None,
-    allow_downloads: Annotated[bool, typer.Option(
-        "--allow-downloads", help="Let a base model not on this machine be fetched from the hub (default: offline)")] = False,
+    allow_downloads: Annotated[
+        bool,
+        typer.Option(
+            "--allow-downloads", help="Let a base model not on this machine be fetched from the hub (default: offline)"
+        ),
+    ] = False,
     root: RootOption = None,
 ) -> None:
     """Run the `train` flow (SFT / DPO / GRPO, agentic GRPO, tree advantages, a PRM); register the model.
@@ -57,11 +77,22 @@ def train(
     """
     from ragfactory.flows.config import TrainConfig
 
-    cfg = options_config(TrainConfig, root, method=method, run_id=run_id, parquet=parquet,
-                         base_model=base_model, task=task, rewards=rewards,
-                         trl=_trl_overrides(trl or [], "--trl"), options=_trl_overrides(options or [], "--option"),
-                         name=name, lora={"enabled": lora},
-                         output_dir=output_dir, allow_downloads=allow_downloads or None)
+    cfg = options_config(
+        TrainConfig,
+        root,
+        method=method,
+        run_id=run_id,
+        parquet=parquet,
+        base_model=base_model,
+        task=task,
+        rewards=rewards,
+        trl=_trl_overrides(trl or [], "--trl"),
+        options=_trl_overrides(options or [], "--option"),
+        name=name,
+        lora={"enabled": lora},
+        output_dir=output_dir,
+        allow_downloads=allow_downloads or None,
+    )
     _print_trained(_run_training(cfg, root))
 
 

@@ -135,8 +135,7 @@ class Batcher:
         scheduler = self.scheduler_for(request.role)  # fail in the caller, not in a step
         if request.role in self.free_roles:
             request = replace(request, sampling=request.sampling.free())
-        slots = [Slot(call_id(scheduler.fingerprint, request, i), request, i)
-                 for i in range(request.sampling.n)]
+        slots = [Slot(call_id(scheduler.fingerprint, request, i), request, i) for i in range(request.sampling.n)]
         loop = asyncio.get_running_loop()
         ask = Ask(self, request, slots, loop.create_future(), loop)
         question = _QUESTION.get()

@@ -54,7 +54,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ragfactory.tasks.llm.types import (
-    Backend, Completion, Request, RetryPolicy, check_answers, generate_checked, is_continuous,
+    Backend,
+    Completion,
+    Request,
+    RetryPolicy,
+    check_answers,
+    generate_checked,
+    is_continuous,
 )
 
 NO_RETRY = RetryPolicy(attempts=1)
@@ -120,8 +126,13 @@ def estimate_tokens(backend: object, request: Request) -> int:
 class Scheduler:
     """The queue in front of one engine; ``Batcher`` objects (shards) attach and submit."""
 
-    def __init__(self, backend: Backend, retry: RetryPolicy = NO_RETRY, gather_s: float = 0.05,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        backend: Backend,
+        retry: RetryPolicy = NO_RETRY,
+        gather_s: float = 0.05,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.backend = backend
         self.fingerprint = backend.fingerprint
         self.continuous = is_continuous(backend)
@@ -186,11 +197,11 @@ class Scheduler:
             work = [(ask.request, new)]
         else:  # sample i of seed s is sample 0 of seed s + i
             base = ask.request.sampling
-            work = [(replace(ask.request, sampling=replace(base, n=1, seed=base.seed + s.sample_index)), [s])
-                    for s in new]
+            work = [
+                (replace(ask.request, sampling=replace(base, n=1, seed=base.seed + s.sample_index)), [s]) for s in new
+            ]
         for request, slots in work:
-            entry = Entry(request, slots, estimate_tokens(self.backend, request), ask.client,
-                          ask.loop, [ask])
+            entry = Entry(request, slots, estimate_tokens(self.backend, request), ask.client, ask.loop, [ask])
             ask.entries.append(entry)
             self._by_cid.update((s.cid, entry) for s in slots)
             self._queue.append(entry)
@@ -216,8 +227,10 @@ class Scheduler:
     def limits(self) -> tuple[int, int]:
         """(requests, tokens) per engine call: the smallest any attached shard asks for."""
         configs = [client.config for client in list(self._clients)]
-        return (min((c.max_batch_size for c in configs), default=1 << 30),
-                min((c.max_batch_tokens for c in configs), default=1 << 62))
+        return (
+            min((c.max_batch_size for c in configs), default=1 << 30),
+            min((c.max_batch_tokens for c in configs), default=1 << 62),
+        )
 
     def _admit(self) -> list[Entry]:
         """Entries from the head of the queue that fit beside what runs (called locked)."""

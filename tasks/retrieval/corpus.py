@@ -30,6 +30,7 @@ from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.integrity import read_entry
 from ragfactory.warehouse.store import Warehouse
 
+
 @dataclass(frozen=True)
 class CorpusRead:
     batch_rows: int = BATCH_ROWS  # passages per batch handed to an index builder
@@ -86,7 +87,10 @@ class WarehousePassages:
 
 
 def open_retriever(
-    warehouse: Warehouse, sources: list[str], config: RetrievalConfig, kind: str | None = None,
+    warehouse: Warehouse,
+    sources: list[str],
+    config: RetrievalConfig,
+    kind: str | None = None,
     passages: pa.Table | WarehousePassages | None = None,
 ):
     """The retriever of ``kind`` (default: the config's) over the sources' passages.
@@ -102,6 +106,9 @@ def open_retriever(
     if passages is None:
         passages = WarehousePassages(warehouse, sources)
     return make_retriever(
-        kind or config.default, passages=passages,
-        index_root=warehouse.artifacts_dir("indexes"), bm25=config.bm25, dense=config.dense,
+        kind or config.default,
+        passages=passages,
+        index_root=warehouse.artifacts_dir("indexes"),
+        bm25=config.bm25,
+        dense=config.dense,
     )

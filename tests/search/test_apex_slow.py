@@ -23,8 +23,17 @@ from ragfactory.warehouse.store import conform
 
 pytestmark = pytest.mark.slow
 
-CONFIG = ApexConfig(n_plans=2, plan_temperature=0.7, plan_max_tokens=176, max_steps=3, max_hops=1, top_k=2,
-                    exec_max_tokens=96, n_execute=1, execute_gold=True)
+CONFIG = ApexConfig(
+    n_plans=2,
+    plan_temperature=0.7,
+    plan_max_tokens=176,
+    max_steps=3,
+    max_hops=1,
+    top_k=2,
+    exec_max_tokens=96,
+    n_execute=1,
+    execute_gold=True,
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +60,11 @@ def test_every_question_is_planned_scored_and_executed(built):
     assert len(result.plans) == 2 * (CONFIG.n_plans + 1)
     assert len(result.plan_scores) == 2 * CONFIG.n_plans
     assert all(0.0 <= s["f1"] <= 1.0 and s["embedder"] == "all-MiniLM-L6-v2" for s in result.plan_scores)
-    assert all(s["f1"] == 0.0 for s in result.plan_scores
-               if next(p for p in result.plans if p["plan_id"] == s["plan_id"])["is_format_error"])
+    assert all(
+        s["f1"] == 0.0
+        for s in result.plan_scores
+        if next(p for p in result.plans if p["plan_id"] == s["plan_id"])["is_format_error"]
+    )
     answers = [n for n in result.nodes if n["kind"] == "answer"]
     assert len(answers) >= 2 * 2  # one planner (or fallback) run and the gold run per question
     for table in ("plans", "plan_scores", "nodes"):

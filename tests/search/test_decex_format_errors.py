@@ -86,8 +86,7 @@ def test_malformed_outputs_are_format_error_nodes(broken, bad_text, error):
     kinds = {"all": {"termination", "sub_question"}, "rollout": {"rollout_leaf"}}.get(broken, {broken})
     bad = [r for r in rows if r["kind"] in kinds]
     assert bad and all(r["is_format_error"] for r in bad)
-    assert all(r["format_error"] == error or (error is None and r["format_error"].startswith("missing"))
-               for r in bad)
+    assert all(r["format_error"] == error or (error is None and r["format_error"].startswith("missing")) for r in bad)
     assert all(r["value"] is None for r in bad if r["kind"] != "rollout_leaf")
     assert all(r["reward"] == 0.0 for r in bad if r["kind"] == "rollout_leaf")
     good = [r for r in rows if r["kind"] not in kinds | {"question", "answer"}]

@@ -91,7 +91,12 @@ class _Expansion(Expansion):
     config: DecExConfig = DecExConfig()
 
     async def prompt(
-        self, prompt: str, n: int, path: str, role: str, grammar: Grammar,
+        self,
+        prompt: str,
+        n: int,
+        path: str,
+        role: str,
+        grammar: Grammar,
         stop: tuple[str, ...] = (),
     ) -> list[Completion]:
         """``n`` samples of one prompt as one request, seeded by the path of what it expands.
@@ -102,8 +107,12 @@ class _Expansion(Expansion):
         """
         cfg = self.config
         sampling = Sampling(
-            n=n, temperature=cfg.temperature, max_tokens=cfg.max_tokens, stop=stop,
-            seed=self.seed(path), grammar=grammar,
+            n=n,
+            temperature=cfg.temperature,
+            max_tokens=cfg.max_tokens,
+            stop=stop,
+            seed=self.seed(path),
+            grammar=grammar,
         )
         return await self.sample(Request((Message("user", prompt),), sampling, role, self.tags(path)))
 
@@ -158,8 +167,12 @@ async def _decide_termination(exp: _Expansion, state: State) -> tuple[list[Node]
         return [], False
     prompt = history.termination_prompt(exp.question, state.steps)
     completions = await exp.prompt(
-        prompt, cfg.termination_samples, f"{parent.path}/t", cfg.role,
-        grammar(TERMINATION, cfg.max_tokens), TERMINATION_STOP,
+        prompt,
+        cfg.termination_samples,
+        f"{parent.path}/t",
+        cfg.role,
+        grammar(TERMINATION, cfg.max_tokens),
+        TERMINATION_STOP,
     )
     votes = [
         _add_generated(exp, parent, f"t{i}", "termination", c, parse_termination(c.text), state.layer)
@@ -177,11 +190,16 @@ async def _close(exp: _Expansion, state: State, answers: list[Node]) -> None:
         cfg, parent = exp.config, state.node
         prompt = history.termination_prompt(exp.question, state.steps)
         [completion] = await exp.prompt(
-            prompt, 1, f"{parent.path}/f", cfg.role,
-            grammar(TERMINATION, cfg.max_tokens, outcome="answer"), TERMINATION_STOP,
+            prompt,
+            1,
+            f"{parent.path}/f",
+            cfg.role,
+            grammar(TERMINATION, cfg.max_tokens, outcome="answer"),
+            TERMINATION_STOP,
         )
-        vote = _add_generated(exp, parent, "f0", "termination", completion,
-                              parse_termination(completion.text), state.layer)
+        vote = _add_generated(
+            exp, parent, "f0", "termination", completion, parse_termination(completion.text), state.layer
+        )
         vote.parsed["final"] = True
         vote.is_selected = vote.parsed["decision"] == "terminate"
         answers = _answer_nodes(exp, state, [vote])
@@ -207,10 +225,20 @@ def _answer_nodes(exp: _Expansion, state: State, votes: list[Node]) -> list[Node
             **scores,
         }
         reward = scores[exp.config.metric]
-        nodes.append(exp.tree.add_child(
-            state.node, f"a{j}", "answer", first.text, parsed=parsed, llm_call_id=first.llm_call_id,
-            is_leaf=True, reward=reward, visits=1, value=reward,
-        ))
+        nodes.append(
+            exp.tree.add_child(
+                state.node,
+                f"a{j}",
+                "answer",
+                first.text,
+                parsed=parsed,
+                llm_call_id=first.llm_call_id,
+                is_leaf=True,
+                reward=reward,
+                visits=1,
+                value=reward,
+            )
+        )
     return nodes
 
 
@@ -275,11 +303,19 @@ def _open_step(sub_question: Node) -> Step:
 
 
 def _add_generated(
-    exp: _Expansion, parent: Node, segment: str, kind: str, completion: Completion, parsed: Parsed,
+    exp: _Expansion,
+    parent: Node,
+    segment: str,
+    kind: str,
+    completion: Completion,
+    parsed: Parsed,
     layer: int,
 ) -> Node:
     return exp.tree.add_child(
-        parent, segment, kind, completion.text,
+        parent,
+        segment,
+        kind,
+        completion.text,
         parsed={"layer": layer, **parsed.fields},
         llm_call_id=completion.call_id or None,
         is_format_error=parsed.error is not None,
@@ -287,15 +323,17 @@ def _add_generated(
     )
 
 
-async def _branches(
-    exp: _Expansion, parent: Node, kind: str, prompt: str, role: str, layer: int
-) -> list[Node]:
+async def _branches(exp: _Expansion, parent: Node, kind: str, prompt: str, role: str, layer: int) -> list[Node]:
     """``k`` samples of one prompt as nodes; a repeat of an earlier sample (its normalised
     text) is marked ``duplicate_of`` and not valued."""
     prefix, parse, key, prompt_name = _BRANCH_KINDS[kind]
     completions = await exp.prompt(
-        prompt, exp.config.k, f"{parent.path}/{prefix}", role,
-        grammar(prompt_name, exp.config.max_tokens), _BRANCH_STOPS.get(kind, ()),
+        prompt,
+        exp.config.k,
+        f"{parent.path}/{prefix}",
+        role,
+        grammar(prompt_name, exp.config.max_tokens),
+        _BRANCH_STOPS.get(kind, ()),
     )
     nodes: list[Node] = []
     seen: dict[str, Node] = {}
@@ -336,26 +374,53 @@ async def _value_branch(exp: _Expansion, node: Node, steps: tuple[Step, ...]) ->
     cfg = exp.config
     prompt = history.rollout_prompt(exp.question, steps)
     results = await run_rollouts(
-        prompt, cfg.rollout_spec, exp.generator, exp.retriever,
-        seed_of=lambda suffix: exp.seed(f"{node.path}/{suffix}"), tags=exp.tags(node.path),
+        prompt,
+        cfg.rollout_spec,
+        exp.generator,
+        exp.retriever,
+        seed_of=lambda suffix: exp.seed(f"{node.path}/{suffix}"),
+        tags=exp.tags(node.path),
     )
     rewards = []
     for result in results:
         scores = exp.scores(result.final_answer)
         reward = scores[cfg.metric]
         rewards.append(reward)
-        parsed = {"final_answer": result.final_answer, "n_turns": result.n_turns,
-                  "truncated": result.truncated, **scores}
+        parsed = {
+            "final_answer": result.final_answer,
+            "n_turns": result.n_turns,
+            "truncated": result.truncated,
+            **scores,
+        }
         leaf = exp.tree.add_child(
-            node, f"r{result.index}", "rollout_leaf", result.text, parsed=parsed,
-            passage_ids=list(result.passage_ids), llm_call_id=result.call_ids[0] or None,
-            is_format_error=result.error is not None, format_error=result.error,
-            is_leaf=True, reward=reward, visits=1, value=reward,
+            node,
+            f"r{result.index}",
+            "rollout_leaf",
+            result.text,
+            parsed=parsed,
+            passage_ids=list(result.passage_ids),
+            llm_call_id=result.call_ids[0] or None,
+            is_format_error=result.error is not None,
+            format_error=result.error,
+            is_leaf=True,
+            reward=reward,
+            visits=1,
+            value=reward,
         )
-        exp.tree.rollouts.append(Rollout(
-            leaf.node_id, exp.tree.run_id, exp.tree.question_id, node.node_id, result.text,
-            result.final_answer, scores["em"], scores["f1"], result.n_turns, list(result.call_ids),
-            result.seed,
-        ))
+        exp.tree.rollouts.append(
+            Rollout(
+                leaf.node_id,
+                exp.tree.run_id,
+                exp.tree.question_id,
+                node.node_id,
+                result.text,
+                result.final_answer,
+                scores["em"],
+                scores["f1"],
+                result.n_turns,
+                list(result.call_ids),
+                result.seed,
+            )
+        )
     node.visits = len(rewards)
     node.value = node.reward = sum(rewards) / len(rewards)
