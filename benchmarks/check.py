@@ -26,11 +26,11 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import median_seconds, report  # noqa: E402
-from warehouse import synthetic_nodes  # noqa: E402
 
 from ragfactory.warehouse.catalog import connect  # noqa: E402
 from ragfactory.warehouse.integrity import check  # noqa: E402
 from ragfactory.warehouse.store import Warehouse  # noqa: E402
+from warehouse import synthetic_nodes  # noqa: E402
 
 
 def text_pool(n: int, rng: np.random.Generator) -> pa.Array:

@@ -39,10 +39,10 @@ from common import median_seconds, report  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ragfactory.dashboard.app import create_app  # noqa: E402
 from ragfactory.serve import free_port  # noqa: E402
-from tests.e2e.stack import Chromium  # noqa: E402  (the e2e tests' headless Chromium)
 from ragfactory.tasks.search.tree import node_id  # noqa: E402
 from ragfactory.warehouse.runs import record_run  # noqa: E402
 from ragfactory.warehouse.store import Warehouse  # noqa: E402
+from tests.e2e.stack import Chromium  # noqa: E402  (the e2e tests' headless Chromium)
 
 TARGET_S = 1.0
 N_NODES, MAX_DEPTH = 10_000, 8

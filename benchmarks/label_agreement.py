@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import report  # noqa: E402
+
 import ragfactory.tasks.search.registry  # noqa: F401  (the strategies register their label views)
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
-
-from common import report  # noqa: E402
 
 
 def _seconds(n: int, grid: str) -> float:

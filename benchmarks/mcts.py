@@ -27,9 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import CountingBackend, embedded_search, report  # noqa: E402
-from ragfactory.tasks.search.mcts.exports import mcts_preference_pairs  # noqa: E402
 from ragfactory.tasks.llm.batcher import Batcher  # noqa: E402
 from ragfactory.tasks.search.mcts.config import MctsConfig  # noqa: E402
+from ragfactory.tasks.search.mcts.exports import mcts_preference_pairs  # noqa: E402
 from ragfactory.tasks.search.shard import expand_shard  # noqa: E402
 
 PAPER_PAIRS_PER_QUESTION = 13289 / 4603

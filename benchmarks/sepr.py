@@ -33,8 +33,8 @@ from ragfactory.tasks.data.loaders import load_bundled  # noqa: E402
 from ragfactory.tasks.retrieval.dense import load_embedder  # noqa: E402
 from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache  # noqa: E402
 from ragfactory.tasks.rewards.sepr import PlanScorer, SeprConfig  # noqa: E402
-from ragfactory.tasks.search.apex.training import sepr_reward  # noqa: E402
 from ragfactory.tasks.search.apex.plan_rewrite import RELATION_TEMPLATES, rewrite_steps  # noqa: E402
+from ragfactory.tasks.search.apex.training import sepr_reward  # noqa: E402
 
 TARGET_PAIRS_PER_S = 10_000
 

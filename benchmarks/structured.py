@@ -22,17 +22,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import report  # noqa: E402
 from ragfactory.tasks.data.loaders import load_bundled  # noqa: E402
-from ragfactory.tasks.search.mcts.steps import grounding_input, parse_turn, reasoning_input  # noqa: E402
 from ragfactory.tasks.eval.baselines import free_answer  # noqa: E402
 from ragfactory.tasks.llm.embedded import embedded_model_path  # noqa: E402
 from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings  # noqa: E402
 from ragfactory.tasks.llm.types import Message, Request, Sampling  # noqa: E402
 from ragfactory.tasks.prompts.loader import load_grammar, render_prompt  # noqa: E402
 from ragfactory.tasks.retrieval.types import Hit  # noqa: E402
-from ragfactory.tasks.search.decex import history  # noqa: E402
 from ragfactory.tasks.search import parsing  # noqa: E402
 from ragfactory.tasks.search.apex.execute import parse_decision  # noqa: E402
 from ragfactory.tasks.search.apex.plan_format import parse_plan, planner_prompt  # noqa: E402
+from ragfactory.tasks.search.decex import history  # noqa: E402
+from ragfactory.tasks.search.mcts.steps import grounding_input, parse_turn, reasoning_input  # noqa: E402
 from ragfactory.tasks.search.treeps.steps import initial_prompt, parse_step  # noqa: E402
 from ragfactory.warehouse.store import Warehouse  # noqa: E402
 

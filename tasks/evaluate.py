@@ -32,11 +32,11 @@ from ragfactory.tasks.eval.runner import (
     needs_retriever,
     shard_of,
 )
-from ragfactory.tasks.retrieval.corpus import WarehousePassages
-from ragfactory.tasks.retrieval.ledger import LedgerRetriever, ledgered
 from ragfactory.tasks.llm.cache import CallCache, utc_now
 from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.llm.engine import make_batcher
+from ragfactory.tasks.retrieval.corpus import WarehousePassages
+from ragfactory.tasks.retrieval.ledger import LedgerRetriever, ledgered
 from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.tasks.training.registry import resolve_model_ref, seen_question_ids
 from ragfactory.warehouse.catalog import query

@@ -20,9 +20,9 @@ from prefect.context import TaskRunContext
 from ragfactory.flows.config import BuildConfig
 from ragfactory.schemas.tables import SCHEMA_VERSION
 from ragfactory.tasks.attribution import write_ledgers
-from ragfactory.tasks.retrieval.ledger import open_ledger
 from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.engine import make_batcher
+from ragfactory.tasks.retrieval.ledger import open_ledger
 from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.shard import expand_shard, split_shards

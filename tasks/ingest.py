@@ -23,7 +23,8 @@ import pyarrow.parquet as pq
 from prefect import get_run_logger, task
 
 from ragfactory.tasks.data.config import DatasetConfig, PartitionConfig
-from ragfactory.tasks.data.corpus import BATCH_SIZE as CORPUS_BATCH, iter_corpus
+from ragfactory.tasks.data.corpus import BATCH_SIZE as CORPUS_BATCH
+from ragfactory.tasks.data.corpus import iter_corpus
 from ragfactory.tasks.data.jsonl import MAX_PASSAGE_CHARS, JsonlLimits
 from ragfactory.tasks.data.loaders import bundled_path, load_questions
 from ragfactory.tasks.data.partitions import PartitionRule, backfill_partitions, lacks_partitions, with_partitions

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
-from ragfactory.tasks.eval.runner import aggregate
 from ragfactory.tasks.eval.promotion import PromotionConfig, decide, promotion_row
+from ragfactory.tasks.eval.runner import aggregate
 from ragfactory.tasks.llm.cache import utc_now
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse

@@ -27,10 +27,11 @@ from ragfactory.tasks.export.config import DecontaminationConfig, ExportConfig
 from ragfactory.tasks.export.contamination import EvalSet, contaminated_rows, screen_questions
 from ragfactory.tasks.export.gold_recall import GOLD_RECALL_SQL, keep_gold_recall
 from ragfactory.tasks.export.lengths import length_warnings
-from ragfactory.tasks.export.registry import EXPORTS, SCREENED_QUESTION_COLUMNS
 from ragfactory.tasks.export.llamafactory import KINDS as LLAMAFACTORY_TABLES
 from ragfactory.tasks.export.llamafactory import write_llamafactory
-from ragfactory.tasks.export.skips import TABLE as SKIPS, recording, skip_rows
+from ragfactory.tasks.export.registry import EXPORTS, SCREENED_QUESTION_COLUMNS
+from ragfactory.tasks.export.skips import TABLE as SKIPS
+from ragfactory.tasks.export.skips import recording, skip_rows
 from ragfactory.tasks.export.verl import verl_command, write_verl_parquet
 from ragfactory.tasks.ingest import dataset_file
 from ragfactory.tasks.llm.cache import CallCache

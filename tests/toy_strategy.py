@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragfactory.tasks.data.loaders import load_bundled
+from ragfactory.tasks.export.registry import Exporter, ExportInputs, StrategyExports
 from ragfactory.tasks.llm.types import Message, Request, Sampling
 from ragfactory.tasks.search.common import Expansion, question_fields
-from ragfactory.tasks.export.registry import ExportInputs, Exporter, StrategyExports
 from ragfactory.tasks.search.strategy import ShardContext, Strategy
 from ragfactory.tasks.search.tree import QuestionTree, TableRows, stable_id
 

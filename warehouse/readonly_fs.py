@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 from fsspec.spec import AbstractFileSystem

@@ -113,7 +113,8 @@ def serve(
 
     Example: `ragfactory serve --port 4200 --timezone Europe/Paris --pool cpu --pool gpu`
     """
-    from ragfactory.serve import POOLS, StackError, serve as serve_stack
+    from ragfactory.serve import POOLS, StackError
+    from ragfactory.serve import serve as serve_stack
 
     pools = pools or None  # None: every pool prefect.yaml's deployments use
     if unknown := sorted(set(pools or ()) - set(POOLS)):

@@ -71,7 +71,8 @@ def sql(
 
     Example: `ragfactory sql "select dataset, count(*) from questions group by 1" --format csv`
     """
-    from ragfactory.warehouse.catalog import Refused, tables_read, user_query as run_query
+    from ragfactory.warehouse.catalog import Refused, tables_read
+    from ragfactory.warehouse.catalog import user_query as run_query
 
     _register_strategy_views()
     from ragfactory.warehouse.guard import first_line

@@ -118,7 +118,6 @@ def _walker(tokenizer_dir: Path, settings: NullSettings) -> _Walker:
             from transformers import AutoTokenizer
 
             from ragfactory.tasks.llm.structured import GrammarMasks
-
             from ragfactory.tasks.llm.tokenizer_id import tokenizer_fingerprint
 
             tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))

@@ -29,12 +29,12 @@ that serve the same model share a cache. A remote server cannot promise identica
 from __future__ import annotations
 
 import asyncio
-import weakref
 import hashlib
 import json
 import os
 import random
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 

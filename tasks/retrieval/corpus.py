@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ragfactory.atomic import atomic_write_text
-from ragfactory.tasks.retrieval.config import RetrievalConfig
 from ragfactory.tasks.data.corpus import SeenIds
+from ragfactory.tasks.retrieval.config import RetrievalConfig
 from ragfactory.tasks.retrieval.index_store import BATCH_ROWS, PASSAGE_COLUMNS, digest_batches, select_passages
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.integrity import read_entry

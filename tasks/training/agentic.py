@@ -43,8 +43,8 @@ from typing import Any
 
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.search.common import hit_record
-from ragfactory.tasks.search.parsing import information, parse_rollout_turn, ROLLOUT_STOP
-from ragfactory.tasks.training.methods import check_options, MethodContext
+from ragfactory.tasks.search.parsing import ROLLOUT_STOP, information, parse_rollout_turn
+from ragfactory.tasks.training.methods import MethodContext, check_options
 
 ROLLOUT_LOG = "rollouts.jsonl"
 
@@ -317,8 +317,8 @@ class AgenticRollout:
 
 def build_retriever(ctx: MethodContext, options: AgenticOptions) -> Retriever:
     """The build's retriever over the build's passages (or the options' sources and kind)."""
-    from ragfactory.tasks.retrieval.corpus import open_retriever
     from ragfactory.tasks.retrieval.config import RetrievalConfig
+    from ragfactory.tasks.retrieval.corpus import open_retriever
 
     if ctx.warehouse is None:
         raise ValueError("grpo-agentic needs a warehouse to retrieve from")

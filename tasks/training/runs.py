@@ -15,20 +15,20 @@ from pathlib import Path
 
 from ragfactory.memory import tune_allocator
 from ragfactory.tasks.llm.embedded import embedded_model_path, is_embedded
+from ragfactory.tasks.rewards import RewardFunc
 from ragfactory.tasks.training.config import TrainingRequest
 from ragfactory.tasks.training.data import export_files, read_export, snapshot_hash, training_dataset
 from ragfactory.tasks.training.methods import MethodContext, method_spec
 from ragfactory.tasks.training.progress import LossLogger
 from ragfactory.tasks.training.registry import (
+    ModelRef,
     cache_key,
     export_question_ids,
     model_id_for,
     model_row,
-    ModelRef,
     resolve_model_ref,
     seen_question_ids,
 )
-from ragfactory.tasks.rewards import RewardFunc
 from ragfactory.tasks.training.rewards import run_rewards
 from ragfactory.tasks.training.trainers import (
     load_model,

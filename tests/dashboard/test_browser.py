@@ -43,11 +43,10 @@ return {n: boxes.length, overlaps: overlaps, outside: outside, smallest: Math.mi
 @pytest.fixture(scope="module")
 def dashboard(five_strategies):
     import uvicorn
+    from prefect.settings import PREFECT_API_URL
 
     from ragfactory.dashboard.app import create_app
     from ragfactory.serve import free_port
-
-    from prefect.settings import PREFECT_API_URL
 
     port = free_port()
     app = create_app(Warehouse(five_strategies), prefect_api_url=PREFECT_API_URL.value())  # the build's server

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from ragfactory.tasks.search.mcts.evaluation import answer_agentic
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.search.mcts import steps
+from ragfactory.tasks.search.mcts.evaluation import answer_agentic
 from ragfactory.tasks.search.mcts.steps import STOP, closed, parse_turn
 from tests.eval.scenario import CONFIG, QUESTIONS, policy, retriever
 from tests.fakes import FunctionRetriever, ScriptedBackend

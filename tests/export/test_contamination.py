@@ -31,7 +31,6 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.export.contamination import (
     ContaminationConfig,
     EvalSet,
@@ -42,6 +41,7 @@ from ragfactory.tasks.export.contamination import (
 )
 from ragfactory.tasks.export.ngrams import NgramConfig, match_ngrams, normalize_questions
 from ragfactory.tasks.llm.cache import CallCache
+from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.llm.engine import make_batcher
 from ragfactory.tasks.rewards.answer import normalize_answer
 from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache

@@ -7,9 +7,8 @@ import pytest
 
 from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.export.dpo import DpoConfig
-from ragfactory.tasks.search.decex.exports import preference_pairs
 from ragfactory.tasks.export.sft import SftConfig
-from ragfactory.tasks.search.decex.exports import sft_examples
+from ragfactory.tasks.search.decex.exports import preference_pairs, sft_examples
 from ragfactory.tasks.search.tree import QuestionTree
 from tests.export.decex_trees import QUESTIONS, small_tree
 

@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from ragfactory.tasks.llm.splice import calls_by_id, no_tokens, prompt_tokens, trajectory_tokens
 from ragfactory.tasks.llm.batcher import Batcher
+from ragfactory.tasks.llm.splice import calls_by_id, no_tokens, prompt_tokens, trajectory_tokens
 from ragfactory.tasks.search.treeps.expansion import TreePSConfig, expand_question
 from ragfactory.tasks.search.treeps.trajectories import trajectory_rows
 from ragfactory.tasks.training.tree_advantage import token_row

@@ -26,8 +26,8 @@ from ragfactory.tasks.export.lengths import length_warnings
 from ragfactory.tasks.export.verl import REWARD_MODULE
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
-from tests.fakes import ScriptedBackend, registered_engine, scripted_llm
 from tests.export.clients import run_client
+from tests.fakes import ScriptedBackend, registered_engine, scripted_llm
 from tests.flows.scripted_policies import treeps_and_decex
 
 pytestmark = [pytest.mark.slow, pytest.mark.clients, pytest.mark.subprocess]

@@ -13,13 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from ragfactory.schemas.tables import table_spec
+from ragfactory.tasks.export.verl import write_verl_parquet
+from ragfactory.tasks.llm.seeds import derive_seed
+from ragfactory.tasks.search.treeps.exports import verl_rows
 from ragfactory.tasks.search.treeps.grpo import grpo_prompt_rows
 from ragfactory.tasks.search.treeps.step_labels import StepLabelConfig, step_label_rows
-from ragfactory.tasks.search.treeps.trajectories import SAMPLE_PATH, TrajectoryConfig, trajectory_rows
-from ragfactory.tasks.export.verl import write_verl_parquet
-from ragfactory.tasks.search.treeps.exports import verl_rows
-from ragfactory.tasks.llm.seeds import derive_seed
 from ragfactory.tasks.search.treeps.steps import initial_prompt
+from ragfactory.tasks.search.treeps.trajectories import SAMPLE_PATH, TrajectoryConfig, trajectory_rows
 from tests.search.jaws_scenario import expand as expand_jaws
 from tests.search.treeps_scenario import QUESTIONS, build, mixed
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 
-
 from ragfactory.flows.build import build
 from ragfactory.flows.config import BuildConfig
 from ragfactory.warehouse.store import Warehouse

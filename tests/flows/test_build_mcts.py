@@ -9,7 +9,6 @@ the query, each with a correct rollout (0.857375). The root state gives one pair
 
 from __future__ import annotations
 
-
 import pytest
 
 from ragfactory.flows.build import build

@@ -10,7 +10,6 @@ Algorithm 2 gives 2 SFT examples per question.
 
 from __future__ import annotations
 
-
 import pytest
 
 from ragfactory.flows.build import build

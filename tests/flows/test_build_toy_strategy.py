@@ -8,13 +8,12 @@ answered from the call cache.
 
 from __future__ import annotations
 
-
 import pytest
 
 from ragfactory.flows.build import build
 from ragfactory.flows.config import BuildConfig
-from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.export.registry import EXPORTS
+from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm

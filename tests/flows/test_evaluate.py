@@ -253,8 +253,8 @@ def test_cli_reports_bad_requests(root, models, args, message, tmp_path):
 @pytest.mark.slow
 def test_the_embedded_model_and_a_trained_one_are_evaluated_and_compared(tmp_path, embedded_model):
     """The acceptance run with real weights: SmolLM2 and one SFT step of it, 20 questions each."""
-    from ragfactory.flows.train import train
     from ragfactory.flows.config import TrainConfig
+    from ragfactory.flows.train import train
     from tests.training.exports import write_exports
 
     root = tmp_path / "wh"

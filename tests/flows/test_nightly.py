@@ -21,8 +21,8 @@ from ragfactory.tasks.training.registry import resolve_model_ref
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, registered_engine, scripted_llm
-from tests.flows.scripted_policies import decex_policy
 from tests.flows.configs import frontier_config
+from tests.flows.scripted_policies import decex_policy
 
 GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=40).questions}
 pytestmark = pytest.mark.slow  # four trainings and eight evaluations: about a minute on 2 cores

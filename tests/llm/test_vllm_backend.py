@@ -22,10 +22,6 @@ import pytest
 from ragfactory.tasks.llm.config import LLMRoleConfig
 from ragfactory.tasks.llm.engine import make_backend
 from ragfactory.tasks.llm.types import Backend, Grammar, Request, RetryPolicy, is_continuous
-from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
-from ragfactory.tasks.search.parsing import parse_termination
-from ragfactory.tasks.search.apex.plan_format import parse_plan
-from ragfactory.tasks.search.treeps.steps import parse_step
 from ragfactory.tasks.llm.vllm_async import VLLMAsyncBackend
 from ragfactory.tasks.llm.vllm_backend import (
     VLLMBackend,
@@ -37,6 +33,10 @@ from ragfactory.tasks.llm.vllm_backend import (
     to_completions,
     vllm_fingerprint,
 )
+from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
+from ragfactory.tasks.search.apex.plan_format import parse_plan
+from ragfactory.tasks.search.parsing import parse_termination
+from ragfactory.tasks.search.treeps.steps import parse_step
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("RAGFACTORY_VLLM_PYTHON", REPO / ".venv-vllm" / "bin" / "python"))

@@ -24,7 +24,6 @@ from ragfactory.tasks.search.decex.config import DecExConfig
 from ragfactory.tasks.search.treeps.expansion import TreePSConfig
 from tests.prompts.grammar_parsers import PARAMS, PARSERS
 
-
 ANSWER_TAIL = ("<answer> Steven Spielberg </answer>", "<answer></answer>")
 # grammar -> (well-formed outputs, malformed outputs)
 EXAMPLES = {

@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 
+from ragfactory.tasks.rewards import functions as stock_rewards
 from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache, HashingEmbedder
 from ragfactory.tasks.rewards.sepr import (
     PlanMatch,
@@ -21,7 +22,6 @@ from ragfactory.tasks.rewards.sepr import (
     normalize_sub_question,
     plan_score_row,
 )
-from ragfactory.tasks.rewards import functions as stock_rewards
 from ragfactory.tasks.search.apex import training as apex_training
 from ragfactory.tasks.search.apex.training import sepr_reward
 from ragfactory.warehouse.store import conform

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from ragfactory.tasks.data.loaders import load_bundled
-from ragfactory.tasks.search.apex import execute as apex_execute, plan_format, plan_rewrite
+from ragfactory.tasks.search.apex import execute as apex_execute
+from ragfactory.tasks.search.apex import plan_format, plan_rewrite
 from ragfactory.tasks.search.apex.execute import confidence, parse_decision, resolve_references
 from ragfactory.tasks.search.apex.plan_format import gold_plan_texts, parse_plan
 from ragfactory.tasks.search.apex.plan_rewrite import accept_llm_rewrite, references, rewrite_step

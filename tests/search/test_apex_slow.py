@@ -12,11 +12,11 @@ import asyncio
 import pytest
 
 from ragfactory.tasks.data.loaders import load_bundled
-from ragfactory.tasks.search.apex.exports import executor_sft_examples, planner_grpo_prompts
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.retrieval.bm25 import BM25Retriever
 from ragfactory.tasks.rewards.sepr import load_plan_scorer
 from ragfactory.tasks.search.apex.expansion import ApexConfig
+from ragfactory.tasks.search.apex.exports import executor_sft_examples, planner_grpo_prompts
 from ragfactory.tasks.search.shard import expand_shard
 from ragfactory.warehouse.catalog import query, refresh_catalog
 from ragfactory.warehouse.store import conform

@@ -48,9 +48,8 @@ import json
 import pytest
 
 from ragfactory.tasks.export.dpo import DpoConfig
-from ragfactory.tasks.search.decex.exports import preference_pairs
-from ragfactory.tasks.search.decex.exports import sft_examples
 from ragfactory.tasks.prompts.loader import render_prompt
+from ragfactory.tasks.search.decex.exports import preference_pairs, sft_examples
 from tests.search.jaws_scenario import CONFIG, QUESTION, expand
 
 

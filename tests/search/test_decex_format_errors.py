@@ -8,12 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from ragfactory.tasks.search.decex.exports import preference_pairs
-from ragfactory.tasks.search.decex.exports import sft_examples
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.llm.types import Request
 from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.decex.expansion import DecExConfig, expand_question
+from ragfactory.tasks.search.decex.exports import preference_pairs, sft_examples
 from tests.fakes import FixedRetriever, ScriptedBackend
 
 CONFIG = DecExConfig(k=2, n_rollouts=2, t_max=2, termination_samples=3, rollout_max_turns=2)

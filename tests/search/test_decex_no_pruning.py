@@ -16,13 +16,12 @@ from dataclasses import replace
 
 import pytest
 
-from ragfactory.tasks.search.decex.exports import preference_pairs
 from ragfactory.tasks.export.sft import SftConfig
-from ragfactory.tasks.search.decex.exports import sft_examples
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.llm.types import Request
 from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.decex.expansion import DecExConfig, expand_question
+from ragfactory.tasks.search.decex.exports import preference_pairs, sft_examples
 from tests.fakes import FixedRetriever, ScriptedBackend
 
 QUESTION = {"question_id": "q1", "question": "What is the capital of France?", "golden_answers": ["Paris"]}

@@ -27,9 +27,9 @@ from dataclasses import replace
 
 import pytest
 
-from ragfactory.tasks.search.r3.exports import r3_sft_examples
 from ragfactory.tasks.prompts.loader import render_prompt
 from ragfactory.tasks.search.r3.config import R3Config
+from ragfactory.tasks.search.r3.exports import r3_sft_examples
 from tests.search.r3_scenario import CONFIG, QUESTION, policy, run
 
 

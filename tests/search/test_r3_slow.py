@@ -14,8 +14,8 @@ import math
 
 import pytest
 
-from ragfactory.tasks.search.r3.exports import r3_sft_examples
 from ragfactory.tasks.search.r3.config import R3Config
+from ragfactory.tasks.search.r3.exports import r3_sft_examples
 from ragfactory.warehouse.store import Warehouse
 from tests.search.embedded_scenario import expand_bundled, train_one_step, written_dataset
 from tests.search.r3_scenario import QUESTION, run

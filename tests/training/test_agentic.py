@@ -12,17 +12,17 @@ import pytest
 
 from ragfactory.tasks.retrieval.factory import make_retriever
 from ragfactory.tasks.search.r3.config import R3Config
+from ragfactory.tasks.search.r3.training import R3ProcessReward, outcome
 from ragfactory.tasks.training.agentic import (
+    ROLLOUT_LOG,
     AgenticOptions,
+    Rollout,
     build_trainer,
     observe,
     qa_rows,
-    ROLLOUT_LOG,
-    Rollout,
     turn_end,
 )
 from ragfactory.tasks.training.methods import MethodContext
-from ragfactory.tasks.search.r3.training import outcome, R3ProcessReward
 from ragfactory.tasks.training.runs import run_training
 from ragfactory.tasks.training.trainers import load_model
 

@@ -13,7 +13,7 @@ import pytest
 from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.tasks.retrieval.bm25 import BM25Retriever
 from ragfactory.tasks.search.treeps.steps import initial_prompt
-from ragfactory.tasks.training.agentic import build_trainer, ROLLOUT_LOG
+from ragfactory.tasks.training.agentic import ROLLOUT_LOG, build_trainer
 from ragfactory.tasks.training.methods import MethodContext
 from ragfactory.tasks.training.runs import run_training
 from ragfactory.warehouse.store import conform

@@ -16,9 +16,8 @@ import pytest
 
 from ragfactory.flows.config import TrainConfig
 from ragfactory.tasks.search.apex.exports import planner_grpo_prompts
-from ragfactory.tasks.search.decex.exports import preference_pairs
+from ragfactory.tasks.search.decex.exports import preference_pairs, sft_examples
 from ragfactory.tasks.search.treeps.grpo import grpo_prompt_rows
-from ragfactory.tasks.search.decex.exports import sft_examples
 from ragfactory.tasks.training.runs import plan_training, train_planned
 from ragfactory.tasks.training.trainers import load_model
 from ragfactory.warehouse.store import Warehouse

@@ -10,7 +10,7 @@ import pytest
 from ragfactory.tasks.training.methods import MethodContext
 from ragfactory.tasks.training.prm.heldout import heldout_ids
 from ragfactory.tasks.training.prm.reward import prm_reward, split_steps, step_rewards
-from ragfactory.tasks.training.prm.scoring import load_tokenizer, StepScorer
+from ragfactory.tasks.training.prm.scoring import StepScorer, load_tokenizer
 from ragfactory.tasks.training.prm.trainer import build_trainer
 from ragfactory.tasks.training.runs import run_training
 

@@ -11,6 +11,7 @@ import torch
 
 from ragfactory.tasks.training.methods import MethodContext
 from ragfactory.tasks.training.runs import run_training
+from ragfactory.tasks.training.trainers import load_model
 from ragfactory.tasks.training.tree_advantage import (
     build_trainer,
     pad_batch,
@@ -19,7 +20,6 @@ from ragfactory.tasks.training.tree_advantage import (
     tokenize_row,
     tree_advantage_loss,
 )
-from ragfactory.tasks.training.trainers import load_model
 
 SEARCH = "<search>jaws director</search>"
 OBSERVATION = "\n\n<information>Doc 1(Title: Jaws) Jaws is a 1975 film by Steven Spielberg.</information>\n\n"

@@ -11,8 +11,8 @@ from ragfactory.warehouse.catalog import (
     check_read_only,
     confined_connection,
     refresh_catalog,
-    user_query,
     sql_views,
+    user_query,
 )
 from ragfactory.warehouse.confined import close, refusal
 from tests.warehouse.filled import fill
@@ -241,6 +241,7 @@ def test_reads_through_the_read_only_file_system_are_whole_every_time(tmp_path):
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from ragfactory.warehouse.store import Warehouse
 
     folder = tmp_path / "bulk"  # a file under the root that no table view reads

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 import ragfactory.tasks.search.registry  # noqa: F401  (the strategies register their views on import)

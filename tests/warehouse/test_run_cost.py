@@ -3,7 +3,7 @@ union of overlapping call intervals, not the sum of latencies; cached samples co
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse

@@ -37,10 +37,10 @@ from ragfactory.tasks.llm.types import Generator, Grammar, Message, Request, Sam
 from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
 from ragfactory.tasks.retrieval.types import Hit, Retriever
 from ragfactory.tasks.rewards.answer import METRICS
+from ragfactory.tasks.search.apex.plan_rewrite import REFERENCE, references
 from ragfactory.tasks.search.common import hit_record, sample_n, search_batch
 from ragfactory.tasks.search.decex.history import render_documents
 from ragfactory.tasks.search.parsing import Parsed, find_tag, parse_self_answer, parse_sub_query
-from ragfactory.tasks.search.apex.plan_rewrite import REFERENCE, references
 from ragfactory.tasks.search.tree import Node, QuestionTree
 
 # call: (node kind, closing tag of its output, prompt)

@@ -38,7 +38,6 @@ from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.rewards.sepr import PlanMatch, PlanScorer, plan_score_row
 from ragfactory.tasks.search.apex.config import STRATEGY, ApexConfig
 from ragfactory.tasks.search.apex.execute import Execution, execute_plan
-from ragfactory.tasks.search.common import question_fields, request_tags, sample_n
 from ragfactory.tasks.search.apex.plan_format import (
     PLAN_STOP,
     ParsedPlan,
@@ -48,6 +47,7 @@ from ragfactory.tasks.search.apex.plan_format import (
     planner_prompt,
 )
 from ragfactory.tasks.search.apex.plan_rewrite import references, rewrite_steps, rewrite_steps_with_llm
+from ragfactory.tasks.search.common import question_fields, request_tags, sample_n
 from ragfactory.tasks.search.tree import Node, QuestionTree, TableRows
 
 SeedOf = Callable[[str], int]  # a node path -> its sampling seed

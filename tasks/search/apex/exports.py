@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
+from ragfactory.tasks.export.registry import TREE_COLUMNS, Exporter, ExportInputs, Rows, StrategyExports
 from ragfactory.tasks.export.sft import question_text, question_texts
 from ragfactory.tasks.rewards.answer import METRICS
 from ragfactory.tasks.search.apex.config import STRATEGY

@@ -24,8 +24,8 @@ from typing import Any
 
 from ragfactory.tasks.llm.types import Grammar
 from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
-from ragfactory.tasks.search.parsing import tag_span, visible_text
 from ragfactory.tasks.search.apex.plan_rewrite import references
+from ragfactory.tasks.search.parsing import tag_span, visible_text
 
 MAX_STEPS = 5  # the template's step bound; MuSiQue's longest gold plans have 4 steps, one spare
 MAX_GRAMMAR_STEPS = 8  # apex_plan.lark spells out steps1 .. steps8

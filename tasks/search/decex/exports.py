@@ -37,7 +37,7 @@ from itertools import combinations
 from typing import Any
 
 from ragfactory.tasks.export.dpo import DpoConfig
-from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
+from ragfactory.tasks.export.registry import TREE_COLUMNS, Exporter, ExportInputs, Rows, StrategyExports
 from ragfactory.tasks.export.sft import SftConfig, question_text, question_texts
 from ragfactory.tasks.export.skips import skipped
 from ragfactory.tasks.search.decex.config import STRATEGY

@@ -22,7 +22,7 @@ from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, 
 from ragfactory.tasks.retrieval.types import Hit, Retriever
 from ragfactory.tasks.search.common import sample_n, search_batch
 from ragfactory.tasks.search.decex.history import render_information
-from ragfactory.tasks.search.parsing import parse_rollout_turn, ROLLOUT_STOP
+from ragfactory.tasks.search.parsing import ROLLOUT_STOP, parse_rollout_turn
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ragfactory.tasks.export.dpo import DpoConfig
-from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
+from ragfactory.tasks.export.registry import TREE_COLUMNS, Exporter, ExportInputs, Rows, StrategyExports
 from ragfactory.tasks.export.sft import SftConfig, question_text, question_texts
 from ragfactory.tasks.prompts.loader import render_prompt
 from ragfactory.tasks.search.common import hits_from_records

@@ -38,8 +38,8 @@ failed) must still be released with ``abandon``, or its virtual loss stays on th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 
 def spre(values: Sequence[float], steps: Sequence[int], alpha: float) -> float:

@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
+from ragfactory.tasks.export.registry import TREE_COLUMNS, Exporter, ExportInputs, Rows, StrategyExports
+from ragfactory.tasks.export.sft import question_text, question_texts
 from ragfactory.tasks.search.common import hits_from_records
 from ragfactory.tasks.search.r3.config import STRATEGY
 from ragfactory.tasks.search.r3.steps import Step, step_prompt, step_text
 from ragfactory.tasks.search.tree import group_trees, path_key, stable_id
-from ragfactory.tasks.export.sft import question_text, question_texts
 
 
 def _step(row: Mapping[str, Any]) -> Step:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
-from ragfactory.tasks.llm.splice import CALL_COLUMNS, calls_by_id
+from ragfactory.tasks.export.registry import TREE_COLUMNS, Exporter, ExportInputs, Rows, StrategyExports
 from ragfactory.tasks.export.verl import ABILITY, ANSWER_TAG, REWARD_STYLE, data_source
+from ragfactory.tasks.llm.splice import CALL_COLUMNS, calls_by_id
 from ragfactory.tasks.search.tree import RowTree, group_trees, stable_id
 from ragfactory.tasks.search.treeps.config import STRATEGY
 from ragfactory.tasks.search.treeps.grpo import (
@@ -25,7 +25,7 @@ from ragfactory.tasks.search.treeps.grpo import (
     tree_question,
 )
 from ragfactory.tasks.search.treeps.step_labels import StepLabelConfig, step_label_rows
-from ragfactory.tasks.search.treeps.trajectories import TrajectoryConfig, tree_prompt, trajectory_rows
+from ragfactory.tasks.search.treeps.trajectories import TrajectoryConfig, trajectory_rows, tree_prompt
 
 
 def _user_prompt(tree: RowTree) -> str:

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ragfactory.tasks.llm.splice import prompt_tokens
-from ragfactory.tasks.search.treeps.trajectories import tree_prompt
 from ragfactory.tasks.search.tree import RowTree, group_trees, stable_id
+from ragfactory.tasks.search.treeps.trajectories import tree_prompt
 
 TASK = "qa"
 

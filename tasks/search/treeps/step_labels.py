@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ragfactory.tasks.search.treeps.trajectories import tree_paths, tree_prompt
 from ragfactory.tasks.search.tree import group_trees, stable_id
 from ragfactory.tasks.search.treeps.steps import information
+from ragfactory.tasks.search.treeps.trajectories import tree_paths, tree_prompt
 
 
 @dataclass(frozen=True)

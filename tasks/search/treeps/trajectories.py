@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ragfactory.tasks.llm.splice import trajectory_tokens
 from ragfactory.tasks.llm.seeds import derive_seed
+from ragfactory.tasks.llm.splice import trajectory_tokens
 from ragfactory.tasks.llm.types import Message
 from ragfactory.tasks.search.tree import RowTree, group_trees, path_key, stable_id
 from ragfactory.tasks.search.treeps.steps import initial_prompt, render_response, step_turns
