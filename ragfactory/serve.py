@@ -5,9 +5,9 @@ subprocesses, exactly as a person would by hand, so what is tested is the real s
 real ``prefect deploy`` of ``prefect.yaml`` and real process workers. Nothing here imports
 prefect: the server is reached over HTTP (health, variables) and the CLI does the rest.
 
-Every child starts in its own process group, so a Ctrl-C in the terminal reaches only this
-process, which then stops the workers (and the flow runs they started) before the server:
-SIGTERM to the group, SIGKILL to what is left after a grace period.
+Every child starts in its own process group (ragfactory/process_groups.py), so a Ctrl-C in the
+terminal reaches only this process, which then stops the workers (and the flow runs they
+started) before the server.
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 import httpx
 
-from ragfactory.watchdog import die_with_parent
+from ragfactory.process_groups import spawn, stop
 
 REPO = Path(__file__).resolve().parents[1]
 POOLS = ("cpu", "gpu")
@@ -89,30 +88,13 @@ def prefect_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "prefect", *args]
 
 
-def _spawn(args: list[str], env: dict[str, str], log: Path | None, cwd: Path = REPO) -> subprocess.Popen:
-    out: IO | int | None = None
-    if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        out = log.open("ab")
-    try:
-        return subprocess.Popen(
-            args,
-            env=env,
-            cwd=cwd,
-            stdout=out,
-            stderr=subprocess.STDOUT if out else None,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )  # a SIGKILLed `serve` leaves no server
-    finally:
-        if out is not None:
-            out.close()  # the child holds its own descriptor
-
-
 def start_server(port: int, env: dict[str, str], log: Path | None = None) -> subprocess.Popen:
     """``prefect server start`` on 127.0.0.1:``port``; returns at once (see ``wait_healthy``)."""
-    return _spawn(
-        prefect_command("server", "start", "--host", "127.0.0.1", "--port", str(port), "--analytics-off"), env, log
+    return spawn(
+        prefect_command("server", "start", "--host", "127.0.0.1", "--port", str(port), "--analytics-off"),
+        env,
+        log,
+        REPO,
     )
 
 
@@ -205,7 +187,7 @@ def pool_env(pool: str, cuda: bool | None = None) -> dict[str, str]:
 
 def start_worker(pool: str, env: dict[str, str], log: Path | None = None) -> subprocess.Popen:
     """A process worker polling ``pool``; it runs each flow run as a child process."""
-    return _spawn(
+    return spawn(
         prefect_command(
             "worker",
             "start",
@@ -220,13 +202,14 @@ def start_worker(pool: str, env: dict[str, str], log: Path | None = None) -> sub
         ),
         env,
         log,
+        REPO,
     )
 
 
 def start_dashboard(port: int, env: dict[str, str], log: Path | None = None) -> subprocess.Popen:
     """``ragfactory dashboard`` on 127.0.0.1:``port``, submitting to the stack's server
     (``PREFECT_API_URL`` in ``env``) and reading its warehouse (``RAGFACTORY_HOME``)."""
-    return _spawn(
+    return spawn(
         [
             sys.executable,
             "-m",
@@ -240,27 +223,8 @@ def start_dashboard(port: int, env: dict[str, str], log: Path | None = None) -> 
         ],
         env,
         log,
+        REPO,
     )  # serve prints the address
-
-
-def stop(process: subprocess.Popen, grace: float = 20.0) -> int | None:
-    """SIGTERM the process's group, SIGKILL it after ``grace`` seconds; returns the exit code."""
-    if process.poll() is not None:
-        _signal_group(process, signal.SIGKILL)  # children it may have left behind
-        return process.returncode
-    _signal_group(process, signal.SIGTERM)
-    try:
-        return process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        _signal_group(process, signal.SIGKILL)
-        return process.wait(timeout=30)
-
-
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(process.pid, sig)  # start_new_session made the child its group's leader
-    except ProcessLookupError:
-        pass
 
 
 @dataclass
@@ -371,6 +335,20 @@ def _refuse_unservable(port: int, root: str | Path | None, dashboard_port: int |
         raise StackError(f"127.0.0.1:{dashboard_port} is in use; pick another with --dashboard-port (0: none)")
 
 
+def _announce(stack: Stack, pools: list[str], echo) -> None:
+    """Print where the Prefect UI and the dashboard are."""
+    echo(f"Prefect UI: {stack.ui_url}  (workers: {', '.join(pools)}; Ctrl-C stops everything)")
+    if stack.dashboard_url:
+        echo(f"dashboard: {stack.dashboard_url}")
+
+
+def _wait_until_stopped(stack: Stack, stopping: threading.Event) -> None:
+    """Wait for Ctrl-C or SIGTERM; a part of the stack that exits first ends the wait with an error."""
+    while not stopping.wait(1.0):
+        if gone := stack.exited():
+            raise StackError(f"{', '.join(gone)} exited; stopping")
+
+
 def serve(
     port: int = 4200,
     root: str | Path | None = None,
@@ -399,12 +377,8 @@ def serve(
         stack = start_stack(port, prefect_home, log_dir, extra)
         if not stopping.is_set() and _bring_up(stack, timezone, pools, echo, stopping, dashboard_port):
             write_marker(served, stack.api_url)  # commands on this warehouse report to this server
-            echo(f"Prefect UI: {stack.ui_url}  (workers: {', '.join(pools)}; Ctrl-C stops everything)")
-            if stack.dashboard_url:
-                echo(f"dashboard: {stack.dashboard_url}")
-        while not stopping.wait(1.0):
-            if gone := stack.exited():
-                raise StackError(f"{', '.join(gone)} exited; stopping")
+            _announce(stack, pools, echo)
+        _wait_until_stopped(stack, stopping)
     except StackError:
         if not stopping.is_set():  # a CLI step cut short by Ctrl-C is not an error
             raise
