@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 
 from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.config import MAX_BATCH_TOKENS
-from ragfactory.tasks.llm.scheduler import Ask, Scheduler, Slot
+from ragfactory.tasks.llm.queue_items import Ask, Slot
+from ragfactory.tasks.llm.scheduler import Scheduler
 from ragfactory.tasks.llm.types import Backend, Completion, Request, call_id
 
 T = TypeVar("T")

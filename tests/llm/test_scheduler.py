@@ -13,7 +13,8 @@ import pytest
 from ragfactory.tasks.llm.batcher import Batcher, BatcherConfig
 from ragfactory.tasks.llm.cache import CallCache, MemoryCallStore
 from ragfactory.tasks.llm.engine import RetryingBackend, scheduled
-from ragfactory.tasks.llm.scheduler import Scheduler, estimate_tokens
+from ragfactory.tasks.llm.queue_items import estimate_tokens
+from ragfactory.tasks.llm.scheduler import Scheduler
 from ragfactory.tasks.llm.types import Request, RetryPolicy
 from tests.fakes import ContinuousScriptedBackend, GatedBackend, ScriptedBackend
 
