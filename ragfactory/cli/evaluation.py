@@ -83,10 +83,7 @@ def evaluate(
 
     Example: `ragfactory evaluate --model latest:sft --compare embedded --dataset hotpotqa --limit 50`
     """
-    from ragfactory.flows.config import EvalConfig
-
-    cfg = options_config(
-        EvalConfig,
+    summary, log = _run_evaluation(
         root,
         model=model,
         datasets=datasets,
@@ -98,17 +95,16 @@ def evaluate(
         compare=compare,
         allow_downloads=allow_downloads or None,
     )
-    summary, log = _run_evaluation(cfg, root)
-    _print_evaluation(summary, log)
-    if summary["status"] != "completed":
-        raise typer.Exit(code=1)
+    _report_evaluation(summary, log)
 
 
-def _run_evaluation(cfg, root: Path | None) -> tuple[dict, Path]:
-    """The evaluate flow's summary for ``cfg``, once its preflight checks pass, and the log file
-    the run wrote (the failure lines name it)."""
+def _run_evaluation(root: Path | None, **options) -> tuple[dict, Path]:
+    """The evaluate flow's summary for the command's options (an ``EvalConfig``), once its
+    preflight checks pass, and the log file the run wrote (the failure lines name it)."""
+    from ragfactory.flows.config import EvalConfig
     from ragfactory.tasks.preflight import apply_network_policy, check_evaluation
 
+    cfg = options_config(EvalConfig, root, **options)
     wh = open_warehouse(root)
     apply_network_policy(cfg.allow_downloads)
     preflight(lambda: check_evaluation(cfg, wh))
@@ -120,9 +116,10 @@ def _run_evaluation(cfg, root: Path | None) -> tuple[dict, Path]:
     return summary, log
 
 
-def _print_evaluation(summary: dict, log: Path) -> None:
+def _report_evaluation(summary: dict, log: Path) -> None:
     """The mean scores per dataset and mode, the datasets that failed and why, the warnings (the
-    base model's too), and the comparison with the base model when there is one."""
+    base model's too), and the comparison with the base model when there is one; exit 1 when the
+    run did not complete."""
     import pyarrow as pa
 
     print_arrow(
@@ -137,6 +134,8 @@ def _print_evaluation(summary: dict, log: Path) -> None:
     if "comparison" in summary:
         print_comparison(summary["comparison"])
     console.print('compare models: ragfactory sql "select * from eval_summary"')
+    if summary["status"] != "completed":
+        raise typer.Exit(code=1)
 
 
 COMPARISON_COLUMNS = (

@@ -38,25 +38,27 @@ def _mark_abandoned_runs(wh) -> None:
     mark_abandoned_runs(wh, ended=ended)
 
 
+MemoryLimitOption = Annotated[
+    str | None,
+    typer.Option(
+        "--memory-limit",
+        help="Memory the query may use, e.g. 8GiB (default $RAGFACTORY_SQL_MEMORY_LIMIT, "
+        "else an eighth of RAM, 1-4 GiB); nothing spills to disk",
+    ),
+]
+TimeoutOption = Annotated[
+    float | None,
+    typer.Option("--timeout", min=0.1, help="Seconds the query may run (default $RAGFACTORY_SQL_TIMEOUT_S, else 120)"),
+]
+
+
 # ignore_unknown_options: a query may open with a `--` comment, which click would take for an option
 @app.command(context_settings={"ignore_unknown_options": True})
 def sql(
     query: Annotated[str, typer.Argument(help="A read-only SQL query over the warehouse views")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json")] = "table",
-    memory_limit: Annotated[
-        str | None,
-        typer.Option(
-            "--memory-limit",
-            help="Memory the query may use, e.g. 8GiB (default $RAGFACTORY_SQL_MEMORY_LIMIT, "
-            "else an eighth of RAM, 1-4 GiB); nothing spills to disk",
-        ),
-    ] = None,
-    timeout: Annotated[
-        float | None,
-        typer.Option(
-            "--timeout", min=0.1, help="Seconds the query may run (default $RAGFACTORY_SQL_TIMEOUT_S, else 120)"
-        ),
-    ] = None,
+    memory_limit: MemoryLimitOption = None,
+    timeout: TimeoutOption = None,
     root: RootOption = None,
 ) -> None:
     """Run a read-only SQL query over the warehouse and print the result.
@@ -186,22 +188,25 @@ def _table_counts(wh) -> tuple[Table, list[str]]:
     return view, damaged
 
 
+RepairOption = Annotated[bool, typer.Option("--repair", help="Quarantine damaged files and rebuild what they held")]
+AdoptOption = Annotated[
+    bool,
+    typer.Option(
+        "--adopt",
+        help="Record entries for unrecorded files that read as Parquet (a warehouse written before manifests)",
+    ),
+]
+ExportsOption = Annotated[
+    bool,
+    typer.Option("--exports", help="Also load every export folder with datasets.load_dataset, as the trainers do"),
+]
+
+
 @app.command("check")
 def check_command(
-    repair: Annotated[
-        bool, typer.Option("--repair", help="Quarantine damaged files and rebuild what they held")
-    ] = False,
-    adopt: Annotated[
-        bool,
-        typer.Option(
-            "--adopt",
-            help="Record entries for unrecorded files that read as Parquet (a warehouse written before manifests)",
-        ),
-    ] = False,
-    exports: Annotated[
-        bool,
-        typer.Option("--exports", help="Also load every export folder with datasets.load_dataset, as the trainers do"),
-    ] = False,
+    repair: RepairOption = False,
+    adopt: AdoptOption = False,
+    exports: ExportsOption = False,
     root: RootOption = None,
 ) -> None:
     """Verify every shard file of the warehouse against its manifest entry (rows, bytes, sha256).
