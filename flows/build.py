@@ -80,42 +80,54 @@ def _expand(
     """
     search, wh = config.search, Warehouse(root)
     storage = result_storage(wh)
-    wanted = search.datasets or datasets
     planned = [
         (strategy, shard_name(strategy, index), ids)
         for strategy in search.strategies
-        for index, ids in enumerate(_questions(root, run_id, config, strategy, wanted, versions))
+        for index, ids in enumerate(_questions(root, run_id, config, strategy, search.datasets or datasets, versions))
     ]
-
-    shards, failed = [], []
     with shard_runner(config.runner, search.max_concurrent_shards) as (run_task, limit):
-
-        def submit(job: tuple[str, str, list[str]]) -> PrefectFuture:
-            strategy, name, ids = job
-            expand = expand_trees.with_options(
-                result_storage=storage, refresh_cache=not shard_written(wh, run_id, name)
-            )
-            return run_task(
-                expand,
-                {
-                    "root": root,
-                    "run_id": run_id,
-                    "config": config,
-                    "strategy": strategy,
-                    "shard": name,
-                    "question_ids": ids,
-                    "sources": sources,
-                },
-            )
-
+        submit = _shard_submitter(run_task, wh, storage, root, run_id, config, sources)
         # settled inside the block: a Dask future's state lives in its cluster, closed after it
-        for (_, name, _), future in _bounded(submit, planned, limit or len(planned) or 1):
-            state = settled_state(future)
-            if state.is_completed():
-                shards.append({**future.result(), "cached": state.name == "Cached"})
-            else:
-                failed.append(name)
-                errors[name] = failure_reason(name, state)
+        return _settle_expansions(_bounded(submit, planned, limit or len(planned) or 1), errors)
+
+
+def _shard_submitter(run_task, wh: Warehouse, storage, root: str, run_id: str, config: BuildConfig, sources: list[str]):
+    """Submits one planned shard's ``expand_trees`` through the runner, its result persisted in
+    ``storage``; a shard whose rows are gone from the warehouse refreshes its cache entry, so it
+    runs again."""
+
+    def submit(job: tuple[str, str, list[str]]) -> PrefectFuture:
+        strategy, name, ids = job
+        expand = expand_trees.with_options(result_storage=storage, refresh_cache=not shard_written(wh, run_id, name))
+        return run_task(
+            expand,
+            {
+                "root": root,
+                "run_id": run_id,
+                "config": config,
+                "strategy": strategy,
+                "shard": name,
+                "question_ids": ids,
+                "sources": sources,
+            },
+        )
+
+    return submit
+
+
+def _settle_expansions(
+    finished: list[tuple[tuple[str, str, list[str]], PrefectFuture]], errors: dict[str, str]
+) -> tuple[list[dict], list[str]]:
+    """Each expanded shard's result, marked ``cached`` when it was a cache hit, and the names of
+    the shards that failed (their reasons go to ``errors``)."""
+    shards, failed = [], []
+    for (_, name, _), future in finished:
+        state = settled_state(future)
+        if state.is_completed():
+            shards.append({**future.result(), "cached": state.name == "Cached"})
+        else:
+            failed.append(name)
+            errors[name] = failure_reason(name, state)
     return shards, failed
 
 
@@ -280,12 +292,7 @@ def build(
     run per ``night`` (default: today's UTC date), so each night keeps its own runs row. The whole config is checked first (``tasks/preflight.py``): a
     missing input file or a model not on this machine fails before any run is recorded.
     """
-    wh = opened_warehouse(config.warehouse.root)
-    root = wh.location  # an object store's URI, so that every task and worker uploads to it
-    apply_network_policy(config.allow_downloads)
-    check_build(config, wh, policy_model)
-    config = with_policy_model(config, wh, policy_model)
-    run_id = run_id or night_run_id(config, night)
+    wh, root, config, run_id = _opened(config, run_id, policy_model, night)
     warnings = build_warnings(config)
     with recorded_run(
         wh,
@@ -295,37 +302,59 @@ def build(
         config_hash=config.config_hash(),
         warnings=warnings,
     ) as hold:
-        get_run_logger().info("run %s writing to %s", run_id, root)
-        for warning in warnings:
-            get_run_logger().warning(warning)
         errors: dict[str, str] = {}
-        ingested, failed = _ingest(root, config, errors)
-        warnings += [warning for r in ingested for warning in r["warnings"]]
-        hold.run.update(inputs=[{"dataset": r["source"], "version": r["version"]} for r in ingested], warnings=warnings)
-        datasets, sources, indexes = _prepare_search(root, config, ingested)
-        shards, expand_failed = _expand(
-            root, run_id, config, datasets, sources, [r["version"] for r in ingested], errors
-        )
-        valuations, value_failed, unvalued = _value(root, run_id, config, shards, errors)
-        exports = _export(root, run_id, config, unvalued)
-        failed += expand_failed + value_failed
-        status = finish(hold, failed, anything_done=bool(ingested))
+        stages, datasets = _run_stages(root, run_id, config, hold, warnings, errors)
+        status = finish(hold, stages["failed_shards"], anything_done=bool(stages["ingested"]))
     refresh_catalog(wh)
-    report = publish_build_report(root, run_id, config.name, datasets, shards)
+    report = publish_build_report(root, run_id, config.name, datasets, stages["shards"])
     return final_state(
         {
             "run_id": run_id,
             "root": root,
             "catalog": str(wh.catalog_path),
             "status": status,
-            "ingested": ingested,
-            "indexes": indexes,
-            "shards": shards,
-            "valuations": valuations,
-            "exports": exports,
-            "failed_shards": failed,
+            **stages,
             "errors": errors,
             "warnings": warnings,
             "report": report,
         }
     )
+
+
+def _opened(
+    config: BuildConfig, run_id: str | None, policy_model: str | None, night: str | None
+) -> tuple[Warehouse, str, BuildConfig, str]:
+    """The warehouse, its location, the config with its policy model resolved and the run id,
+    once the whole config passes its checks."""
+    wh = opened_warehouse(config.warehouse.root)
+    root = wh.location  # an object store's URI, so that every task and worker uploads to it
+    apply_network_policy(config.allow_downloads)
+    check_build(config, wh, policy_model)
+    config = with_policy_model(config, wh, policy_model)
+    return wh, root, config, run_id or night_run_id(config, night)
+
+
+def _run_stages(
+    root: str, run_id: str, config: BuildConfig, hold, warnings: list[str], errors: dict[str, str]
+) -> tuple[dict, list[str]]:
+    """Ingest, prepare, expand, value and export, the inputs and warnings recorded on the held
+    run as they come; returns the summary's stage results and the datasets expanded."""
+    get_run_logger().info("run %s writing to %s", run_id, root)
+    for warning in warnings:
+        get_run_logger().warning(warning)
+    ingested, failed = _ingest(root, config, errors)
+    warnings.extend(warning for r in ingested for warning in r["warnings"])  # the summary's list too
+    hold.run.update(inputs=[{"dataset": r["source"], "version": r["version"]} for r in ingested], warnings=warnings)
+    datasets, sources, indexes = _prepare_search(root, config, ingested)
+    shards, expand_failed = _expand(root, run_id, config, datasets, sources, [r["version"] for r in ingested], errors)
+    valuations, value_failed, unvalued = _value(root, run_id, config, shards, errors)
+    exports = _export(root, run_id, config, unvalued)
+    stages = {
+        "ingested": ingested,
+        "indexes": indexes,
+        "shards": shards,
+        "valuations": valuations,
+        "exports": exports,
+        "failed_shards": failed + expand_failed + value_failed,
+    }
+    return stages, datasets
