@@ -268,13 +268,17 @@ def expand_trees(
     for table, table_rows in rows.tables().items():
         wh.write(table, table_rows, shard, partition={"run_id": run_id})
     cache.write(wh, shard)
-    stats = batcher.stats.as_dict()
-    get_run_logger().info("%s: %d questions, %d nodes, engine %s", shard, len(question_ids), len(rows.nodes), stats)
+    return _shard_figures(shard, strategy, len(question_ids), rows, batcher.stats.as_dict())
+
+
+def _shard_figures(shard: str, strategy: str, n_questions: int, rows, engine: dict) -> dict:
+    """What one expanded shard did, logged and returned as the task's result."""
+    get_run_logger().info("%s: %d questions, %d nodes, engine %s", shard, n_questions, len(rows.nodes), engine)
     return {
         "shard": shard,
         "strategy": strategy,
-        "questions": len(question_ids),
+        "questions": n_questions,
         "nodes": len(rows.nodes),
         "rollouts": len(rows.rollouts),
-        "engine": stats,
+        "engine": engine,
     }

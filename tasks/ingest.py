@@ -94,15 +94,7 @@ def ingest_dataset(
     """Add one dataset file's questions (partitioned by ``rule``, default the dataset's default
     rule), passages and rejects to its shards; returns its version, counts and warnings."""
     path, rule, wh = dataset_file(dataset), rule or PartitionConfig().rule_for(dataset), Warehouse(root)
-    options = {
-        "kind": "dataset",
-        "dataset": dataset.name,
-        "format": dataset.resolved_format,
-        "split": dataset.split,
-        "limit": dataset.limit,
-        "partition_rule": dataclasses.asdict(rule),
-        "max_passage_chars": max_passage_chars,
-    }
+    options = _dataset_options(dataset, rule, max_passage_chars)
     sha = file_sha256(path)
     version = ingest_version(sha, options)
     if (done := already_ingested(wh, dataset.name, version, path)) is not None:
@@ -115,24 +107,7 @@ def ingest_dataset(
         dataset.limit,
         JsonlLimits.for_passages(max_passage_chars),
     )
-    shard = safe_name(dataset.split)
-    wh.merge("passages", result.passages, shard, partition={"source": dataset.name})
-    wh.merge("rejects", result.rejects, shard, partition={"dataset": dataset.name})
-    merged = wh.merge(
-        "questions",
-        with_partitions(result.questions, rule),
-        shard,
-        partition={"dataset": dataset.name},
-        keep=PARTITION_COLUMNS,
-    )
-    warnings = [
-        w
-        for w in (
-            empty_source_warning("dataset", dataset.name, path, len(result.questions), len(result.rejects)),
-            moved_partitions_warning(dataset.name, merged.kept),
-        )
-        if w
-    ]
+    warnings = _merge_dataset(wh, dataset, path, rule, result)
     _log(dataset.name, version, path, len(result.questions), len(result.passages), len(result.rejects), warnings)
     return record_ingest(
         wh,
@@ -150,6 +125,42 @@ def ingest_dataset(
             "warnings": warnings,
         },
     )
+
+
+def _dataset_options(dataset: DatasetConfig, rule: PartitionRule, max_passage_chars: int) -> dict:
+    """What a dataset's ingest depends on besides its file: with the file's sha256, its version."""
+    return {
+        "kind": "dataset",
+        "dataset": dataset.name,
+        "format": dataset.resolved_format,
+        "split": dataset.split,
+        "limit": dataset.limit,
+        "partition_rule": dataclasses.asdict(rule),
+        "max_passage_chars": max_passage_chars,
+    }
+
+
+def _merge_dataset(wh: Warehouse, dataset: DatasetConfig, path: Path, rule: PartitionRule, result) -> list[str]:
+    """Merge a loaded dataset's passages, rejects and partitioned questions into the shard of its
+    split; returns the warnings (an empty source, questions whose partition moved)."""
+    shard = safe_name(dataset.split)
+    wh.merge("passages", result.passages, shard, partition={"source": dataset.name})
+    wh.merge("rejects", result.rejects, shard, partition={"dataset": dataset.name})
+    merged = wh.merge(
+        "questions",
+        with_partitions(result.questions, rule),
+        shard,
+        partition={"dataset": dataset.name},
+        keep=PARTITION_COLUMNS,
+    )
+    return [
+        w
+        for w in (
+            empty_source_warning("dataset", dataset.name, path, len(result.questions), len(result.rejects)),
+            moved_partitions_warning(dataset.name, merged.kept),
+        )
+        if w
+    ]
 
 
 @task(

@@ -10,6 +10,7 @@ starts, so a repair that cannot run fails in seconds and moves nothing.
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -52,6 +53,12 @@ def _ingested_by(row: dict, column: str, name: str) -> bool:
     return any(d.get("name") == name for d in config.get("datasets", [])) or any(Path(f).stem == name for f in files)
 
 
+def _latest_build(rows: dict[str, dict], wanted=lambda row: True) -> str | None:
+    """The run id of the newest build among ``rows`` that ``wanted`` accepts; None when there is none."""
+    builds = sorted((r for r in rows.values() if r["flow"] == "build" and wanted(r)), key=lambda r: r["started_at"])
+    return builds[-1]["run_id"] if builds else None
+
+
 def plan_repair(wh: Warehouse, problems: list[Problem]) -> dict:
     """What to run again for the given quarantined or missing files.
 
@@ -63,9 +70,8 @@ def plan_repair(wh: Warehouse, problems: list[Problem]) -> dict:
     for problem in problems:
         table, column, value = _partition(problem.path)
         if problem.table == "index":
-            builds = sorted((r for r in rows.values() if r["flow"] == "build"), key=lambda r: r["started_at"])
-            if builds:  # its shards are cached: the build only indexes its passages again
-                runs.add(builds[-1]["run_id"])
+            if latest := _latest_build(rows):  # its shards are cached: the build only indexes its passages again
+                runs.add(latest)
             else:
                 manual.append(f"{problem.path}: no build in this warehouse; the next one rebuilds the index")
         elif table == "runs":
@@ -74,12 +80,8 @@ def plan_repair(wh: Warehouse, problems: list[Problem]) -> dict:
                 "run again the command that made it"
             )
         elif table in INGESTED:
-            builds = sorted(
-                (r for r in rows.values() if r["flow"] == "build" and _ingested_by(r, column, value)),
-                key=lambda r: r["started_at"],
-            )
-            if builds:
-                runs.add(builds[-1]["run_id"])
+            if latest := _latest_build(rows, partial(_ingested_by, column=column, name=value)):
+                runs.add(latest)
             elif column == "dataset" and value in bundled_names():
                 ingest.add(value)
             else:

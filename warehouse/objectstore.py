@@ -145,10 +145,9 @@ class ObjectStore:
             downloaded = sum(pool.map(lambda key: self._pull_one(key, listed[key]), keys))
         return Pulled(downloaded=downloaded, current=len(keys) - downloaded, tables=tables)
 
-    def _pull_one(self, key: str, listing: dict) -> bool:
-        """Mirror one entry and its shard; whether the shard was downloaded."""
-        sidecar = self.root / key[len(self.base) + 1 :]
-        local = sidecar.read_bytes() if sidecar.exists() else None
+    def _entry_text(self, key: str, listing: dict, local: bytes | None) -> str:
+        """The text of the entry at ``key``: the mirror's copy (``local``) when it is the store's,
+        else fetched."""
         # An entry is a single small PUT, so the store's ETag is the MD5 of its bytes (S3, MinIO,
         # moto): a mirror that holds those bytes needs no GET. Any other ETag (or none) is no
         # answer either way, and the entry is fetched and compared.
@@ -156,9 +155,14 @@ class ObjectStore:
             local is not None
             and str(listing.get("ETag", "")).strip('"') == hashlib.md5(local, usedforsecurity=False).hexdigest()
         ):
-            text = local.decode("utf-8")
-        else:
-            text = self.fs.cat_file(key).decode("utf-8")
+            return local.decode("utf-8")
+        return self.fs.cat_file(key).decode("utf-8")
+
+    def _pull_one(self, key: str, listing: dict) -> bool:
+        """Mirror one entry and its shard; whether the shard was downloaded."""
+        sidecar = self.root / key[len(self.base) + 1 :]
+        local = sidecar.read_bytes() if sidecar.exists() else None
+        text = self._entry_text(key, listing, local)
         entry = json.loads(text)
         path = self.root / entry["path"]
         # The mirror's own files are checked by ``ragfactory check`` as a local warehouse's are:

@@ -165,21 +165,9 @@ def resolve_model_ref(wh: Warehouse, spec: str) -> ModelRef:
     if is_embedded(spec):
         return ModelRef(spec, EMBEDDED, EMBEDDED, "embedded")
     if spec == PROMOTED:
-        named = promoted_model(wh)
-        if named is None:
-            raise LookupError(
-                f"{spec!r}: no model promoted in {wh.root} yet (the nightly pipeline's promotions table is empty)"
-            )
-        return replace(resolve_model_ref(wh, named), spec=spec)
+        return _promoted_ref(wh, spec)
     if spec.startswith(LATEST):
-        name = spec[len(LATEST) :]
-        row = latest_model(wh, name)
-        if row is None:
-            raise LookupError(
-                f"{spec!r}: no trained model of lineage {name!r} in {wh.root} "
-                "(models.lineage name, default the training method)"
-            )
-        return ModelRef(spec, row["path"], row["model_id"], "registry")
+        return _latest_ref(wh, spec)
     path = Path(spec).expanduser()
     if path.exists():
         return ModelRef(spec, str(path.resolve()), str(path.resolve()), "path")
@@ -189,6 +177,28 @@ def resolve_model_ref(wh: Warehouse, spec: str) -> ModelRef:
     if wh.read("models", model_id=spec).num_rows:
         raise FileNotFoundError(f"model {spec!r} is registered but its weights are not on disk")
     return ModelRef(spec, spec, spec, "name")
+
+
+def _promoted_ref(wh: Warehouse, spec: str) -> ModelRef:
+    """The model the nightly pipeline promoted last, under the spec ``promoted``."""
+    named = promoted_model(wh)
+    if named is None:
+        raise LookupError(
+            f"{spec!r}: no model promoted in {wh.root} yet (the nightly pipeline's promotions table is empty)"
+        )
+    return replace(resolve_model_ref(wh, named), spec=spec)
+
+
+def _latest_ref(wh: Warehouse, spec: str) -> ModelRef:
+    """The newest registered model of the lineage ``latest:<name>`` names."""
+    name = spec[len(LATEST) :]
+    row = latest_model(wh, name)
+    if row is None:
+        raise LookupError(
+            f"{spec!r}: no trained model of lineage {name!r} in {wh.root} "
+            "(models.lineage name, default the training method)"
+        )
+    return ModelRef(spec, row["path"], row["model_id"], "registry")
     row = find_model(wh, spec)
     if row is not None:
         return row["path"], row["model_id"]

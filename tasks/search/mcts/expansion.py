@@ -186,22 +186,27 @@ class _Search(Expansion):
             )
         scores = self.scores(answer)
         value = scores[self.config.metric] if answer is not None else 0.0
-        self.tree.rollouts.append(
-            Rollout(
-                stable_id("mcts-rollout", start.node.node_id, str(index)),
-                self.tree.run_id,
-                self.tree.question_id,
-                start.node.node_id,
-                " ".join(state.thoughts),
-                answer,
-                scores["em"],
-                scores["f1"],
-                depth,
-                calls,
-                self.seed(f"{start.node.path}/r{index}/{start.node.depth + 1}"),
-            )
-        )
+        self.tree.rollouts.append(self._rollout_row(start, index, state, answer, scores, depth, calls))
         return value, depth, answer is not None
+
+    def _rollout_row(
+        self, start: State, index: int, end: State, answer: str | None, scores: dict, depth: int, calls: list[str]
+    ) -> Rollout:
+        """The ``rollouts`` row of rollout ``index`` from ``start``: its thoughts up to ``end``,
+        the answer it reached (if any) and its scores, depth, calls and first seed."""
+        return Rollout(
+            stable_id("mcts-rollout", start.node.node_id, str(index)),
+            self.tree.run_id,
+            self.tree.question_id,
+            start.node.node_id,
+            " ".join(end.thoughts),
+            answer,
+            scores["em"],
+            scores["f1"],
+            depth,
+            calls,
+            self.seed(f"{start.node.path}/r{index}/{start.node.depth + 1}"),
+        )
 
     async def judge(self, state: State) -> float:
         """Eq. 6: the Fig. 14 judge's verdict on the trajectory so far; malformed scores 0."""
