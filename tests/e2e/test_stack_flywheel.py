@@ -135,7 +135,8 @@ def test_the_flywheel_page_shows_both_nights_in_chromium(running, two_nights):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from ragfactory.serve import free_port, start_dashboard, stop
+    from ragfactory.process_groups import stop
+    from ragfactory.serve import free_port, start_dashboard
     from tests.e2e.stack import Chromium
 
     port = free_port()
