@@ -35,11 +35,13 @@ demo: $(STAMP)
 # single-threaded parts, so a second worker fills the idle core (scopes: tests/conftest.py).
 TEST_WORKERS ?= 2
 test: $(STAMP) $(VLLM_STAMP) $(CLIENTS_STAMP) $(CHROMIUM_STAMP)
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadscope
 
 # The unit tier: no model, no server, no cluster, no process of its own (markers in pyproject.toml).
 test-fast: $(STAMP)
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q --durations=10 -m "not slow and not integration and not cluster and not subprocess"
 

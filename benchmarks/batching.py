@@ -68,9 +68,7 @@ def load_questions(n: int) -> list[tuple[str, str]]:
     return [(row["_id"], row["question"]) for row in rows]
 
 
-def step_request(
-    qid: str, question: str, step: int, previous: str, bench: BenchSettings
-) -> Request:
+def step_request(qid: str, question: str, step: int, previous: str, bench: BenchSettings) -> Request:
     prompt = STEPS[step].format(question=question, previous=previous.strip()[:300])
     return Request.chat(
         [{"role": "user", "content": prompt}],
@@ -104,9 +102,7 @@ class Clock:
             self.cpu_s += time.process_time() - cpu
 
 
-def build(
-    root: Path, model: Path, bench: BenchSettings, questions, backend=None, warm: bool = False
-) -> dict:
+def build(root: Path, model: Path, bench: BenchSettings, questions, backend=None, warm: bool = False) -> dict:
     """One build: backend, cache lookups, generation through the batcher, llm_calls written.
 
     Without ``backend`` a new one is made (fingerprinted, loaded only if a call misses);
@@ -167,19 +163,21 @@ def efficiency_row(builds: list[dict], hands: list[dict], common: dict) -> dict:
     wall = rate(builds, "wall_s") / rate(hands, "wall_s")
     stats = builds[0]["stats"]
     return {
-        "benchmark": "batching_efficiency", **common,
+        "benchmark": "batching_efficiency",
+        **common,
         "build_passes_tok_per_s": [round(rate([p], "wall_s"), 2) for p in builds],
         "hand_passes_tok_per_s": [round(rate([p], "wall_s"), 2) for p in hands],
         "build_tok_per_s": round(rate(builds, "wall_s"), 2),
         "hand_tok_per_s": round(rate(hands, "wall_s"), 2),
         "efficiency": round(wall, 3),
         "efficiency_cpu_time": round(rate(builds, "cpu_s") / rate(hands, "cpu_s"), 3),
-        "target": 0.9, "meets_target": wall >= 0.9,
-        "mean_batch_size": stats["mean_batch_size"], "engine_calls": stats["engine_calls"],
-        "build_tokens": builds[0]["tokens"], "hand_tokens": hands[0]["tokens"],
-        "questions_same_texts_as_hand": sum(
-            a == b for a, b in zip(builds[0]["outputs"], hands[0]["outputs"])
-        ),
+        "target": 0.9,
+        "meets_target": wall >= 0.9,
+        "mean_batch_size": stats["mean_batch_size"],
+        "engine_calls": stats["engine_calls"],
+        "build_tokens": builds[0]["tokens"],
+        "hand_tokens": hands[0]["tokens"],
+        "questions_same_texts_as_hand": sum(a == b for a, b in zip(builds[0]["outputs"], hands[0]["outputs"])),
         "settings": asdict(builds[0]["bench"]),
     }
 
@@ -187,9 +185,12 @@ def efficiency_row(builds: list[dict], hands: list[dict], common: dict) -> dict:
 def rebuild_row(first: dict, second: dict, common: dict) -> dict:
     ratio = second["build_s"] / first["build_s"]
     return {
-        "benchmark": "rebuild", **common,
-        "first_build_s": round(first["build_s"], 2), "second_build_s": round(second["build_s"], 3),
-        "ratio": round(ratio, 4), "target": 0.10,
+        "benchmark": "rebuild",
+        **common,
+        "first_build_s": round(first["build_s"], 2),
+        "second_build_s": round(second["build_s"], 3),
+        "ratio": round(ratio, 4),
+        "target": 0.10,
         "meets_target": ratio <= 0.10 and second["stats"]["engine_calls"] == 0,
         "second_engine_calls": second["stats"]["engine_calls"],
         "identical_llm_calls": second["table"].equals(first["table"]),
@@ -198,9 +199,7 @@ def rebuild_row(first: dict, second: dict, common: dict) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--questions", type=int, default=BenchSettings.questions)
     parser.add_argument("--max-tokens", type=int, default=BenchSettings.max_tokens)
     parser.add_argument("--models", type=Path, default=None, help="embedded model cache folder")
@@ -209,8 +208,13 @@ def main() -> None:
     bench = BenchSettings(questions=args.questions, max_tokens=args.max_tokens)
     model = embedded_model_path(args.models or Warehouse().artifacts_dir("models"))
     questions = load_questions(bench.questions)
-    common = {"questions": bench.questions, "steps": len(STEPS), "max_tokens": bench.max_tokens,
-              "cpu_load_1m_before": round(os.getloadavg()[0], 2), "torch_threads": _threads()}
+    common = {
+        "questions": bench.questions,
+        "steps": len(STEPS),
+        "max_tokens": bench.max_tokens,
+        "cpu_load_1m_before": round(os.getloadavg()[0], 2),
+        "torch_threads": _threads(),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         first = build(root / "a", model, bench, questions, warm=True)  # includes the model load

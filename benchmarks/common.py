@@ -103,12 +103,18 @@ def null_build_config(root, questions: int, strategies=NULL_STRATEGIES, backend:
     an equal share of the questions from each of its three train datasets, BM25 only."""
     per_dataset = -(-questions // 3)
     return {
-        "name": "null-bench", "warehouse": {"root": str(root)},
+        "name": "null-bench",
+        "warehouse": {"root": str(root)},
         "datasets": [{"name": n} for n in ("hotpotqa", "2wikimultihopqa", "musique", "bamboogle")],
         "partitions": {"seed": 0, "shares": {"train": 0.8, "valid": 0.1, "test": 0.1}, "eval_only": ["bamboogle"]},
-        "corpus": {"from_datasets": True}, "retrieval": {"default": "bm25", "dense": {"enabled": False}},
+        "corpus": {"from_datasets": True},
+        "retrieval": {"default": "bm25", "dense": {"enabled": False}},
         "llm": {"policy": {"backend": backend, "model": "embedded"}},
-        "search": {"strategies": list(strategies), "partition": "train",
-                   "datasets": ["hotpotqa", "2wikimultihopqa", "musique"],
-                   "questions_per_dataset": per_dataset, **search},
+        "search": {
+            "strategies": list(strategies),
+            "partition": "train",
+            "datasets": ["hotpotqa", "2wikimultihopqa", "musique"],
+            "questions_per_dataset": per_dataset,
+            **search,
+        },
     }

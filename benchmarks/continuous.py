@@ -55,17 +55,31 @@ WAYS = {  # name: (continuous, max_in_flight (None: every question), max_batch_s
 
 def expand(strategy: str, config, questions, retriever, base_url: str, way: str) -> dict:
     continuous, in_flight, batch = WAYS[way]
-    backend = OpenAIBackend(OpenAIConfig(model=SERVED_NAME, base_url=base_url, api_key_env="RAGFACTORY_BENCH_KEY",
-                                         max_concurrency=256, continuous=continuous))
+    backend = OpenAIBackend(
+        OpenAIConfig(
+            model=SERVED_NAME,
+            base_url=base_url,
+            api_key_env="RAGFACTORY_BENCH_KEY",
+            max_concurrency=256,
+            continuous=continuous,
+        )
+    )
     batcher = Batcher(backend, CallCache(f"bench-{strategy}-{way}"), BatcherConfig(max_batch_size=batch))
     settings = STRATEGIES.get(strategy).settings(config.search)
     start = time.perf_counter()
-    asyncio.run(expand_shard(strategy, questions, batcher, retriever, settings, "bench", config.seed,
-                             in_flight or len(questions)))
+    asyncio.run(
+        expand_shard(
+            strategy, questions, batcher, retriever, settings, "bench", config.seed, in_flight or len(questions)
+        )
+    )
     wall = time.perf_counter() - start
     tokens = sum(row["completion_tokens"] for row in batcher.cache.rows())
-    return {"wall_s": round(wall, 1), "tokens": tokens, "tokens_per_s": round(tokens / wall, 1),
-            "engine_calls": batcher.stats.engine_calls}
+    return {
+        "wall_s": round(wall, 1),
+        "tokens": tokens,
+        "tokens_per_s": round(tokens / wall, 1),
+        "engine_calls": batcher.stats.engine_calls,
+    }
 
 
 def main() -> None:
@@ -94,8 +108,16 @@ def main() -> None:
                     for way in WAYS:
                         figures = expand(strategy, config, data.questions, retriever, base_url, way)
                         seeds = seeds or figures
-                        rows.append({"server": name, "strategy": strategy, "way": way, "questions": args.questions,
-                                     **figures, "vs_seeds_way": round(figures["tokens_per_s"] / seeds["tokens_per_s"], 2)})
+                        rows.append(
+                            {
+                                "server": name,
+                                "strategy": strategy,
+                                "way": way,
+                                "questions": args.questions,
+                                **figures,
+                                "vs_seeds_way": round(figures["tokens_per_s"] / seeds["tokens_per_s"], 2),
+                            }
+                        )
             finally:
                 stop(proc)
             break

@@ -48,7 +48,7 @@ def generate(path: Path, n: int, seed: int = 18, chunk: int = 100_000) -> None:
 
     rng = np.random.default_rng(seed)
     syllables = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "an", "el", "or"]
-    words = pa.array(["".join(syllables[(i // 12 ** j) % 12] for j in range(5)) for i in range(VOCAB_WORDS)])
+    words = pa.array(["".join(syllables[(i // 12**j) % 12] for j in range(5)) for i in range(VOCAB_WORDS)])
     weights = 1.0 / np.arange(1, VOCAB_WORDS + 1) ** 1.07
     weights /= weights.sum()
     with open(path, "w", encoding="utf-8") as sink:
@@ -60,7 +60,9 @@ def generate(path: Path, n: int, seed: int = 18, chunk: int = 100_000) -> None:
             texts = pc.binary_join(pa.ListArray.from_arrays(offsets, drawn), " ")
             titles = pc.binary_join_element_wise(
                 words.take(pa.array(rng.integers(0, VOCAB_WORDS, rows))),
-                words.take(pa.array(rng.integers(0, VOCAB_WORDS, rows))), " ")
+                words.take(pa.array(rng.integers(0, VOCAB_WORDS, rows))),
+                " ",
+            )
             ids = np.arange(start, start + rows).astype(str)
             for pid, title, text in zip(ids.tolist(), titles.to_pylist(), texts.to_pylist()):
                 sink.write(json.dumps({"id": pid, "contents": f'"{title}"\n{text}'}) + "\n")
@@ -73,14 +75,16 @@ def queries(n: int, seed: int = 5) -> list[str]:
     syllables = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "an", "el", "or"]
     rng = np.random.default_rng(seed)
     picks = rng.integers(50, 20_000, size=(n, 4))
-    return [" ".join("".join(syllables[(int(i) // 12 ** j) % 12] for j in range(5)) for i in row)
-            for row in picks]
+    return [" ".join("".join(syllables[(int(i) // 12**j) % 12] for j in range(5)) for i in row) for row in picks]
 
 
 def memory_now() -> dict:
     """This process's private (RssAnon) and file-backed (RssFile, shared) resident kB, and PSS."""
-    status = {line.split(":")[0]: int(line.split()[1]) for line in open("/proc/self/status")
-              if line.startswith(("RssAnon", "RssFile", "VmRSS"))}
+    status = {
+        line.split(":")[0]: int(line.split()[1])
+        for line in open("/proc/self/status")
+        if line.startswith(("RssAnon", "RssFile", "VmRSS"))
+    }
     for line in open("/proc/self/smaps_rollup"):
         if line.startswith("Pss:"):
             status["Pss"] = int(line.split()[1])
@@ -123,11 +127,20 @@ def stage_query(root: str, n_queries: int) -> dict:
     for text in single:
         retriever.search([text], k=3)
     single_s = time.perf_counter() - start
-    second = json.loads(subprocess.run(
-        [sys.executable, __file__, "stage", "second", root, str(n_queries)],
-        check=True, capture_output=True, text=True).stdout.splitlines()[-1])
-    return {"open_s": round(opened, 2), "queries_per_s": round(n_queries / batch_s, 1),
-            "single_queries_per_s": round(len(single) / single_s, 1), "second": second}
+    second = json.loads(
+        subprocess.run(
+            [sys.executable, __file__, "stage", "second", root, str(n_queries)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.splitlines()[-1]
+    )
+    return {
+        "open_s": round(opened, 2),
+        "queries_per_s": round(n_queries / batch_s, 1),
+        "single_queries_per_s": round(len(single) / single_s, 1),
+        "second": second,
+    }
 
 
 def stage_second(root: str, n_queries: int) -> dict:
@@ -153,8 +166,11 @@ def run_stage(name: str, *args: str) -> dict:
     peak_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1))
     wall = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):(\d+\.?\d*)", done.stderr)
     seconds = int(wall.group(1) or 0) * 3600 + int(wall.group(2)) * 60 + float(wall.group(3))
-    return {"result": json.loads(done.stdout.splitlines()[-1]), "wall_s": round(seconds, 1),
-            "peak_mb": round(peak_kb / 1024, 1)}
+    return {
+        "result": json.loads(done.stdout.splitlines()[-1]),
+        "wall_s": round(seconds, 1),
+        "peak_mb": round(peak_kb / 1024, 1),
+    }
 
 
 def measure(size: int, work: Path, n_queries: int) -> dict:
@@ -167,15 +183,20 @@ def measure(size: int, work: Path, n_queries: int) -> dict:
     query = run_stage("query", str(root), str(n_queries))
     second = query["result"]["second"]
     return {
-        "passages": size, "corpus_mb": round(corpus.stat().st_size / 2**20),
-        "ingest_s": ingest["wall_s"], "ingest_peak_mb": ingest["peak_mb"],
-        "index_s": index["wall_s"], "index_peak_mb": index["peak_mb"],
+        "passages": size,
+        "corpus_mb": round(corpus.stat().st_size / 2**20),
+        "ingest_s": ingest["wall_s"],
+        "ingest_peak_mb": ingest["peak_mb"],
+        "index_s": index["wall_s"],
+        "index_peak_mb": index["peak_mb"],
         "index_peak_mb_per_m": round(index["peak_mb"] / (size / 1e6), 1),
         "index_disk_mb": round(index["result"]["disk_bytes"] / 2**20),
-        "query_peak_mb": query["peak_mb"], "open_s": query["result"]["open_s"],
+        "query_peak_mb": query["peak_mb"],
+        "open_s": query["result"]["open_s"],
         "queries_per_s": query["result"]["queries_per_s"],
         "single_queries_per_s": query["result"]["single_queries_per_s"],
-        "second_private_mb": second["RssAnon"], "second_shared_mb": second["RssFile"],
+        "second_private_mb": second["RssAnon"],
+        "second_shared_mb": second["RssFile"],
         "second_pss_mb": second["Pss"],
     }
 
@@ -190,8 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000000,4000000", help="Comma-separated corpus sizes")
     parser.add_argument("--queries", type=int, default=1000)
-    parser.add_argument("--work", type=Path, default=Path("/tmp/ragfactory-corpus-bench"),
-                        help="Where corpora and warehouses go (several GB per million passages)")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path("/tmp/ragfactory-corpus-bench"),
+        help="Where corpora and warehouses go (several GB per million passages)",
+    )
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -200,9 +225,13 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(measure(size, args.work, args.queries))
         print(json.dumps(rows[-1]), flush=True)  # a long run shows each size as it is measured
     if len(rows) > 1:
-        rows.append({"passages": f"ratio {sizes[-1]}/{sizes[0]}",
-                     "ingest_peak_mb": round(rows[-1]["ingest_peak_mb"] / rows[0]["ingest_peak_mb"], 2),
-                     "index_peak_mb": round(rows[-1]["index_peak_mb"] / rows[0]["index_peak_mb"], 2)})
+        rows.append(
+            {
+                "passages": f"ratio {sizes[-1]}/{sizes[0]}",
+                "ingest_peak_mb": round(rows[-1]["ingest_peak_mb"] / rows[0]["ingest_peak_mb"], 2),
+                "index_peak_mb": round(rows[-1]["index_peak_mb"] / rows[0]["index_peak_mb"], 2),
+            }
+        )
     report("corpus", rows)
     return 0
 

@@ -39,16 +39,15 @@ from common import median_seconds, report  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ragfactory.dashboard.app import create_app  # noqa: E402
 from ragfactory.serve import free_port  # noqa: E402
-from tests.e2e.stack import Chromium  # noqa: E402  (the e2e tests' headless Chromium)
 from ragfactory.tasks.search.tree import node_id  # noqa: E402
 from ragfactory.warehouse.runs import record_run  # noqa: E402
 from ragfactory.warehouse.store import Warehouse  # noqa: E402
+from tests.e2e.stack import Chromium  # noqa: E402  (the e2e tests' headless Chromium)
 
 TARGET_S = 1.0
 N_NODES, MAX_DEPTH = 10_000, 8
 RUN, STRATEGY, QUESTION = "bench-dashboard", "decex", "q-bench"
-KINDS = ("sub_question", "self_answer", "sub_query", "retrieval", "evidence", "termination", "answer",
-         "rollout_leaf")
+KINDS = ("sub_question", "self_answer", "sub_query", "retrieval", "evidence", "termination", "answer", "rollout_leaf")
 WORDS = "the river bank city film born author capital year first second founded which who where".split()
 
 
@@ -70,16 +69,27 @@ def tree_rows(n: int = N_NODES, seed: int = 0) -> list[dict]:
     for i in range(n):
         text = " ".join(rng.choice(WORDS, 20)).capitalize()[:100] + "?"
         error = bool(rng.random() < 0.03)
-        rows.append({
-            "node_id": ids[i], "run_id": RUN, "question_id": QUESTION, "strategy": STRATEGY,
-            "parent_id": ids[parent[i]] if i else None, "path": path[i], "depth": depth[i],
-            "kind": "question" if i == 0 else str(rng.choice(KINDS)), "text": text,
-            "is_format_error": error, "format_error": "unparsable step" if error else None,
-            "is_leaf": i not in has_child, "is_selected": bool(rng.random() < 0.6),
-            "reward": float(rng.random() < 0.4) if i not in has_child else None,
-            "value": round(float(rng.random()), 4), "advantage": round(float(rng.normal(0, 0.3)), 4),
-            "visits": int(rng.integers(1, 50)),
-        })
+        rows.append(
+            {
+                "node_id": ids[i],
+                "run_id": RUN,
+                "question_id": QUESTION,
+                "strategy": STRATEGY,
+                "parent_id": ids[parent[i]] if i else None,
+                "path": path[i],
+                "depth": depth[i],
+                "kind": "question" if i == 0 else str(rng.choice(KINDS)),
+                "text": text,
+                "is_format_error": error,
+                "format_error": "unparsable step" if error else None,
+                "is_leaf": i not in has_child,
+                "is_selected": bool(rng.random() < 0.6),
+                "reward": float(rng.random() < 0.4) if i not in has_child else None,
+                "value": round(float(rng.random()), 4),
+                "advantage": round(float(rng.normal(0, 0.3)), 4),
+                "visits": int(rng.integers(1, 50)),
+            }
+        )
     return rows
 
 
@@ -87,8 +97,11 @@ def write_warehouse(root: Path) -> Warehouse:
     wh = Warehouse(root)
     started = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     record_run(wh, RUN, "build", "completed", {"name": "bench"}, "0" * 64, started)
-    wh.write("questions", [{"question_id": QUESTION, "dataset": "bench", "question": "A synthetic question?",
-                            "golden_answers": ["yes"]}], shard="bench")
+    wh.write(
+        "questions",
+        [{"question_id": QUESTION, "dataset": "bench", "question": "A synthetic question?", "golden_answers": ["yes"]}],
+        shard="bench",
+    )
     wh.write("nodes", tree_rows(), shard=f"{STRATEGY}-{QUESTION}")
     return wh
 
@@ -101,7 +114,8 @@ def open_tree(driver, url: str) -> tuple[float, int, int]:
     start = time.perf_counter()
     driver.get(url)
     ready = WebDriverWait(driver, 60, poll_frequency=0.005).until(
-        lambda d: d.execute_script("return document.body && document.body.dataset.treeReadyMs"))
+        lambda d: d.execute_script("return document.body && document.body.dataset.treeReadyMs")
+    )
     wall = time.perf_counter() - start
     shown = driver.execute_script("return document.getElementById('tree').dataset.shown")
     return wall, int(ready), int(shown)
@@ -137,15 +151,30 @@ def main() -> None:
             thread.join(timeout=10)
     open_s = statistics.median(wall for wall, _, _ in loads)
     ready_ms = statistics.median(ms for _, ms, _ in loads)
-    report("dashboard", [
-        {"benchmark": "GET /api/tree (median of 5)", "nodes": n_served,
-         "payload_kb": round(len(response.content) / 1024, 1), "measured_s": round(api_s, 4)},
-        {"benchmark": "open /tree in Chromium (median of 3)", "nodes": n_served, "shown": loads[0][2],
-         "tree_ready_ms": ready_ms, "target_s": TARGET_S, "measured_s": round(open_s, 3)},
-    ])
+    report(
+        "dashboard",
+        [
+            {
+                "benchmark": "GET /api/tree (median of 5)",
+                "nodes": n_served,
+                "payload_kb": round(len(response.content) / 1024, 1),
+                "measured_s": round(api_s, 4),
+            },
+            {
+                "benchmark": "open /tree in Chromium (median of 3)",
+                "nodes": n_served,
+                "shown": loads[0][2],
+                "tree_ready_ms": ready_ms,
+                "target_s": TARGET_S,
+                "measured_s": round(open_s, 3),
+            },
+        ],
+    )
     verdict = "meets" if open_s <= TARGET_S else "misses"
-    print(f"{n_served:,}-node tree opens in {open_s:.2f} s ({ready_ms:.0f} ms in tree.js, {loads[0][2]} nodes drawn, "
-          f"/api/tree {api_s * 1000:.0f} ms): {verdict} the {TARGET_S:g} s target")
+    print(
+        f"{n_served:,}-node tree opens in {open_s:.2f} s ({ready_ms:.0f} ms in tree.js, {loads[0][2]} nodes drawn, "
+        f"/api/tree {api_s * 1000:.0f} ms): {verdict} the {TARGET_S:g} s target"
+    )
 
 
 if __name__ == "__main__":

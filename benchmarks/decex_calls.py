@@ -70,8 +70,9 @@ class CountingRetriever:
 
 def expand_all(config: DecExConfig, n_questions: int) -> dict:
     batcher, retriever = Batcher(WorstCaseBackend()), CountingRetriever()
-    questions = [{"question_id": f"q{i}", "question": f"Question {i}?", "golden_answers": ["gold"]}
-                 for i in range(n_questions)]
+    questions = [
+        {"question_id": f"q{i}", "question": f"Question {i}?", "golden_answers": ["gold"]} for i in range(n_questions)
+    ]
 
     async def main():
         jobs = [lambda q=q: expand_question(q, batcher, retriever, config, "bench", 0) for q in questions]
@@ -118,21 +119,28 @@ def main() -> None:
     modes = [("pruned", CONFIG), ("no_pruning", replace(CONFIG, no_pruning=True))]
     for mode, config in modes:
         measured = expand_all(config, args.questions)
-        rows.append({"mode": mode, "questions": args.questions, **measured,
-                     "predicted_samples": ours[mode], "paper_theoretical": paper[mode],
-                     "paper_time_s": PAPER_TIME_S[mode]})
+        rows.append(
+            {
+                "mode": mode,
+                "questions": args.questions,
+                **measured,
+                "predicted_samples": ours[mode],
+                "paper_theoretical": paper[mode],
+                "paper_time_s": PAPER_TIME_S[mode],
+            }
+        )
     pruned, full = rows
-    rows.append({
-        "mode": "ratio no_pruning/pruned",
-        "requests_per_q": round(full["requests_per_q"] / pruned["requests_per_q"], 2),
-        "samples_per_q": round(full["samples_per_q"] / pruned["samples_per_q"], 2),
-        "retrieval_queries_per_q": round(
-            full["retrieval_queries_per_q"] / pruned["retrieval_queries_per_q"], 2
-        ),
-        "predicted_samples": round(ours["no_pruning"] / ours["pruned"], 2),
-        "paper_theoretical": round(paper["no_pruning"] / paper["pruned"], 2),
-        "paper_time_s": round(PAPER_TIME_S["no_pruning"] / PAPER_TIME_S["pruned"], 2),
-    })
+    rows.append(
+        {
+            "mode": "ratio no_pruning/pruned",
+            "requests_per_q": round(full["requests_per_q"] / pruned["requests_per_q"], 2),
+            "samples_per_q": round(full["samples_per_q"] / pruned["samples_per_q"], 2),
+            "retrieval_queries_per_q": round(full["retrieval_queries_per_q"] / pruned["retrieval_queries_per_q"], 2),
+            "predicted_samples": round(ours["no_pruning"] / ours["pruned"], 2),
+            "paper_theoretical": round(paper["no_pruning"] / paper["pruned"], 2),
+            "paper_time_s": round(PAPER_TIME_S["no_pruning"] / PAPER_TIME_S["pruned"], 2),
+        }
+    )
     report("decex_calls", rows)
 
 

@@ -45,25 +45,31 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         batcher = make_batcher(config.llm, CallCache("bench"), Path(tmp) / "models")
         batcher.backend_for("policy").backend.load()  # model load is not part of the wall time
-        jobs = [partial(expand_question, q, batcher, retriever, config.search.decex, "bench", 0)
-                for q in data.questions]
+        jobs = [
+            partial(expand_question, q, batcher, retriever, config.search.decex, "bench", 0) for q in data.questions
+        ]
         start = time.perf_counter()
         trees = asyncio.run(batcher.run_all(jobs, config.llm.max_in_flight))
         wall = time.perf_counter() - start
     nodes = [row for tree in trees for row in tree.node_rows()]
     tokens = sum(row["completion_tokens"] for row in batcher.cache.rows())
     stats = batcher.stats
-    report("decex_wall", [{
-        "questions": len(trees),
-        "wall_s": round(wall, 1),
-        "s_per_question": round(wall / len(trees), 1),
-        "generated_tokens": tokens,
-        "tokens_per_s": round(tokens / wall, 1),
-        "engine_calls": stats.engine_calls,
-        "mean_batch_size": round(stats.mean_batch_size, 1),
-        "nodes": len(nodes),
-        "format_error_share": round(sum(r["is_format_error"] for r in nodes) / len(nodes), 2),
-    }])
+    report(
+        "decex_wall",
+        [
+            {
+                "questions": len(trees),
+                "wall_s": round(wall, 1),
+                "s_per_question": round(wall / len(trees), 1),
+                "generated_tokens": tokens,
+                "tokens_per_s": round(tokens / wall, 1),
+                "engine_calls": stats.engine_calls,
+                "mean_batch_size": round(stats.mean_batch_size, 1),
+                "nodes": len(nodes),
+                "format_error_share": round(sum(r["is_format_error"] for r in nodes) / len(nodes), 2),
+            }
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -124,7 +124,7 @@ def scores(found, n_clean: int, sources: list[int], planted_range: slice):
     """(recall on planted with the right evaluation question, per-kind recall, clean flagged)."""
     hits = dict(zip(found["train"].to_list(), found["eval"].to_list()))
     correct = [hits.get(planted_range.start + i) == s for i, s in enumerate(sources)]
-    by_kind = {k: float(np.mean(correct[i::len(KINDS)])) for i, k in enumerate(KINDS)}
+    by_kind = {k: float(np.mean(correct[i :: len(KINDS)])) for i, k in enumerate(KINDS)}
     clean_flagged = sum(1 for t in hits if t < n_clean)
     return float(np.mean(correct)), by_kind, clean_flagged
 
@@ -138,19 +138,32 @@ def main() -> None:
     args = parser.parse_args()
     evaluation, clean, planted, sources = dataset(args.train, args.eval, args.planted)
     train = clean + planted  # 99,000 clean then 1,000 planted
-    eval_set = EvalSet(tuple(f"e{i}" for i in range(len(evaluation))), tuple(evaluation), ("synthetic",) * len(evaluation))
+    eval_set = EvalSet(
+        tuple(f"e{i}" for i in range(len(evaluation))), tuple(evaluation), ("synthetic",) * len(evaluation)
+    )
     load_1m = os.getloadavg()[0]
     start = time.perf_counter()
     found = find_contamination(train, eval_set, ContaminationConfig(embedding=False))
     lexical_s = time.perf_counter() - start
     planted_at = slice(len(clean), len(train))
     recall, by_kind, clean_flagged = scores(found, len(clean), sources, planted_at)
-    rows = [{"benchmark": f"exact + {ContaminationConfig().ngram.n}-gram, {len(train):,} x {len(evaluation):,}",
-             "measured_s": round(lexical_s, 2), "target_s": TARGET_S, "recall_planted": round(recall, 4),
-             "clean_flagged": clean_flagged, "clean_flagged_pct": round(100 * clean_flagged / len(clean), 4),
-             **{f"recall_{k}": round(v, 3) for k, v in by_kind.items()}, "cpu_load_1m": round(load_1m, 2)}]
-    rows.append(embedding_stage(train, eval_set, found, len(clean), sources, planted_at, args.embed_sample,
-                                round(recall * len(sources))))
+    rows = [
+        {
+            "benchmark": f"exact + {ContaminationConfig().ngram.n}-gram, {len(train):,} x {len(evaluation):,}",
+            "measured_s": round(lexical_s, 2),
+            "target_s": TARGET_S,
+            "recall_planted": round(recall, 4),
+            "clean_flagged": clean_flagged,
+            "clean_flagged_pct": round(100 * clean_flagged / len(clean), 4),
+            **{f"recall_{k}": round(v, 3) for k, v in by_kind.items()},
+            "cpu_load_1m": round(load_1m, 2),
+        }
+    ]
+    rows.append(
+        embedding_stage(
+            train, eval_set, found, len(clean), sources, planted_at, args.embed_sample, round(recall * len(sources))
+        )
+    )
     report("decontamination", rows)
 
 
@@ -167,20 +180,26 @@ def embedding_stage(train, eval_set, found, n_clean, sources, planted_at, sample
     cache = EmbeddingCache(load_embedder("all-MiniLM-L6-v2", device="cpu"))
     start = time.perf_counter()
     cache.vectors(list(eval_set.questions))
-    near = match_embeddings([train[i] for i in clean_sample + missed], eval_set.questions, cache,
-                            ContaminationConfig().cosine)
+    near = match_embeddings(
+        [train[i] for i in clean_sample + missed], eval_set.questions, cache, ContaminationConfig().cosine
+    )
     embed_s = time.perf_counter() - start
     n_texts = len(eval_set.questions) + len(clean_sample) + len(missed)
     hits = {(clean_sample + missed)[t]: e for t, e in zip(near["train"].to_list(), near["eval"].to_list())}
     recovered = sum(1 for i in missed if hits.get(i) == sources[i - planted_at.start])
     clean_hits = sum(1 for i in clean_sample if i in hits)
     per_s = n_texts / embed_s
-    return {"benchmark": f"embedding stage (MiniLM, cosine >= {ContaminationConfig().cosine}), "
-                         f"{n_texts:,} texts embedded", "measured_s": round(embed_s, 1),
-            "texts_per_s": round(per_s, 1), "full_set_s": round((len(eval_set.questions) + n_clean) / per_s),
-            "planted_left_by_lexical": len(missed), "planted_recovered": recovered,
-            "recall_planted_all_stages": round((lexical_correct + recovered) / len(sources), 4),
-            "clean_sample": len(clean_sample), "clean_sample_flagged_pct": round(100 * clean_hits / len(clean_sample), 3)}
+    return {
+        "benchmark": f"embedding stage (MiniLM, cosine >= {ContaminationConfig().cosine}), {n_texts:,} texts embedded",
+        "measured_s": round(embed_s, 1),
+        "texts_per_s": round(per_s, 1),
+        "full_set_s": round((len(eval_set.questions) + n_clean) / per_s),
+        "planted_left_by_lexical": len(missed),
+        "planted_recovered": recovered,
+        "recall_planted_all_stages": round((lexical_correct + recovered) / len(sources), 4),
+        "clean_sample": len(clean_sample),
+        "clean_sample_flagged_pct": round(100 * clean_hits / len(clean_sample), 3),
+    }
 
 
 if __name__ == "__main__":

@@ -44,8 +44,9 @@ print(json.dumps({"prompt_tokens": prompt, "loaded_mb": loaded / 1024, "call_mb"
 
 
 def measure(rows: int, tokens: int, mode: str, cache: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", CASE, str(rows), str(tokens), mode, cache],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", CASE, str(rows), str(tokens), mode, cache], capture_output=True, text=True, check=True
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -57,12 +58,16 @@ def main() -> None:
     results = []
     for mode in ("bounded", "unbounded"):
         small, large = (measure(rows, args.tokens, mode, args.cache) for rows in (8, 32))
-        results.append({
-            "engine": mode, "prompt_tokens": small["prompt_tokens"],
-            "loaded_mb": round(small["loaded_mb"]), "call_8_rows_mb": round(small["call_mb"]),
-            "call_32_rows_mb": round(large["call_mb"]),
-            "growth_8_to_32": round(large["call_mb"] / max(small["call_mb"], 1.0), 2),
-        })
+        results.append(
+            {
+                "engine": mode,
+                "prompt_tokens": small["prompt_tokens"],
+                "loaded_mb": round(small["loaded_mb"]),
+                "call_8_rows_mb": round(small["call_mb"]),
+                "call_32_rows_mb": round(large["call_mb"]),
+                "growth_8_to_32": round(large["call_mb"] / max(small["call_mb"], 1.0), 2),
+            }
+        )
     report("engine_memory", results)
 
 

@@ -120,27 +120,18 @@ def run_vllm(model: Path, requests: list[Request], work: Path) -> dict:
     script = "-m ragfactory.tasks.llm.vllm_backend --passes 2 --enforce-eager"
     files = ["--model", str(model), "--requests", str(path), "--out", str(out)]
     cmd = [str(VLLM_PYTHON), *script.split(), *files]
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}
-    )
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     if proc.returncode:
         raise RuntimeError(f"vllm script failed: {proc.stderr[-2000:]}")
     result = json.loads(out.read_text())
-    passes = [
-        (p["generate_s"], sum(c["completion_tokens"] for r in p["results"] for c in r))
-        for p in result["passes"]
-    ]
+    passes = [(p["generate_s"], sum(c["completion_tokens"] for r in p["results"] for c in r)) for p in result["passes"]]
     return row("vllm-cpu", result["engine_start_s"], passes)
 
 
-def start_server(
-    cmd: list[str], base_url: str, timeout_s: float, log: Path
-) -> subprocess.Popen | None:
+def start_server(cmd: list[str], base_url: str, timeout_s: float, log: Path) -> subprocess.Popen | None:
     """Start a server process; ``None`` when it exits or is not ready within ``timeout_s``."""
     with log.open("w") as sink:
-        proc = subprocess.Popen(
-            cmd, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"}
-        )
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -164,9 +155,7 @@ def stop(proc: subprocess.Popen) -> None:
 def server_commands(model: Path, port: int, use_vllm: bool) -> list[tuple[str, list[str]]]:
     """The OpenAI-compatible servers to try, in order: (name, command)."""
     ours = f"-m ragfactory.tasks.llm.openai_server --served-name {SERVED_NAME} --port {port}"
-    commands = [
-        ("openai_server (transformers)", [sys.executable, *ours.split(), "--model", str(model)])
-    ]
+    commands = [("openai_server (transformers)", [sys.executable, *ours.split(), "--model", str(model)])]
     if use_vllm:
         # The `vllm serve` script asks for the "vllm" distribution's version and fails under
         # vllm-cpu; the server module it runs starts the same server.
@@ -174,9 +163,7 @@ def server_commands(model: Path, port: int, use_vllm: bool) -> list[tuple[str, l
             f"-m vllm.entrypoints.openai.api_server --served-model-name {SERVED_NAME} --port {port}"
             " --gpu-memory-utilization 0.3 --max-model-len 4096 --enforce-eager"
         )
-        commands.insert(
-            0, ("vllm serve", [str(VLLM_PYTHON), *theirs.split(), "--model", str(model)])
-        )
+        commands.insert(0, ("vllm serve", [str(VLLM_PYTHON), *theirs.split(), "--model", str(model)]))
     return commands
 
 
@@ -210,9 +197,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument(
-        "--skip", action="append", default=[], choices=["transformers", "vllm-cpu", "openai"]
-    )
+    parser.add_argument("--skip", action="append", default=[], choices=["transformers", "vllm-cpu", "openai"])
     parser.add_argument(
         "--server",
         choices=["auto", "ours"],
@@ -223,9 +208,7 @@ def main() -> None:
     requests = make_requests(args.requests, args.max_tokens)
     has_vllm = VLLM_PYTHON.exists()
     if not has_vllm:
-        print(
-            f"no vllm venv at {VLLM_PYTHON} (make venv-vllm): vllm-cpu skipped, openai_server used"
-        )
+        print(f"no vllm venv at {VLLM_PYTHON} (make venv-vllm): vllm-cpu skipped, openai_server used")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

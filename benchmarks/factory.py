@@ -105,19 +105,30 @@ def run(root: Path, questions: int, strategies, run_id: str) -> dict:
     if summary["status"] != "completed":
         raise SystemExit(f"{run_id}: {summary['status']}: {summary['errors']}")
     nodes = Warehouse(root).read("nodes", run_id=run_id).num_rows if strategies else 0
-    return {"wall_s": wall, "engine_s": CLOCK.busy_s - busy, "nodes": nodes, "cpu_s": cpu,
-            "engine_cpu_s": CLOCK.cpu_s - engine_cpu}
+    return {
+        "wall_s": wall,
+        "engine_s": CLOCK.busy_s - busy,
+        "nodes": nodes,
+        "cpu_s": cpu,
+        "engine_cpu_s": CLOCK.cpu_s - engine_cpu,
+    }
 
 
 def row(name: str, result: dict, baseline_s: float) -> dict:
     wall, engine = result["wall_s"], result["engine_s"]
-    return {"build": name, "nodes": result["nodes"], "wall_s": round(wall, 1),
-            "nodes_per_s": round(result["nodes"] / wall, 1),
-            # None when the build took less than the no-strategy one: noise, not a rate
-            "nodes_per_s_past_ingest": round(result["nodes"] / (wall - baseline_s), 1) if wall > baseline_s else None,
-            "engine_s": round(engine, 1), "outside_engine_share": round(1 - engine / wall, 3),
-            "cpu_s": round(result["cpu_s"], 1), "nodes_per_cpu_s": round(result["nodes"] / result["cpu_s"], 1),
-            "outside_engine_cpu_share": round(1 - result["engine_cpu_s"] / result["cpu_s"], 3)}
+    return {
+        "build": name,
+        "nodes": result["nodes"],
+        "wall_s": round(wall, 1),
+        "nodes_per_s": round(result["nodes"] / wall, 1),
+        # None when the build took less than the no-strategy one: noise, not a rate
+        "nodes_per_s_past_ingest": round(result["nodes"] / (wall - baseline_s), 1) if wall > baseline_s else None,
+        "engine_s": round(engine, 1),
+        "outside_engine_share": round(1 - engine / wall, 3),
+        "cpu_s": round(result["cpu_s"], 1),
+        "nodes_per_cpu_s": round(result["nodes"] / result["cpu_s"], 1),
+        "outside_engine_cpu_share": round(1 - result["engine_cpu_s"] / result["cpu_s"], 3),
+    }
 
 
 def profiled(fn):
@@ -152,8 +163,15 @@ def top_outside_engine(stats: pstats.Stats, n: int = 5) -> list[dict]:
     for (path, line, name), (_, calls, own, cumulative, _) in ranked:
         if any(code in path or code in name for code in ENGINE_CODE):
             continue
-        rows.append({"function": f"{Path(path).name}:{line}({name})", "calls": calls,
-                     "own_s": round(own, 2), "own_share": round(own / total, 3), "cumulative_s": round(cumulative, 2)})
+        rows.append(
+            {
+                "function": f"{Path(path).name}:{line}({name})",
+                "calls": calls,
+                "own_s": round(own, 2),
+                "own_share": round(own / total, 3),
+                "cumulative_s": round(cumulative, 2),
+            }
+        )
         if len(rows) == n:
             break
     return rows

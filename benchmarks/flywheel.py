@@ -51,26 +51,44 @@ def night_row(root: str, result: dict, wall_s: float) -> dict:
     from ragfactory.warehouse.store import Warehouse
 
     wh, run_id = Warehouse(root), result["build"]["run_id"]
-    built = query(wh, "select strategy, count(distinct question_id) as n from nodes where run_id = $r group by 1",
-                  {"r": run_id}).to_pylist()
-    exported = {t: query(wh, f"select count(*) from {t} where run_id = $r", {"r": run_id}).column(0)[0].as_py()
-                for t in ("sft_examples", "preference_pairs")}
+    built = query(
+        wh, "select strategy, count(distinct question_id) as n from nodes where run_id = $r group by 1", {"r": run_id}
+    ).to_pylist()
+    exported = {
+        t: query(wh, f"select count(*) from {t} where run_id = $r", {"r": run_id}).column(0)[0].as_py()
+        for t in ("sft_examples", "preference_pairs")
+    }
     losses = {t["method"]: round(float(t["metrics"].get("train_loss", float("nan"))), 3) for t in result["trained"]}
     d = result["decision"]
-    return {"night": result["night"], "questions": " ".join(f"{r['strategy']}:{r['n']}" for r in built),
-            "sft_rows": exported["sft_examples"], "dpo_pairs": exported["preference_pairs"],
-            "sft_loss": losses.get("sft"), "dpo_loss": losses.get("dpo"), "n_valid": d.get("n"),
-            "delta_f1": d.get("delta"), "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"), "p": d.get("p"),
-            "decision": d["decision"], "reason": d.get("reason"), "promoted": d["promoted"],
-            "test_f1": test_f1(root, result["test"]["run_id"]), "wall_s": round(wall_s)}
+    return {
+        "night": result["night"],
+        "questions": " ".join(f"{r['strategy']}:{r['n']}" for r in built),
+        "sft_rows": exported["sft_examples"],
+        "dpo_pairs": exported["preference_pairs"],
+        "sft_loss": losses.get("sft"),
+        "dpo_loss": losses.get("dpo"),
+        "n_valid": d.get("n"),
+        "delta_f1": d.get("delta"),
+        "ci_low": d.get("ci_low"),
+        "ci_high": d.get("ci_high"),
+        "p": d.get("p"),
+        "decision": d["decision"],
+        "reason": d.get("reason"),
+        "promoted": d["promoted"],
+        "test_f1": test_f1(root, result["test"]["run_id"]),
+        "wall_s": round(wall_s),
+    }
 
 
 def test_f1(root: str, eval_run_id: str) -> float:
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse
 
-    mean = query(Warehouse(root), "select avg(f1) from evals where run_id = $r and mode = 'agentic'",
-                 {"r": eval_run_id}).column(0)[0].as_py()
+    mean = (
+        query(Warehouse(root), "select avg(f1) from evals where run_id = $r and mode = 'agentic'", {"r": eval_run_id})
+        .column(0)[0]
+        .as_py()
+    )
     return round(mean or 0.0, 4)
 
 
@@ -91,8 +109,13 @@ def main(args: argparse.Namespace) -> None:
         from ragfactory.flows.nightly import evaluated
         from ragfactory.warehouse.store import Warehouse
 
-        rows.append({"night": "base", "promoted": base,
-                     "test_f1": test_f1(root, evaluated(Warehouse(root), config, base, "test")["run_id"])})
+        rows.append(
+            {
+                "night": "base",
+                "promoted": base,
+                "test_f1": test_f1(root, evaluated(Warehouse(root), config, base, "test")["run_id"]),
+            }
+        )
     print(f"warehouse: {root}")
     report("flywheel", rows)
 

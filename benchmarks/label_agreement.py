@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import report  # noqa: E402
+
 import ragfactory.tasks.search.registry  # noqa: F401  (the strategies register their label views)
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
-
-from common import report  # noqa: E402
 
 
 def _seconds(n: int, grid: str) -> float:
@@ -38,9 +38,21 @@ def _seconds(n: int, grid: str) -> float:
     for i in range(n):
         value = rng.randrange(5) / 4 if grid == "coarse" else round(rng.random(), 2)
         parent = rng.randrange(5) / 4 if grid == "coarse" else round(rng.random(), 2)
-        rows.append({"node_id": f"n{i}", "run_id": "r", "question_id": f"q{i // 50}", "strategy": "treeps",
-                     "path": f"q/{i}", "parent_id": "q", "depth": 1, "kind": "step",
-                     "is_format_error": rng.random() < 0.1, "value": value, "advantage": value - parent})
+        rows.append(
+            {
+                "node_id": f"n{i}",
+                "run_id": "r",
+                "question_id": f"q{i // 50}",
+                "strategy": "treeps",
+                "path": f"q/{i}",
+                "parent_id": "q",
+                "depth": 1,
+                "kind": "step",
+                "is_format_error": rng.random() < 0.1,
+                "value": value,
+                "advantage": value - parent,
+            }
+        )
     wh.write("nodes", rows, "s0", partition={"run_id": "r"})
     started = time.perf_counter()
     query(wh, "select * from label_agreement")
@@ -54,8 +66,16 @@ def main() -> None:
     rows = []
     for grid in ("coarse", "fine"):
         small, large = _seconds(args.nodes, grid), _seconds(8 * args.nodes, grid)
-        rows.append({"grid": grid, "nodes": args.nodes, "seconds": round(small, 2), "nodes_x8": 8 * args.nodes,
-                     "seconds_x8": round(large, 2), "time_ratio": round(large / small, 1)})
+        rows.append(
+            {
+                "grid": grid,
+                "nodes": args.nodes,
+                "seconds": round(small, 2),
+                "nodes_x8": 8 * args.nodes,
+                "seconds_x8": round(large, 2),
+                "time_ratio": round(large / small, 1),
+            }
+        )
     rows.append({"grid": "peak RSS MiB", "nodes": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)})
     report("label_agreement", rows)
 

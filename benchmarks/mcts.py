@@ -27,9 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import CountingBackend, embedded_search, report  # noqa: E402
-from ragfactory.tasks.search.mcts.exports import mcts_preference_pairs  # noqa: E402
 from ragfactory.tasks.llm.batcher import Batcher  # noqa: E402
 from ragfactory.tasks.search.mcts.config import MctsConfig  # noqa: E402
+from ragfactory.tasks.search.mcts.exports import mcts_preference_pairs  # noqa: E402
 from ragfactory.tasks.search.shard import expand_shard  # noqa: E402
 
 PAPER_PAIRS_PER_QUESTION = 13289 / 4603
@@ -40,21 +40,26 @@ def measure(backend, questions, retriever, parallel: int) -> dict:
     counting = CountingBackend(backend)
     config = replace(CONFIG, parallel_selections=parallel)
     start = time.perf_counter()
-    rows = asyncio.run(expand_shard("mcts", questions, Batcher(counting), retriever, config, "bench-mcts", 0,
-                                    len(questions)))
+    rows = asyncio.run(
+        expand_shard("mcts", questions, Batcher(counting), retriever, config, "bench-mcts", 0, len(questions))
+    )
     wall = time.perf_counter() - start
     n = len(questions)
     pairs = mcts_preference_pairs(rows.nodes, questions)
     steps = [r for r in rows.nodes if r["kind"] != "question"]
     return {
-        "parallel_selections": parallel, "questions": n, "steps": len(steps),
+        "parallel_selections": parallel,
+        "questions": n,
+        "steps": len(steps),
         "malformed_steps": sum(r["is_format_error"] for r in steps),
         "calls_per_question": round(len(counting.calls) / n, 2),
         "requests_per_question": round(counting.requests / n, 2),
         "tokens_per_question": round(counting.tokens / n, 1),
         "mean_batch": round(counting.requests / len(counting.calls), 2),
-        "pairs_per_question": round(len(pairs) / n, 2), "paper_pairs_per_question": round(PAPER_PAIRS_PER_QUESTION, 2),
-        "questions_with_pairs": len({p["question_id"] for p in pairs}), "wall_s": round(wall, 1),
+        "pairs_per_question": round(len(pairs) / n, 2),
+        "paper_pairs_per_question": round(PAPER_PAIRS_PER_QUESTION, 2),
+        "questions_with_pairs": len({p["question_id"] for p in pairs}),
+        "wall_s": round(wall, 1),
         "tokens_per_s": round(counting.tokens / wall, 1),
     }
 

@@ -88,8 +88,7 @@ def measure(config: Path, root: Path, interval_s: float = 0.1) -> dict:
     """Run one build; (wall seconds, peak RSS of its process and of its process tree, the
     process's peak per stage)."""
     env = {**os.environ, "PREFECT_LOGGING_LEVEL": "DEBUG", "PYTHONUNBUFFERED": "1"}
-    command = [str(Path(sys.executable).with_name("ragfactory")), "build", "--config", str(config),
-               "--root", str(root)]
+    command = [str(Path(sys.executable).with_name("ragfactory")), "build", "--config", str(config), "--root", str(root)]
     stages, start = StagePeaks(), time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     process, done = psutil.Process(child.pid), threading.Event()
@@ -114,9 +113,12 @@ def measure(config: Path, root: Path, interval_s: float = 0.1) -> dict:
     thread.join()
     if child.returncode != 0:
         raise SystemExit(f"{config}: exit {child.returncode}\n{''.join(tail)}")
-    return {"wall_s": round(time.perf_counter() - start, 1), "peak_mb": round(max(stages.peaks.values()) / MB),
-            "tree_peak_mb": round(stages.tree_peak / MB),
-            **{f"{stage}_mb": round(peak / MB) for stage, peak in sorted(stages.peaks.items())}}
+    return {
+        "wall_s": round(time.perf_counter() - start, 1),
+        "peak_mb": round(max(stages.peaks.values()) / MB),
+        "tree_peak_mb": round(stages.tree_peak / MB),
+        **{f"{stage}_mb": round(peak / MB) for stage, peak in sorted(stages.peaks.items())},
+    }
 
 
 def null_build(tmp: Path, questions: int, **search) -> tuple[Path, Path]:
@@ -131,8 +133,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--demo", action="store_true", help="also build configs/demo.yaml (minutes)")
-    parser.add_argument("--demo-sizes", action="store_true",
-                        help="the null builds at the demo's tree sizes instead of the papers' (shorter)")
+    parser.add_argument(
+        "--demo-sizes",
+        action="store_true",
+        help="the null builds at the demo's tree sizes instead of the papers' (shorter)",
+    )
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,8 +149,12 @@ def main() -> None:
     by_size = {row["build"]: row["peak_mb"] for row in rows}
     if len(args.sizes) >= 2:
         small, large = min(args.sizes), max(args.sizes)
-        rows.append({"build": f"ratio null-{large} / null-{small}",
-                     "peak_mb": round(by_size[f"null-{large}"] / by_size[f"null-{small}"], 2)})
+        rows.append(
+            {
+                "build": f"ratio null-{large} / null-{small}",
+                "peak_mb": round(by_size[f"null-{large}"] / by_size[f"null-{small}"], 2),
+            }
+        )
     report("memory", rows)
 
 

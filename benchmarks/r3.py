@@ -35,8 +35,16 @@ from ragfactory.tasks.search.r3.config import R3Config  # noqa: E402
 from ragfactory.tasks.search.shard import expand_shard  # noqa: E402
 
 PAPER_KEPT_SHARE = 51254 / 64937
-CONFIG = R3Config(n_attempts=3, max_iterations=2, min_queries=1, answer_at_limit=True, top_k=2, doc_chars=256,
-                  max_tokens=96, metric="cover_em")
+CONFIG = R3Config(
+    n_attempts=3,
+    max_iterations=2,
+    min_queries=1,
+    answer_at_limit=True,
+    top_k=2,
+    doc_chars=256,
+    max_tokens=96,
+    metric="cover_em",
+)
 
 
 def summarise(nodes: list[dict], questions: int) -> dict:
@@ -50,10 +58,13 @@ def summarise(nodes: list[dict], questions: int) -> dict:
             first_correct.setdefault(question, attempt + 1)
     kept_steps = [n for n in steps if n["is_selected"]]
     return {
-        "questions": questions, "kept_share": round(len(kept) / questions, 3),
+        "questions": questions,
+        "kept_share": round(len(kept) / questions, 3),
         "paper_kept_share": round(PAPER_KEPT_SHARE, 3),
         "attempts_per_kept": round(len(first) / len(kept), 2) if kept else None,
-        "attempts_to_first_correct": round(sum(first_correct.values()) / len(first_correct), 2) if first_correct else None,
+        "attempts_to_first_correct": round(sum(first_correct.values()) / len(first_correct), 2)
+        if first_correct
+        else None,
         "steps_per_kept": round(len(kept_steps) / len(kept), 2) if kept else None,
         "outcomes": dict(Counter(p["outcome"] for p in first.values())),
         "malformed_steps": sum(n["is_format_error"] for n in steps),
@@ -67,8 +78,9 @@ def main() -> None:
     questions, retriever, backend = embedded_search("hotpotqa", args.questions)
     counting = CountingBackend(backend)
     start = time.perf_counter()
-    rows = asyncio.run(expand_shard("r3", questions, Batcher(counting), retriever, CONFIG, "bench-r3", 0,
-                                    len(questions)))
+    rows = asyncio.run(
+        expand_shard("r3", questions, Batcher(counting), retriever, CONFIG, "bench-r3", 0, len(questions))
+    )
     wall = time.perf_counter() - start
     judged = [c for c in counting.calls if c["judge"]]
     judge_requests = sum(c["judge"] for c in judged)
@@ -77,8 +89,10 @@ def main() -> None:
         "judge_requests_per_question": round(judge_requests / len(questions), 2),
         "judge_requests_per_judged_call": round(judge_requests / len(judged), 2) if judged else None,
         "judge_share_beside_policy": round(sum(c["judge"] for c in judged if c["policy"]) / judge_requests, 3)
-        if judge_requests else None,
-        "mean_batch": round(counting.requests / len(counting.calls), 2), "tokens": counting.tokens,
+        if judge_requests
+        else None,
+        "mean_batch": round(counting.requests / len(counting.calls), 2),
+        "tokens": counting.tokens,
         "wall_s": round(wall, 1),
     }
     report("r3", [row])

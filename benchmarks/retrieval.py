@@ -68,8 +68,10 @@ def measure(name: str, open_index, queries: list[str], k: int, n_single: int):
     single = queries[:n_single]
     _, single_s = timed(lambda: [loaded.search([q], k) for q in single])
     row = {
-        "retriever": name, "passages": loaded.passages.num_rows,
-        "build_s": round(build_s, 2), "load_s": round(load_s, 3),
+        "retriever": name,
+        "passages": loaded.passages.num_rows,
+        "build_s": round(build_s, 2),
+        "load_s": round(load_s, 3),
         "qps_batch": round(len(queries) / batch_s, 1),
         "qps_single": round(len(single) / single_s, 1),
     }
@@ -93,11 +95,17 @@ def compare_ivf(dense, queries: list[str], k: int = 10) -> list[dict]:
         lists.nprobe = min(nprobe, lists.nlist)
         (_, approx), ivf_s = timed(lambda: ivf.search(query_vectors, k))
         recall = np.mean([len(set(a) & set(b)) / k for a, b in zip(exact, approx)])
-        rows.append({
-            "nlist": lists.nlist, "nprobe": lists.nprobe, "is_default": lists.nprobe == default,
-            "build_s": round(build_s, 2), f"recall@{k}": round(float(recall), 4),
-            "qps_flat": round(len(queries) / flat_s, 1), "qps_ivf": round(len(queries) / ivf_s, 1),
-        })
+        rows.append(
+            {
+                "nlist": lists.nlist,
+                "nprobe": lists.nprobe,
+                "is_default": lists.nprobe == default,
+                "build_s": round(build_s, 2),
+                f"recall@{k}": round(float(recall), 4),
+                "qps_flat": round(len(queries) / flat_s, 1),
+                "qps_ivf": round(len(queries) / ivf_s, 1),
+            }
+        )
     return rows
 
 
@@ -121,19 +129,24 @@ def main() -> None:
     passages = passages.slice(0, args.passages) if args.passages else passages
     queries = questions[: args.queries]
     with tempfile.TemporaryDirectory() as root:
-        bm25_row, _ = measure(
-            "bm25", lambda: load_or_build_bm25(passages, root), queries, args.k, args.single
-        )
+        bm25_row, _ = measure("bm25", lambda: load_or_build_bm25(passages, root), queries, args.k, args.single)
         embedder, model_s = timed(lambda: load_embedder(batch_size=64))
         dense_row, dense = measure(
-            "dense", lambda: load_or_build_dense(passages, root, DenseParams(), embedder=embedder),
-            queries, args.k, args.single,
+            "dense",
+            lambda: load_or_build_dense(passages, root, DenseParams(), embedder=embedder),
+            queries,
+            args.k,
+            args.single,
         )
         ivf = compare_ivf(dense, queries)
     settings = {
-        "queries": len(queries), "k": args.k, "single_queries": min(args.single, len(queries)),
-        "dense_model": embedder.name, "dense_device": str(embedder.model.device),
-        "model_load_s": round(model_s, 2), "cpu_count": os.cpu_count(),
+        "queries": len(queries),
+        "k": args.k,
+        "single_queries": min(args.single, len(queries)),
+        "dense_model": embedder.name,
+        "dense_device": str(embedder.model.device),
+        "model_load_s": round(model_s, 2),
+        "cpu_count": os.cpu_count(),
     }
     print_table(f"retrieval: {len(queries)} queries, k={args.k}", [bm25_row, dense_row])
     print_table("dense IVF vs flat over the same vectors (faiss search only)", ivf)

@@ -11,9 +11,23 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ["warehouse", "retrieval", "batching", "decex_calls", "decex_wall", "valuation", "treeps_tokens", "sepr",
-           "decontamination", "training", "structured", "mcts", "dashboard", "engines",
-           "train_vs_trl"]
+SCRIPTS = [
+    "warehouse",
+    "retrieval",
+    "batching",
+    "decex_calls",
+    "decex_wall",
+    "valuation",
+    "treeps_tokens",
+    "sepr",
+    "decontamination",
+    "training",
+    "structured",
+    "mcts",
+    "dashboard",
+    "engines",
+    "train_vs_trl",
+]
 
 
 def main() -> int:

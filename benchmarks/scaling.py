@@ -37,22 +37,32 @@ from ragfactory.schemas.tables import TABLES  # noqa: E402
 from ragfactory.warehouse.store import Warehouse  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-VOLATILE = {"runs": {"started_at", "finished_at", "flow_run_id", "config", "config_hash"},
-            "ingests": {"created_at"}, "llm_calls": {"created_at", "latency_ms", "latency_s", "cached"}}
+VOLATILE = {
+    "runs": {"started_at", "finished_at", "flow_run_id", "config", "config_hash"},
+    "ingests": {"created_at"},
+    "llm_calls": {"created_at", "latency_ms", "latency_s", "cached"},
+}
 
 
 def config(root: Path, questions: int, runner: dict, strategies: tuple = ("treeps",)) -> BuildConfig:
     demo = load_build_config(REPO / "configs" / "demo.yaml")
-    return BuildConfig.model_validate({
-        "name": "scaling", "warehouse": {"root": str(root)},
-        "datasets": [{"name": "hotpotqa", "limit": questions}],
-        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
-        "corpus": {"from_datasets": True}, "retrieval": {"dense": {"enabled": False}},
-        "llm": demo.llm.model_dump(mode="json"),
-        "search": {"strategies": list(strategies), "shard_size": 1,
-                   "treeps": dataclasses.asdict(demo.search.treeps)},
-        "runner": runner,
-    })
+    return BuildConfig.model_validate(
+        {
+            "name": "scaling",
+            "warehouse": {"root": str(root)},
+            "datasets": [{"name": "hotpotqa", "limit": questions}],
+            "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
+            "corpus": {"from_datasets": True},
+            "retrieval": {"dense": {"enabled": False}},
+            "llm": demo.llm.model_dump(mode="json"),
+            "search": {
+                "strategies": list(strategies),
+                "shard_size": 1,
+                "treeps": dataclasses.asdict(demo.search.treeps),
+            },
+            "runner": runner,
+        }
+    )
 
 
 def rows(root: Path) -> dict[str, list[str]]:
@@ -75,7 +85,8 @@ def main() -> None:
         build(config(Path(tmp) / "fixed", args.questions, {"kind": "local"}, strategies=[]), run_id="scaling")
         fixed = time.perf_counter() - start
         runners = [("local", {"kind": "local"})] + [
-            (f"dask x{n}", {"kind": "dask", "workers": n}) for n in args.workers]
+            (f"dask x{n}", {"kind": "dask", "workers": n}) for n in args.workers
+        ]
         for name, runner in runners:
             root = Path(tmp) / name.replace(" ", "-")
             start = time.perf_counter()
@@ -85,10 +96,18 @@ def main() -> None:
             local = local or tables
             shards = len(summary["shards"])
             expand = wall - fixed
-            results.append({"runner": name, "shards": shards, "status": summary["status"],
-                            "build_s": round(wall, 1), "expand_s": round(expand, 1),
-                            "shards_per_min": round(shards / expand * 60, 2),
-                            "same_tables": tables == local, "cores": os.cpu_count()})
+            results.append(
+                {
+                    "runner": name,
+                    "shards": shards,
+                    "status": summary["status"],
+                    "build_s": round(wall, 1),
+                    "expand_s": round(expand, 1),
+                    "shards_per_min": round(shards / expand * 60, 2),
+                    "same_tables": tables == local,
+                    "cores": os.cpu_count(),
+                }
+            )
     one = next((r for r in results if r["runner"] == "dask x1"), None)
     for row in results:
         if one:

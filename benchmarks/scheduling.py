@@ -47,13 +47,14 @@ class SimulatedEngine:
         self._lock = threading.Lock()
 
     def generate_batch(self, requests: list[Request]) -> list[list[Completion]]:
-        tokens = sum(r.sampling.n * (-(-len(r.messages[-1].content) // 3) + r.sampling.max_tokens)
-                     for r in requests)
+        tokens = sum(r.sampling.n * (-(-len(r.messages[-1].content) // 3) + r.sampling.max_tokens) for r in requests)
         with self._lock:
             self.calls.append((len(requests), tokens))
         time.sleep(0.02 + 0.002 * sum(r.sampling.n for r in requests))
-        return [[Completion(f"answer {r.sampling.seed + i}", completion_tokens=8) for i in range(r.sampling.n)]
-                for r in requests]
+        return [
+            [Completion(f"answer {r.sampling.seed + i}", completion_tokens=8) for i in range(r.sampling.n)]
+            for r in requests
+        ]
 
 
 def shared_engine(engine: SimulatedEngine):
@@ -71,11 +72,19 @@ async def question(batcher: Batcher, shard: int, q: int, rng: random.Random) -> 
     answered = 0
     for step in range(STEPS):
         prompt = f"shard {shard} question {q} step {step} " + "passage text " * (70 + 110 * step)
-        await batcher.generate(Request.chat([{"role": "user", "content": prompt}], max_tokens=MAX_TOKENS,
-                                            seed=1000 * shard + 10 * q + step))
-        branches = await asyncio.gather(*(batcher.generate(Request.chat(
-            [{"role": "user", "content": f"{prompt} branch {b}"}], max_tokens=MAX_TOKENS, seed=b))
-            for b in range(FAN_OUT)))
+        await batcher.generate(
+            Request.chat(
+                [{"role": "user", "content": prompt}], max_tokens=MAX_TOKENS, seed=1000 * shard + 10 * q + step
+            )
+        )
+        branches = await asyncio.gather(
+            *(
+                batcher.generate(
+                    Request.chat([{"role": "user", "content": f"{prompt} branch {b}"}], max_tokens=MAX_TOKENS, seed=b)
+                )
+                for b in range(FAN_OUT)
+            )
+        )
         answered += len(branches) + 1
         await asyncio.sleep(rng.uniform(0.001, 0.02))  # the retrieval between steps
     return answered
@@ -96,10 +105,15 @@ def run(budget: int | None, shards: int) -> dict:
     [t.start() for t in threads]
     [t.join() for t in threads]
     sizes = [size for size, _ in engine.calls]
-    return {"budget": budget or "none", "requests": sum(sizes), "engine_calls": len(sizes),
-            "mean_batch": round(sum(sizes) / len(sizes), 1), "max_batch": max(sizes),
-            "max_call_tokens": max(tokens for _, tokens in engine.calls),
-            "wall_s": round(time.perf_counter() - start, 2)}
+    return {
+        "budget": budget or "none",
+        "requests": sum(sizes),
+        "engine_calls": len(sizes),
+        "mean_batch": round(sum(sizes) / len(sizes), 1),
+        "max_batch": max(sizes),
+        "max_call_tokens": max(tokens for _, tokens in engine.calls),
+        "wall_s": round(time.perf_counter() - start, 2),
+    }
 
 
 def main() -> None:

@@ -64,7 +64,7 @@ def standalone(engine, requests, batch: int) -> float:
     """Tokens per second of ``requests`` sent at once, ``batch`` per engine call."""
     tokens, start = 0, time.perf_counter()
     for begin in range(0, len(requests), batch):
-        answers = engine.generate_batch(requests[begin:begin + batch])
+        answers = engine.generate_batch(requests[begin : begin + batch])
         tokens += sum(c.completion_tokens for samples in answers for c in samples)
     return tokens / (time.perf_counter() - start)
 
@@ -78,9 +78,14 @@ def expand(strategy: str, config, questions, engines, retriever, in_flight: int,
     rows = asyncio.run(expand_shard(strategy, questions, batcher, retriever, settings, "bench", config.seed, in_flight))
     wall = time.perf_counter() - start
     tokens = sum(row["completion_tokens"] for row in batcher.cache.rows())
-    return {"wall_s": round(wall, 1), "tokens": tokens, "tokens_per_s": round(tokens / wall, 1),
-            "engine_calls": batcher.stats.engine_calls, "mean_batch": round(batcher.stats.mean_batch_size, 1),
-            "nodes": len(rows.nodes)}
+    return {
+        "wall_s": round(wall, 1),
+        "tokens": tokens,
+        "tokens_per_s": round(tokens / wall, 1),
+        "engine_calls": batcher.stats.engine_calls,
+        "mean_batch": round(batcher.stats.mean_batch_size, 1),
+        "nodes": len(rows.nodes),
+    }
 
 
 def main() -> None:
@@ -100,8 +105,15 @@ def main() -> None:
         for strategy in args.strategies:
             seeds = expand(strategy, config, data.questions, engines, retriever, 1, 1)
             recording = Recording(engine)
-            factory = expand(strategy, config, data.questions, {"policy": recording, "judge": recording},
-                             retriever, args.questions, config.llm.max_batch_size)
+            factory = expand(
+                strategy,
+                config,
+                data.questions,
+                {"policy": recording, "judge": recording},
+                retriever,
+                args.questions,
+                config.llm.max_batch_size,
+            )
             alone = standalone(engine, recording.sent, config.llm.max_batch_size)
             for way, figures in (("seeds' way", seeds), ("factory", factory)):
                 rows.append({"strategy": strategy, "way": way, "questions": args.questions, **figures})

@@ -33,8 +33,8 @@ from ragfactory.tasks.data.loaders import load_bundled  # noqa: E402
 from ragfactory.tasks.retrieval.dense import load_embedder  # noqa: E402
 from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache  # noqa: E402
 from ragfactory.tasks.rewards.sepr import PlanScorer, SeprConfig  # noqa: E402
-from ragfactory.tasks.search.apex.training import sepr_reward  # noqa: E402
 from ragfactory.tasks.search.apex.plan_rewrite import RELATION_TEMPLATES, rewrite_steps  # noqa: E402
+from ragfactory.tasks.search.apex.training import sepr_reward  # noqa: E402
 
 TARGET_PAIRS_PER_S = 10_000
 
@@ -106,16 +106,33 @@ def main() -> None:
     f1 = [m.f1 for m in scorer.score_many(pairs)]
 
     target_s = args.pairs / TARGET_PAIRS_PER_S
-    report("sepr", [
-        {"benchmark": f"SEPR, {args.pairs:,} plan pairs, cached embeddings (median of 3)",
-         "measured_s": round(score_s, 3), "target_s": target_s, "pairs_per_s": round(args.pairs / score_s),
-         "mean_f1": round(sum(f1) / len(f1), 3), "distinct_texts": len(scorer.cache), "cpu_load_1m": load_1m},
-        {"benchmark": f"sepr_reward (TRL), {args.pairs:,} completions incl. parsing (median of 3)",
-         "measured_s": round(reward_s, 3), "pairs_per_s": round(args.pairs / reward_s)},
-        {"benchmark": f"embed {args.texts:,} sub-questions, all-MiniLM-L6-v2 on CPU",
-         "measured_s": round(embed_s, 2), "texts_per_s": round(args.texts / embed_s),
-         "model_load_s": round(load_s, 2), "batch_size": embedder.batch_size, "cpu_load_1m": load_1m},
-    ])
+    report(
+        "sepr",
+        [
+            {
+                "benchmark": f"SEPR, {args.pairs:,} plan pairs, cached embeddings (median of 3)",
+                "measured_s": round(score_s, 3),
+                "target_s": target_s,
+                "pairs_per_s": round(args.pairs / score_s),
+                "mean_f1": round(sum(f1) / len(f1), 3),
+                "distinct_texts": len(scorer.cache),
+                "cpu_load_1m": load_1m,
+            },
+            {
+                "benchmark": f"sepr_reward (TRL), {args.pairs:,} completions incl. parsing (median of 3)",
+                "measured_s": round(reward_s, 3),
+                "pairs_per_s": round(args.pairs / reward_s),
+            },
+            {
+                "benchmark": f"embed {args.texts:,} sub-questions, all-MiniLM-L6-v2 on CPU",
+                "measured_s": round(embed_s, 2),
+                "texts_per_s": round(args.texts / embed_s),
+                "model_load_s": round(load_s, 2),
+                "batch_size": embedder.batch_size,
+                "cpu_load_1m": load_1m,
+            },
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -49,16 +49,36 @@ def write_exports(root: str, n: int = 8) -> None:
     prompts, answers = [], []
     for i, q in enumerate(bundle.questions):
         docs = "\n".join(texts[(3 * i + k) % len(texts)] for k in range(3))
-        prompts.append([{"role": "user", "content": f"Answer with <answer>…</answer>. {q['question']}"},
-                        {"role": "assistant", "content": f"<search>{q['question']}</search>"},
-                        {"role": "user", "content": f"Observation: {docs}"}])
+        prompts.append(
+            [
+                {"role": "user", "content": f"Answer with <answer>…</answer>. {q['question']}"},
+                {"role": "assistant", "content": f"<search>{q['question']}</search>"},
+                {"role": "user", "content": f"Observation: {docs}"},
+            ]
+        )
         answers.append([{"role": "assistant", "content": f"<answer>{q['golden_answers'][0]}</answer>"}])
-    wh.write("sft_examples", [{"example_id": f"e{i}", "run_id": "bench", "messages": p + a}
-                              for i, (p, a) in enumerate(zip(prompts, answers))], "bench")
-    wh.write("preference_pairs", [
-        {"pair_id": f"p{i}", "run_id": "bench", "prompt": p, "chosen": a,
-         "rejected": [{"role": "assistant", "content": "<answer>unknown</answer>"}]}
-        for i, (p, a) in enumerate(zip(prompts, answers))], "bench")
+    wh.write(
+        "sft_examples",
+        [
+            {"example_id": f"e{i}", "run_id": "bench", "messages": p + a}
+            for i, (p, a) in enumerate(zip(prompts, answers))
+        ],
+        "bench",
+    )
+    wh.write(
+        "preference_pairs",
+        [
+            {
+                "pair_id": f"p{i}",
+                "run_id": "bench",
+                "prompt": p,
+                "chosen": a,
+                "rejected": [{"role": "assistant", "content": "<answer>unknown</answer>"}],
+            }
+            for i, (p, a) in enumerate(zip(prompts, answers))
+        ],
+        "bench",
+    )
 
 
 # --- the child: one training in this process ---------------------------------------------------
@@ -110,8 +130,15 @@ def factory_trainer(root: str, method: str, trl: dict, callback):
     from ragfactory.warehouse.store import Warehouse
 
     wh = Warehouse(root)
-    config = TrainConfig(method=method, run_id="bench", base_model=base_model(), save_steps=1000, seed=SEED,
-                         trl=trl, output_dir=tempfile.mkdtemp(dir=root))
+    config = TrainConfig(
+        method=method,
+        run_id="bench",
+        base_model=base_model(),
+        save_steps=1000,
+        seed=SEED,
+        trl=trl,
+        output_dir=tempfile.mkdtemp(dir=root),
+    )
     return train_planned(wh, config, plan_training(wh, config), logging.getLogger("bench"), callbacks=[callback])
 
 
@@ -132,10 +159,24 @@ def trl_trainer(root: str, method: str, trl: dict, callback):
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
     config_class, trainer_class = {"sft": (SFTConfig, SFTTrainer), "dpo": (DPOConfig, DPOTrainer)}[method]
     extra = {"completion_only_loss": True} if method == "sft" else {}
-    args = config_class(output_dir=tempfile.mkdtemp(dir=root), seed=SEED, use_cpu=True, bf16=False, report_to=[],
-                        logging_steps=1, save_strategy="no", **extra, **trl)
-    trainer = trainer_class(model=model, args=args, train_dataset=datasets.Dataset.from_list(rows),
-                            processing_class=tokenizer, callbacks=[callback])
+    args = config_class(
+        output_dir=tempfile.mkdtemp(dir=root),
+        seed=SEED,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        **extra,
+        **trl,
+    )
+    trainer = trainer_class(
+        model=model,
+        args=args,
+        train_dataset=datasets.Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=[callback],
+    )
     result = trainer.train()
     return {**result.metrics, "train_loss": result.training_loss}
 
@@ -168,8 +209,15 @@ def profile_step(trainer_fn, root, method, trl, sampler, times) -> list[dict]:
 
     trainer_fn(root, method, trl, Profiled())
     events = sorted(state["prof"].key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:10]
-    return [{"op": e.key, "self_s": round(e.self_cpu_time_total / 1e6, 2), "calls": e.count,
-             "self_mem_mb": round(e.self_cpu_memory_usage / 1e6)} for e in events]
+    return [
+        {
+            "op": e.key,
+            "self_s": round(e.self_cpu_time_total / 1e6, 2),
+            "calls": e.count,
+            "self_mem_mb": round(e.self_cpu_memory_usage / 1e6),
+        }
+        for e in events
+    ]
 
 
 def child(side: str, method: str, root: str, trl: dict, out: str, profile: bool) -> None:
@@ -184,8 +232,11 @@ def child(side: str, method: str, root: str, trl: dict, out: str, profile: bool)
         metrics = fn(root, method, trl, step_callback(sampler, times))
         result["train_loss"] = round(float(metrics["train_loss"]), 4)
     timed = times[1:] or times
-    result |= {"step_s": [round(t, 1) for t in times], "steps_per_s": round(len(timed) / sum(timed), 4),
-               "phase_peak_mb": sampler.peaks}
+    result |= {
+        "step_s": [round(t, 1) for t in times],
+        "steps_per_s": round(len(timed) / sum(timed), 4),
+        "phase_peak_mb": sampler.peaks,
+    }
     Path(out).write_text(json.dumps(result))
 
 
@@ -216,12 +267,24 @@ def main(profile: bool) -> None:
                 rows.append({"method": method, "side": side, "args": "bench", **result})
             rows[-2]["speed_vs_trl"] = round(pair["factory"]["steps_per_s"] / pair["trl"]["steps_per_s"], 2)
             rows[-2]["rss_vs_trl"] = round(pair["factory"]["peak_rss_mb"] / pair["trl"]["peak_rss_mb"], 2)
-        rows.append({"method": "dpo", "side": "factory", "args": "defaults",
-                     **run_child("factory", "dpo", root, {"max_steps": STEPS})})
+        rows.append(
+            {
+                "method": "dpo",
+                "side": "factory",
+                "args": "defaults",
+                **run_child("factory", "dpo", root, {"max_steps": STEPS}),
+            }
+        )
         if profile:
             for side in ("factory", "trl"):
-                rows.append({"method": "dpo", "side": side, "args": "bench-profiled",
-                             **run_child(side, "dpo", root, ARGS, profile=True)})
+                rows.append(
+                    {
+                        "method": "dpo",
+                        "side": side,
+                        "args": "bench-profiled",
+                        **run_child(side, "dpo", root, ARGS, profile=True),
+                    }
+                )
     report("train_vs_trl", rows)
 
 

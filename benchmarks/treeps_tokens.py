@@ -107,12 +107,12 @@ class PoolRetriever:
 def expand(config: TreePSConfig, answer_p: tuple[float, ...], n_questions: int) -> dict:
     policy = RandomPolicy(answer_p)
     batcher = Batcher(policy)
-    questions = [{"question_id": f"q{i}", "question": f"Question {i}?", "golden_answers": ["gold"]}
-                 for i in range(n_questions)]
+    questions = [
+        {"question_id": f"q{i}", "question": f"Question {i}?", "golden_answers": ["gold"]} for i in range(n_questions)
+    ]
 
     async def main():
-        jobs = [lambda q=q: expand_question(q, batcher, PoolRetriever(), config, "bench", 0)
-                for q in questions]
+        jobs = [lambda q=q: expand_question(q, batcher, PoolRetriever(), config, "bench", 0) for q in questions]
         return await batcher.run_all(jobs, max_in_flight=n_questions)
 
     trees = asyncio.run(main())
@@ -137,10 +137,16 @@ def main() -> None:
         measured = {name: expand(config, answer_p, args.questions) for name, config in VARIANTS.items()}
         base = measured["independent (8 trajectories)"]
         for name, values in measured.items():
-            rows.append({"policy": policy, "variant": name, "questions": args.questions, **values,
-                         "decode_ratio": round(values["decode_tokens_per_q"] / base["decode_tokens_per_q"], 2),
-                         "prefill_ratio": round(values["prefill_tokens_per_q"]
-                                                / base["prefill_tokens_per_q"], 2)})
+            rows.append(
+                {
+                    "policy": policy,
+                    "variant": name,
+                    "questions": args.questions,
+                    **values,
+                    "decode_ratio": round(values["decode_tokens_per_q"] / base["decode_tokens_per_q"], 2),
+                    "prefill_ratio": round(values["prefill_tokens_per_q"] / base["prefill_tokens_per_q"], 2),
+                }
+            )
     report("treeps_tokens", rows)
 
 

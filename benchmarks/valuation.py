@@ -113,12 +113,16 @@ def nodes_table(shapes: list[Shape], n_nodes: int, strategy_of: list[str], seed:
     parent_ids = np.where(parent >= 0, np.char.add("n", parent.astype(str)), None)
     reward = np.where(leaf, (rng.random(total) < 0.45).astype(float), np.nan)
     columns = {
-        "node_id": pa.array(ids), "run_id": pa.array(["bench"] * total),
+        "node_id": pa.array(ids),
+        "run_id": pa.array(["bench"] * total),
         "question_id": pa.array(np.char.add("q", np.concatenate(parts["question"]).astype(str))),
         "parent_id": pa.array(parent_ids.tolist(), pa.string()),
-        "path": pa.array(ids), "depth": pa.array(np.concatenate(parts["depth"]), pa.int32()),
-        "strategy": pa.array(parts["strategy"]), "kind": pa.array(parts["kind"]),
-        "is_leaf": pa.array(leaf), "reward": pa.array(reward, from_pandas=True),
+        "path": pa.array(ids),
+        "depth": pa.array(np.concatenate(parts["depth"]), pa.int32()),
+        "strategy": pa.array(parts["strategy"]),
+        "kind": pa.array(parts["kind"]),
+        "is_leaf": pa.array(leaf),
+        "reward": pa.array(reward, from_pandas=True),
     }
     schema = table_spec("nodes").schema
     arrays = [columns[f.name].cast(f.type) if f.name in columns else pa.nulls(total, f.type) for f in schema]
@@ -153,8 +157,12 @@ def main() -> None:
     strategies = ["treeps"] * len(treeps) + ["decex"] * len(decex)
     order = list(range(len(mixed)))
     rng.shuffle(order)
-    rows.append(measure("treeps + decex (two strategies)", nodes_table(
-        [mixed[i] for i in order], args.nodes, [strategies[i] for i in order], 2)))
+    rows.append(
+        measure(
+            "treeps + decex (two strategies)",
+            nodes_table([mixed[i] for i in order], args.nodes, [strategies[i] for i in order], 2),
+        )
+    )
     report("valuation", rows)
 
 

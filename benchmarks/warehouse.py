@@ -79,8 +79,14 @@ def s3_server() -> tuple[object, str]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    os.environ.update({"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "bench",
-                       "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"})
+    os.environ.update(
+        {
+            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+            "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+    )
     boto3.client("s3").create_bucket(Bucket="bench")
     return server, "s3://bench/wh"
 
@@ -109,19 +115,33 @@ def main() -> None:
         refresh_catalog(wh)
         write_s = time.perf_counter() - start
         del rows
-        results = [{"benchmark": f"write {count:,} nodes in {len(cuts)} shards (+ catalog refresh)",
-                    "measured_s": round(write_s, 2), "target_s": TARGETS["write"]}]
+        results = [
+            {
+                "benchmark": f"write {count:,} nodes in {len(cuts)} shards (+ catalog refresh)",
+                "measured_s": round(write_s, 2),
+                "target_s": TARGETS["write"],
+            }
+        ]
         if args.store == "s3":  # another machine: a fresh mirror pulls the store
             os.environ["RAGFACTORY_HOME"] = str(Path(tmp) / "machine-b")
             wh = Warehouse(root)
             start = time.perf_counter()
             pulled = wh.pull()
             refresh_catalog(wh)
-            results.append({"benchmark": f"pull {pulled.downloaded} shards to a fresh mirror (+ catalog)",
-                            "measured_s": round(time.perf_counter() - start, 2)})
+            results.append(
+                {
+                    "benchmark": f"pull {pulled.downloaded} shards to a fresh mirror (+ catalog)",
+                    "measured_s": round(time.perf_counter() - start, 2),
+                }
+            )
         group_s = median_seconds(lambda: query(wh, GROUP_BY), repeats=5)
-        results.append({"benchmark": "group-by via catalog (median of 5)", "measured_s": round(group_s, 3),
-                        "target_s": TARGETS["group"]})
+        results.append(
+            {
+                "benchmark": "group-by via catalog (median of 5)",
+                "measured_s": round(group_s, 3),
+                "target_s": TARGETS["group"],
+            }
+        )
 
         def value() -> int:
             return estimate_node_values(wh.read("nodes", run_id="bench")).num_rows
@@ -130,8 +150,13 @@ def main() -> None:
         valued = value()
         value_s = time.perf_counter() - start
         assert valued == count, (valued, count)
-        results.append({"benchmark": f"read back and value {valued:,} nodes", "measured_s": round(value_s, 2),
-                        "target_s": TARGETS["value"]})
+        results.append(
+            {
+                "benchmark": f"read back and value {valued:,} nodes",
+                "measured_s": round(value_s, 2),
+                "target_s": TARGETS["value"],
+            }
+        )
     if server is not None:
         server.stop()
     report(f"warehouse-{args.store}", results)

@@ -48,7 +48,6 @@ from ragfactory.warehouse.runs import default_run_id
 from ragfactory.warehouse.store import Warehouse, safe_name
 
 
-
 def _settle(futures: dict[str, PrefectFuture], errors: dict[str, str]) -> tuple[list[dict], list[str]]:
     """Results of the shards that completed, and the names of those that failed (their reasons
     go to ``errors``)."""
@@ -63,8 +62,15 @@ def _settle(futures: dict[str, PrefectFuture], errors: dict[str, str]) -> tuple[
     return done, failed
 
 
-def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], sources: list[str],
-            versions: list[str], errors: dict[str, str]) -> tuple[list[dict], list[str]]:
+def _expand(
+    root: str,
+    run_id: str,
+    config: BuildConfig,
+    datasets: list[str],
+    sources: list[str],
+    versions: list[str],
+    errors: dict[str, str],
+) -> tuple[list[dict], list[str]]:
     """Expand every configured strategy; returns (shard results, failed shards), the reason of
     each failure in ``errors``.
 
@@ -74,54 +80,100 @@ def _expand(root: str, run_id: str, config: BuildConfig, datasets: list[str], so
     """
     search, wh = config.search, Warehouse(root)
     storage = result_storage(wh)
-    wanted = search.datasets or datasets
     planned = [
         (strategy, shard_name(strategy, index), ids)
         for strategy in search.strategies
-        for index, ids in enumerate(_questions(root, run_id, config, strategy, wanted, versions))
+        for index, ids in enumerate(_questions(root, run_id, config, strategy, search.datasets or datasets, versions))
     ]
-
-    shards, failed = [], []
     with shard_runner(config.runner, search.max_concurrent_shards) as (run_task, limit):
-        def submit(job: tuple[str, str, list[str]]) -> PrefectFuture:
-            strategy, name, ids = job
-            expand = expand_trees.with_options(result_storage=storage, refresh_cache=not shard_written(wh, run_id, name))
-            return run_task(expand, {"root": root, "run_id": run_id, "config": config, "strategy": strategy,
-                                     "shard": name, "question_ids": ids, "sources": sources})
-
+        submit = _shard_submitter(run_task, wh, storage, root, run_id, config, sources)
         # settled inside the block: a Dask future's state lives in its cluster, closed after it
-        for (_, name, _), future in _bounded(submit, planned, limit or len(planned) or 1):
-            state = settled_state(future)
-            if state.is_completed():
-                shards.append({**future.result(), "cached": state.name == "Cached"})
-            else:
-                failed.append(name)
-                errors[name] = failure_reason(name, state)
+        return _settle_expansions(_bounded(submit, planned, limit or len(planned) or 1), errors)
+
+
+def _shard_submitter(run_task, wh: Warehouse, storage, root: str, run_id: str, config: BuildConfig, sources: list[str]):
+    """Submits one planned shard's ``expand_trees`` through the runner, its result persisted in
+    ``storage``; a shard whose rows are gone from the warehouse refreshes its cache entry, so it
+    runs again."""
+
+    def submit(job: tuple[str, str, list[str]]) -> PrefectFuture:
+        strategy, name, ids = job
+        expand = expand_trees.with_options(result_storage=storage, refresh_cache=not shard_written(wh, run_id, name))
+        return run_task(
+            expand,
+            {
+                "root": root,
+                "run_id": run_id,
+                "config": config,
+                "strategy": strategy,
+                "shard": name,
+                "question_ids": ids,
+                "sources": sources,
+            },
+        )
+
+    return submit
+
+
+def _settle_expansions(
+    finished: list[tuple[tuple[str, str, list[str]], PrefectFuture]], errors: dict[str, str]
+) -> tuple[list[dict], list[str]]:
+    """Each expanded shard's result, marked ``cached`` when it was a cache hit, and the names of
+    the shards that failed (their reasons go to ``errors``)."""
+    shards, failed = [], []
+    for (_, name, _), future in finished:
+        state = settled_state(future)
+        if state.is_completed():
+            shards.append({**future.result(), "cached": state.name == "Cached"})
+        else:
+            failed.append(name)
+            errors[name] = failure_reason(name, state)
     return shards, failed
 
 
-def _questions(root: str, run_id: str, config: BuildConfig, strategy: str, datasets: list[str],
-               versions: list[str]) -> list[list[str]]:
+def _questions(
+    root: str, run_id: str, config: BuildConfig, strategy: str, datasets: list[str], versions: list[str]
+) -> list[list[str]]:
     """The shards of questions ``strategy`` expands: the frontier (``search.select``), or the
     sample or listed questions."""
     search = config.search
     if search.select == "frontier":
-        return plan_frontier(root, run_id, tree_strategy(config, strategy), config.llm.policy.model, datasets,
-                             search.questions_per_night, search.shard_size, search.partition, versions)
-    return plan_shards(root, datasets, search.questions_per_dataset, search.shard_size, search.partition,
-                       search.listed_questions(strategy), versions)
+        return plan_frontier(
+            root,
+            run_id,
+            tree_strategy(config, strategy),
+            config.llm.policy.model,
+            datasets,
+            search.questions_per_night,
+            search.shard_size,
+            search.partition,
+            versions,
+        )
+    return plan_shards(
+        root,
+        datasets,
+        search.questions_per_dataset,
+        search.shard_size,
+        search.partition,
+        search.listed_questions(strategy),
+        versions,
+    )
 
 
-def _value(root: str, run_id: str, config: BuildConfig, shards: list[dict],
-           errors: dict[str, str]) -> tuple[list[dict], list[str], set[str]]:
+def _value(
+    root: str, run_id: str, config: BuildConfig, shards: list[dict], errors: dict[str, str]
+) -> tuple[list[dict], list[str], set[str]]:
     """Value the ``nodes`` of every expanded shard whose strategy the ``valuation`` section
     values; returns (the valuations done, those that failed, named ``value-<shard>``, and the
     strategies of the failed ones)."""
     valued = {s: config.valuation.values(s, STRATEGIES.get(s).valued) for s in config.search.strategies}
     jobs = [r for r in shards if valued[r["strategy"]]]
     # as many at once as expansion ran, not every shard of the build (each reads its shard's nodes)
-    finished = _bounded(lambda r: value_nodes.submit(root, run_id, r["shard"], config.valuation), jobs,
-                        config.search.max_concurrent_shards)
+    finished = _bounded(
+        lambda r: value_nodes.submit(root, run_id, r["shard"], config.valuation),
+        jobs,
+        config.search.max_concurrent_shards,
+    )
     done, failed = _settle({f"value-{r['shard']}": future for r, future in finished}, errors)
     by_name = {f"value-{r['shard']}": r["strategy"] for r in shards}
     return done, failed, {by_name[name] for name in failed}
@@ -130,16 +182,18 @@ def _value(root: str, run_id: str, config: BuildConfig, shards: list[dict],
 def _export(root: str, run_id: str, config: BuildConfig, unvalued: set[str]) -> list[dict]:
     """Export every configured strategy but those whose valuation failed (their exports would
     read nodes without values)."""
-    return [write_training_data(root, run_id, tree_strategy(config, strategy), config.export, config.seed, config.llm)
-            for strategy in config.search.strategies if strategy not in unvalued]
+    return [
+        write_training_data(root, run_id, tree_strategy(config, strategy), config.export, config.seed, config.llm)
+        for strategy in config.search.strategies
+        if strategy not in unvalued
+    ]
 
 
 def _ingest(root: str, config: BuildConfig, errors: dict[str, str]) -> tuple[list[dict], list[str]]:
     """Ingest every dataset and corpus file at once: (their summaries, the names that failed);
     the reason of each failure goes to ``errors``."""
     limit = config.corpus.max_passage_chars
-    futures = {d.name: ingest_dataset.submit(root, d, config.partitions.rule_for(d), limit)
-               for d in config.datasets}
+    futures = {d.name: ingest_dataset.submit(root, d, config.partitions.rule_for(d), limit) for d in config.datasets}
     futures |= {f: ingest_corpus.submit(root, f, limit) for f in config.corpus.files}
     return _settle(futures, errors)
 
@@ -220,14 +274,17 @@ def build_warnings(config: BuildConfig) -> list[str]:
     """What a reader of this build's exports must know: it draws on held-out questions."""
     if config.search.partition == "train" or not config.search.strategies:
         return []
-    return [f"search.partition is {config.search.partition!r}: this build expands questions that "
-            "evaluations hold out; a model trained on it is scored on questions it has seen "
-            "(evals.is_seen) unless evaluated on another partition"]
+    return [
+        f"search.partition is {config.search.partition!r}: this build expands questions that "
+        "evaluations hold out; a model trained on it is scored on questions it has seen "
+        "(evals.is_seen) unless evaluated on another partition"
+    ]
 
 
 @flow(name="build", log_prints=True)
-def build(config: BuildConfig, run_id: str | None = None, policy_model: str | None = None,
-          night: str | None = None) -> dict:
+def build(
+    config: BuildConfig, run_id: str | None = None, policy_model: str | None = None, night: str | None = None
+) -> dict:
     """Ingest, index, expand and export as the config says; returns a summary of the run.
 
     ``policy_model`` overrides the config's policy model: 'embedded', a path, a registered model
@@ -235,34 +292,69 @@ def build(config: BuildConfig, run_id: str | None = None, policy_model: str | No
     run per ``night`` (default: today's UTC date), so each night keeps its own runs row. The whole config is checked first (``tasks/preflight.py``): a
     missing input file or a model not on this machine fails before any run is recorded.
     """
+    wh, root, config, run_id = _opened(config, run_id, policy_model, night)
+    warnings = build_warnings(config)
+    with recorded_run(
+        wh,
+        run_id=run_id,
+        flow="build",
+        config=config.model_dump(mode="json"),
+        config_hash=config.config_hash(),
+        warnings=warnings,
+    ) as hold:
+        errors: dict[str, str] = {}
+        stages, datasets = _run_stages(root, run_id, config, hold, warnings, errors)
+        status = finish(hold, stages["failed_shards"], anything_done=bool(stages["ingested"]))
+    refresh_catalog(wh)
+    report = publish_build_report(root, run_id, config.name, datasets, stages["shards"])
+    return final_state(
+        {
+            "run_id": run_id,
+            "root": root,
+            "catalog": str(wh.catalog_path),
+            "status": status,
+            **stages,
+            "errors": errors,
+            "warnings": warnings,
+            "report": report,
+        }
+    )
+
+
+def _opened(
+    config: BuildConfig, run_id: str | None, policy_model: str | None, night: str | None
+) -> tuple[Warehouse, str, BuildConfig, str]:
+    """The warehouse, its location, the config with its policy model resolved and the run id,
+    once the whole config passes its checks."""
     wh = opened_warehouse(config.warehouse.root)
     root = wh.location  # an object store's URI, so that every task and worker uploads to it
     apply_network_policy(config.allow_downloads)
     check_build(config, wh, policy_model)
     config = with_policy_model(config, wh, policy_model)
-    run_id = run_id or night_run_id(config, night)
-    warnings = build_warnings(config)
-    with recorded_run(wh, run_id=run_id, flow="build", config=config.model_dump(mode="json"),
-                      config_hash=config.config_hash(), warnings=warnings) as hold:
-        get_run_logger().info("run %s writing to %s", run_id, root)
-        for warning in warnings:
-            get_run_logger().warning(warning)
-        errors: dict[str, str] = {}
-        ingested, failed = _ingest(root, config, errors)
-        warnings += [warning for r in ingested for warning in r["warnings"]]
-        hold.run.update(inputs=[{"dataset": r["source"], "version": r["version"]} for r in ingested],
-                        warnings=warnings)
-        datasets, sources, indexes = _prepare_search(root, config, ingested)
-        shards, expand_failed = _expand(root, run_id, config, datasets, sources,
-                                        [r["version"] for r in ingested], errors)
-        valuations, value_failed, unvalued = _value(root, run_id, config, shards, errors)
-        exports = _export(root, run_id, config, unvalued)
-        failed += expand_failed + value_failed
-        status = finish(hold, failed, anything_done=bool(ingested))
-    refresh_catalog(wh)
-    report = publish_build_report(root, run_id, config.name, datasets, shards)
-    return final_state({"run_id": run_id, "root": root, "catalog": str(wh.catalog_path), "status": status,
-                        "ingested": ingested, "indexes": indexes, "shards": shards, "valuations": valuations, "exports": exports,
-                        "failed_shards": failed, "errors": errors, "warnings": warnings,
-                        "report": report})
+    return wh, root, config, run_id or night_run_id(config, night)
 
+
+def _run_stages(
+    root: str, run_id: str, config: BuildConfig, hold, warnings: list[str], errors: dict[str, str]
+) -> tuple[dict, list[str]]:
+    """Ingest, prepare, expand, value and export, the inputs and warnings recorded on the held
+    run as they come; returns the summary's stage results and the datasets expanded."""
+    get_run_logger().info("run %s writing to %s", run_id, root)
+    for warning in warnings:
+        get_run_logger().warning(warning)
+    ingested, failed = _ingest(root, config, errors)
+    warnings.extend(warning for r in ingested for warning in r["warnings"])  # the summary's list too
+    hold.run.update(inputs=[{"dataset": r["source"], "version": r["version"]} for r in ingested], warnings=warnings)
+    datasets, sources, indexes = _prepare_search(root, config, ingested)
+    shards, expand_failed = _expand(root, run_id, config, datasets, sources, [r["version"] for r in ingested], errors)
+    valuations, value_failed, unvalued = _value(root, run_id, config, shards, errors)
+    exports = _export(root, run_id, config, unvalued)
+    stages = {
+        "ingested": ingested,
+        "indexes": indexes,
+        "shards": shards,
+        "valuations": valuations,
+        "exports": exports,
+        "failed_shards": failed + expand_failed + value_failed,
+    }
+    return stages, datasets

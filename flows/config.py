@@ -40,9 +40,7 @@ class Section(BaseModel):
 
 
 class WarehouseConfig(Section):
-    root: str | None = Field(
-        None, description="Warehouse root; default $RAGFACTORY_HOME, else ~/.ragfactory"
-    )
+    root: str | None = Field(None, description="Warehouse root; default $RAGFACTORY_HOME, else ~/.ragfactory")
 
 
 class RunnerConfig(Section):
@@ -50,20 +48,25 @@ class RunnerConfig(Section):
     cluster. Not in the config hash: a shard's rows are the same wherever it ran."""
 
     kind: Literal["local", "dask"] = Field(
-        "local", description="local: shards run in the build's process, search.max_concurrent_shards "
+        "local",
+        description="local: shards run in the build's process, search.max_concurrent_shards "
         "at a time, sharing one engine; dask: each shard is a task on a Dask cluster's workers, one "
         "engine per worker process",
     )
     address: str | None = Field(
-        None, description="Scheduler address of a running Dask cluster (tcp://host:8786); unset with "
+        None,
+        description="Scheduler address of a running Dask cluster (tcp://host:8786); unset with "
         "kind dask: a temporary local cluster of `workers` processes, closed when the stage ends",
     )
     workers: int = Field(2, ge=1, description="Worker processes of a temporary local cluster")
     threads_per_worker: int = Field(
-        1, ge=1, description="Shards a worker of a temporary cluster expands at once (they share its engine)",
+        1,
+        ge=1,
+        description="Shards a worker of a temporary cluster expands at once (they share its engine)",
     )
     preload: list[str] = Field(
-        default_factory=list, description="Modules the build's process and every worker of a temporary "
+        default_factory=list,
+        description="Modules the build's process and every worker of a temporary "
         "cluster import before any shard: where plugged engines and retrievers register (start the "
         "workers of a cluster at `address` with `dask worker --preload <module>`)",
     )
@@ -93,7 +96,8 @@ class BuildConfig(Section):
     export: ExportConfig = ExportConfig()
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Where expansion shards run")
     allow_downloads: bool = Field(
-        False, description="Let the build fetch models from a model hub; false (default): the build "
+        False,
+        description="Let the build fetch models from a model hub; false (default): the build "
         "runs offline (HF_HUB_OFFLINE=1) and every model must be on this machine already",
     )
 
@@ -101,8 +105,10 @@ class BuildConfig(Section):
     def _valued_strategies_are_searched(self) -> BuildConfig:
         unknown = [s for s in self.valuation.strategies or () if s not in self.search.strategies]
         if unknown:
-            raise ValueError(f"valuation.strategies lists {unknown}, which search.strategies "
-                             f"{list(self.search.strategies)} does not expand")
+            raise ValueError(
+                f"valuation.strategies lists {unknown}, which search.strategies "
+                f"{list(self.search.strategies)} does not expand"
+            )
         return self
 
     def config_hash(self) -> str:
@@ -128,17 +134,17 @@ def load_build_config(path: str | Path) -> BuildConfig:
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: cannot read config: {_first_line(exc)}") from exc
     if raw is None:
-        raise ConfigError(f"{path}: the config file is empty; give at least `name` and `datasets` "
-                          "(see configs/demo.yaml)")
+        raise ConfigError(
+            f"{path}: the config file is empty; give at least `name` and `datasets` (see configs/demo.yaml)"
+        )
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping of settings (name, datasets, search, ...), "
-                          f"got a YAML {type(raw).__name__}")
+        raise ConfigError(
+            f"{path}: expected a mapping of settings (name, datasets, search, ...), got a YAML {type(raw).__name__}"
+        )
     try:
         return BuildConfig.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        )
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
         raise ConfigError(f"{path}: {problems}") from exc
 
 
@@ -147,26 +153,26 @@ def _first_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-
 class TrainConfig(Section):
     """Parameters of the ``train`` flow: what to train, on which export, from which base."""
 
     method: TrainMethod
     run_id: str | None = Field(None, description="Build run whose export is trained on")
     more_run_ids: list[str] = Field(
-        default_factory=list, description="Earlier build runs whose exports are trained on too (the "
+        default_factory=list,
+        description="Earlier build runs whose exports are trained on too (the "
         "nightly pipeline's window of earlier nights); needs run_id",
     )
     name: str | None = Field(
-        None, description="Lineage name of the trained model (default: the method); a build's "
+        None,
+        description="Lineage name of the trained model (default: the method); a build's "
         "policy model 'latest:NAME' picks the newest model of that lineage",
     )
-    table: str | None = Field(
-        None, description="Export table; default sft_examples / preference_pairs / grpo_prompts"
-    )
+    table: str | None = Field(None, description="Export table; default sft_examples / preference_pairs / grpo_prompts")
     parquet: str | None = Field(None, description="A parquet file or folder instead of a run's export")
     task: str | None = Field(
-        None, description="GRPO: train only the grpo_prompts rows of this task ('qa' answers, "
+        None,
+        description="GRPO: train only the grpo_prompts rows of this task ('qa' answers, "
         "'plan' APEX planner prompts scored by SEPR); default every row",
     )
     base_model: str = Field(
@@ -182,7 +188,8 @@ class TrainConfig(Section):
         "r3_process (R3-RAG's judged relevance x lambda_T)",
     )
     options: dict[str, Any] = Field(
-        default_factory=dict, description="Method settings: grpo-agentic max_turns, top_k, retriever, "
+        default_factory=dict,
+        description="Method settings: grpo-agentic max_turns, top_k, retriever, "
         "sources, grammar, turn_tokens, metric; prm heldout_fraction, max_length; the prm reward "
         "prm_model, prm_aggregate",
     )
@@ -193,7 +200,8 @@ class TrainConfig(Section):
     )
     warehouse: WarehouseConfig = WarehouseConfig()
     allow_downloads: bool = Field(
-        False, description="Let the training fetch its base model from a model hub; false (default): it "
+        False,
+        description="Let the training fetch its base model from a model hub; false (default): it "
         "runs offline and the base must be 'embedded', registered, a local folder or in the local HF cache",
     )
 
@@ -234,22 +242,26 @@ class EvalConfig(Section):
     """Parameters of the ``evaluate`` flow: which model answers which questions, and how."""
 
     model: str = Field(
-        "embedded", description="'embedded', a model id or latest:NAME (newest of a lineage) from the models table "
+        "embedded",
+        description="'embedded', a model id or latest:NAME (newest of a lineage) from the models table "
         "(its path is loaded), a local checkpoint folder, or a model name the backend knows",
     )
     datasets: list[str] = Field(
-        default_factory=lambda: ["hotpotqa"], min_length=1,
+        default_factory=lambda: ["hotpotqa"],
+        min_length=1,
         description="Datasets whose questions are answered; a bundled one the warehouse lacks is ingested",
     )
     partition: Partition = Field(
-        "test", description="Partition whose questions are answered: test for reported figures, valid "
+        "test",
+        description="Partition whose questions are answered: test for reported figures, valid "
         "for model selection; train overlaps what builds expand (warned about and recorded)",
     )
     limit: int | None = Field(
         None, ge=1, description="The first N questions of each dataset's partition, in sample_key (hash) order"
     )
     modes: list[EvalMode] = Field(
-        default_factory=lambda: list(EVAL_MODES), min_length=1,
+        default_factory=lambda: list(EVAL_MODES),
+        min_length=1,
         description="agentic (ReasonRAG Algorithm 1), direct (naive generation), rag (standard RAG)",
     )
     max_rounds: int = Field(
@@ -258,11 +270,10 @@ class EvalConfig(Section):
     top_k: int | None = Field(None, ge=1, description="Documents per retrieval; default retrieval.top_k")
     max_tokens: int = Field(_INFERENCE.max_tokens, ge=1, description="Tokens per model call at most")
     temperature: float = Field(_INFERENCE.temperature, ge=0.0, description="0: greedy, repeatable")
-    sources: list[str] | None = Field(
-        None, description="Passage sources searched; default each dataset's own passages"
-    )
+    sources: list[str] | None = Field(None, description="Passage sources searched; default each dataset's own passages")
     compare: str | None = Field(
-        None, description="A base model to compare with: it answers the same questions in the same modes, "
+        None,
+        description="A base model to compare with: it answers the same questions in the same modes, "
         "and eval_compare gets EM / F1 deltas with paired bootstrap 95% intervals and McNemar's test",
     )
     retrieval: RetrievalConfig = RetrievalConfig()
@@ -272,7 +283,8 @@ class EvalConfig(Section):
     seed: int = 0
     warehouse: WarehouseConfig = WarehouseConfig()
     allow_downloads: bool = Field(
-        False, description="Let the evaluation fetch its model from a model hub; false (default): it runs "
+        False,
+        description="Let the evaluation fetch its model from a model hub; false (default): it runs "
         "offline and the model must be 'embedded', registered, a local folder or in the local HF cache",
     )
 
@@ -292,8 +304,11 @@ class EvalConfig(Section):
 
     def inference(self) -> InferenceConfig:
         return InferenceConfig(
-            max_rounds=self.max_rounds, top_k=self.top_k or self.retrieval.top_k,
-            max_tokens=self.max_tokens, temperature=self.temperature, seed=self.seed,
+            max_rounds=self.max_rounds,
+            top_k=self.top_k or self.retrieval.top_k,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            seed=self.seed,
         )
 
     def answer_fields(self) -> dict:
@@ -312,7 +327,8 @@ class NightlyConfig(Section):
         "embedded", description="The policy and incumbent until a night promotes a model ('promoted' after)"
     )
     methods: list[TrainMethod] = Field(
-        default_factory=lambda: ["sft", "dpo"], min_length=1,
+        default_factory=lambda: ["sft", "dpo"],
+        min_length=1,
         description="Trainings in order, each from the last one's model (the first from the incumbent); "
         "the last one's model is the night's candidate",
     )

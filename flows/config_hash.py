@@ -53,8 +53,9 @@ def version_fields() -> dict[str, Any]:
 def hash_payload(config: BaseModel) -> dict[str, Any]:
     """The mapping that is hashed (rules 1-3), in JSON form."""
     payload = _walk(config, config.model_dump(mode="json"), "", version_fields())
-    payload["warehouse"] = type(config).model_fields["warehouse"].get_default(
-        call_default_factory=True).model_dump(mode="json")
+    payload["warehouse"] = (
+        type(config).model_fields["warehouse"].get_default(call_default_factory=True).model_dump(mode="json")
+    )
     if HASH_VERSION != 1:
         payload["hash_version"] = HASH_VERSION
     return payload

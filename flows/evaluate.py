@@ -42,8 +42,9 @@ def evaluate_model(wh: Warehouse, config: EvalConfig) -> dict:
         ingest_dataset(root, DatasetConfig(name=name))
     backfill_question_partitions(root, PartitionConfig())
     run_config = config.model_dump(mode="json") | {"model_id": plan["model_id"], "model_ref": plan["model_ref"]}
-    with recorded_run(wh, run_id=plan["run_id"], flow="evaluate", config=run_config,
-                      config_hash=plan["config_hash"]) as hold:
+    with recorded_run(
+        wh, run_id=plan["run_id"], flow="evaluate", config=run_config, config_hash=plan["config_hash"]
+    ) as hold:
         get_run_logger().info("evaluating %s as run %s in %s", plan["model_id"], plan["run_id"], root)
         done, failed, errors = [], [], {}
         for dataset in config.datasets:
@@ -59,9 +60,18 @@ def evaluate_model(wh: Warehouse, config: EvalConfig) -> dict:
         for warning in warnings:
             get_run_logger().warning(warning)
         status = finish(hold, failed, anything_done=bool(done), unit="datasets", warnings=warnings)
-    return {"run_id": plan["run_id"], "model_id": plan["model_id"], "root": root,
-            "catalog": str(wh.catalog_path), "status": status, "aggregates": aggregates,
-            "datasets": done, "failed_shards": failed, "errors": errors, "warnings": warnings}
+    return {
+        "run_id": plan["run_id"],
+        "model_id": plan["model_id"],
+        "root": root,
+        "catalog": str(wh.catalog_path),
+        "status": status,
+        "aggregates": aggregates,
+        "datasets": done,
+        "failed_shards": failed,
+        "errors": errors,
+        "warnings": warnings,
+    }
 
 
 @flow(name="evaluate", log_prints=True)

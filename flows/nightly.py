@@ -36,24 +36,37 @@ def _train(root: str, config: NightlyConfig, run_id: str, earlier: list[str], in
     """Train every configured method whose export has rows, each from the last model."""
     base, trained = incumbent, []
     for method in config.methods:
-        train_config = TrainConfig(method=method, run_id=run_id, more_run_ids=earlier, base_model=base,
-                                   trl=config.trl.get(method, {}), warehouse={"root": root})
+        train_config = TrainConfig(
+            method=method,
+            run_id=run_id,
+            more_run_ids=earlier,
+            base_model=base,
+            trl=config.trl.get(method, {}),
+            warehouse={"root": root},
+        )
         if not export_rows(root, train_config.export_table, [run_id, *earlier]):
-            get_run_logger().warning("%s: no %s rows in this night's exports, not trained", method,
-                                     train_config.export_table)
+            get_run_logger().warning(
+                "%s: no %s rows in this night's exports, not trained", method, train_config.export_table
+            )
             continue
         summary = train(train_config)
-        trained.append({"method": method, "model_id": summary["model_id"], "status": summary["status"],
-                        "metrics": summary.get("metrics") or {}})
+        trained.append(
+            {
+                "method": method,
+                "model_id": summary["model_id"],
+                "status": summary["status"],
+                "metrics": summary.get("metrics") or {},
+            }
+        )
         base = summary["model_id"]
     return trained
 
 
 def evaluated(wh: Warehouse, config: NightlyConfig, model: str, partition: str) -> dict:
     """The evaluation of ``model`` on ``partition``: read back when its run completed, else run."""
-    eval_config = config.evaluation.model_copy(update={
-        "model": model, "partition": partition, "compare": None,
-        "warehouse": config.build.warehouse})
+    eval_config = config.evaluation.model_copy(
+        update={"model": model, "partition": partition, "compare": None, "warehouse": config.build.warehouse}
+    )
     eval_config = EvalConfig.model_validate(eval_config.model_dump())
     done = completed_evaluation(wh.location, plan_evaluation(wh.location, eval_config)["run_id"])
     return done or evaluate_model(wh, eval_config)
@@ -79,14 +92,24 @@ def nightly(config: NightlyConfig, night: str | None = None) -> dict:
     candidate = trained[-1]["model_id"] if trained else None
     decision = night_decision(root, config.name, night)
     if decision is None:
-        runs = {name: evaluated(wh, config, name, "valid")["run_id"] if name else None
-                for name in dict.fromkeys([candidate, incumbent])}
-        promotion = PromotionConfig(metric=config.metric, mode=config.mode, confidence=config.confidence,
-                                    seed=config.evaluation.seed)
-        decision = promote(root, config.name, night, candidate, incumbent, runs[candidate], runs[incumbent],
-                           promotion, built["run_id"])
+        runs = {
+            name: evaluated(wh, config, name, "valid")["run_id"] if name else None
+            for name in dict.fromkeys([candidate, incumbent])
+        }
+        promotion = PromotionConfig(
+            metric=config.metric, mode=config.mode, confidence=config.confidence, seed=config.evaluation.seed
+        )
+        decision = promote(
+            root, config.name, night, candidate, incumbent, runs[candidate], runs[incumbent], promotion, built["run_id"]
+        )
     report = evaluated(wh, config, decision["promoted"], "test")
     refresh_catalog(wh)
-    return {"night": night, "status": "completed", "build": {k: built[k] for k in ("run_id", "status")},
-            "earlier": earlier, "trained": trained, "decision": decision,
-            "test": {"model_id": report["model_id"], "run_id": report["run_id"], "aggregates": report["aggregates"]}}
+    return {
+        "night": night,
+        "status": "completed",
+        "build": {k: built[k] for k in ("run_id", "status")},
+        "earlier": earlier,
+        "trained": trained,
+        "decision": decision,
+        "test": {"model_id": report["model_id"], "run_id": report["run_id"], "aggregates": report["aggregates"]},
+    }

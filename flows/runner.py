@@ -73,12 +73,18 @@ def dask_task_runner(config: RunnerConfig):
 
     if config.address:
         return DaskTaskRunner(address=config.address)
-    return DaskTaskRunner(cluster_kwargs={
-        "n_workers": config.workers, "threads_per_worker": config.threads_per_worker,
-        "processes": True, "host": "127.0.0.1", "dashboard_address": None,
-        "silence_logs": logging.ERROR,  # not the cluster's start and close, line by line, in the build's log
-        "preload": list(config.preload), "env": {**worker_env(config.workers), **prefect_env()},
-    })
+    return DaskTaskRunner(
+        cluster_kwargs={
+            "n_workers": config.workers,
+            "threads_per_worker": config.threads_per_worker,
+            "processes": True,
+            "host": "127.0.0.1",
+            "dashboard_address": None,
+            "silence_logs": logging.ERROR,  # not the cluster's start and close, line by line, in the build's log
+            "preload": list(config.preload),
+            "env": {**worker_env(config.workers), **prefect_env()},
+        }
+    )
 
 
 @contextlib.contextmanager
@@ -90,8 +96,7 @@ def importable_in_workers(preload: list[str]) -> Iterator[None]:
     (a test suite's root under pytest's importlib mode, a path hook) would not be found there.
     Restored afterwards."""
     before = list(sys.path)
-    sys.path.extend(root for name in preload for root in _loaded_from(name.partition(".")[0])
-                    if root not in sys.path)
+    sys.path.extend(root for name in preload for root in _loaded_from(name.partition(".")[0]) if root not in sys.path)
     try:
         yield
     finally:
@@ -141,4 +146,3 @@ def settled_state(future: PrefectFuture) -> State:
     error = wrapped.exception() if wrapped is not None and wrapped.status == "error" else None
     reason = f"{type(error).__name__}: {error}" if error else f"left {state.name} by its runner"
     return Crashed(message=f"shard lost: {reason}")
-

@@ -38,8 +38,12 @@ def log_prefect_settings(logger) -> None:
     from prefect.settings import get_current_settings
 
     settings = get_current_settings()
-    logger.info("prefect settings: home=%s server_startup_timeout_s=%s api=%s", settings.home,
-                settings.server.ephemeral.startup_timeout_seconds, settings.api.url)
+    logger.info(
+        "prefect settings: home=%s server_startup_timeout_s=%s api=%s",
+        settings.home,
+        settings.server.ephemeral.startup_timeout_seconds,
+        settings.api.url,
+    )
 
 
 def flow_run_ended(flow_run_id: str) -> str | None:
@@ -66,23 +70,31 @@ def shared_flow_runs() -> Callable[[str], str | None] | None:
 
 
 @contextlib.contextmanager
-def recorded_run(wh: Warehouse, *, run_id: str, flow: str, config: dict, config_hash: str,
-                 warnings: Sequence[str] = ()) -> Iterator[RunHold]:
+def recorded_run(
+    wh: Warehouse, *, run_id: str, flow: str, config: dict, config_hash: str, warnings: Sequence[str] = ()
+) -> Iterator[RunHold]:
     """Hold run ``run_id`` of ``flow`` for the block, its ``runs`` row ``running`` meanwhile."""
     mark_abandoned_runs(wh, ended=flow_run_ended)
-    run = {"run_id": run_id, "flow": flow, "config": config, "config_hash": config_hash,
-           "started_at": now(), "warnings": list(warnings), "flow_run_id": flow_run.get_id()}
+    run = {
+        "run_id": run_id,
+        "flow": flow,
+        "config": config,
+        "config_hash": config_hash,
+        "started_at": now(),
+        "warnings": list(warnings),
+        "flow_run_id": flow_run.get_id(),
+    }
     with holding_run(wh, **run) as hold:
         yield hold
 
 
-def finish(hold: RunHold, failed: Sequence[str], anything_done: bool, unit: str = "shards",
-           **fields) -> str:
+def finish(hold: RunHold, failed: Sequence[str], anything_done: bool, unit: str = "shards", **fields) -> str:
     """Record the run's final status and return it: ``completed`` when nothing failed,
     ``partial`` when some ``unit`` failed but something was done, else ``failed``."""
     status = "completed" if not failed else ("partial" if anything_done else "failed")
-    hold.record(status, failed_shards=list(failed),
-                error=f"failed {unit}: {list(failed)}" if failed else None, **fields)
+    hold.record(
+        status, failed_shards=list(failed), error=f"failed {unit}: {list(failed)}" if failed else None, **fields
+    )
     return status
 
 
@@ -92,6 +104,8 @@ def final_state(summary: dict) -> dict | State:
     if summary["status"] == "completed":
         return summary
     failed = summary["failed_shards"]
-    return Failed(name=summary["status"].capitalize(), data=summary,
-                  message=f"run {summary['run_id']} is {summary['status']}: {len(failed)} failed shard(s): "
-                          f"{', '.join(failed)}")
+    return Failed(
+        name=summary["status"].capitalize(),
+        data=summary,
+        message=f"run {summary['run_id']} is {summary['status']}: {len(failed)} failed shard(s): {', '.join(failed)}",
+    )

@@ -32,10 +32,13 @@ def train(config: TrainConfig) -> dict:
     plan = planned["plan"]
     if planned["cached"] is not None:
         get_run_logger().info("%s already trained: %s", plan["model_id"], planned["cached"]["path"])
-        return {"status": "cached", "model_id": plan["model_id"], "path": planned["cached"]["path"],
-                "row": planned["cached"]}
+        return {
+            "status": "cached",
+            "model_id": plan["model_id"],
+            "path": planned["cached"]["path"],
+            "row": planned["cached"],
+        }
     metrics = train_model(root, config, plan)
     row = write_model(root, config, plan, metrics)
     refresh_catalog(wh)
-    return {"status": "trained", "model_id": row["model_id"], "path": row["path"],
-            "metrics": metrics, "row": row}
+    return {"status": "trained", "model_id": row["model_id"], "path": row["path"], "metrics": metrics, "row": row}

@@ -125,8 +125,12 @@ def _raise(signum: int, frame) -> None:
     raise _Signalled(signum)
 
 
-def run_until_signal(call: Callable[[], object], echo: Callable[[str], None],
-                     cleanup: Callable[[], None] = lambda: None, grace_s: float = 10.0) -> object:
+def run_until_signal(
+    call: Callable[[], object],
+    echo: Callable[[str], None],
+    cleanup: Callable[[], None] = lambda: None,
+    grace_s: float = 10.0,
+) -> object:
     """``call()``'s result (or its exception), unless SIGINT / SIGTERM comes first: then the
     four steps of the module docstring, ``cleanup()`` before the exit; this never returns."""
     outcome: dict = {}
@@ -161,8 +165,10 @@ def stop(signum: int, echo: Callable[[str], None], cleanup: Callable[[], None], 
     name = signal.Signals(signum).name
     runs = interrupt_held_runs(f"interrupted by {name}")
     if runs:
-        echo(f"interrupted by {name}: run {', '.join(runs)} recorded as interrupted; its finished shards "
-             "are kept, and the same command goes on from them")
+        echo(
+            f"interrupted by {name}: run {', '.join(runs)} recorded as interrupted; its finished shards "
+            "are kept, and the same command goes on from them"
+        )
     else:
         echo(f"interrupted by {name} before a run started: nothing was recorded")
     sys.stdout.flush()

@@ -67,10 +67,16 @@ def csv_ready(table: pa.Table) -> pa.Table:
 def _csv_writable(kind: pa.DataType) -> bool:
     if pa.types.is_dictionary(kind):
         return _csv_writable(kind.value_type)
-    return not (pa.types.is_nested(kind) or pa.types.is_interval(kind) or pa.types.is_duration(kind)
-                or pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
-                or pa.types.is_fixed_size_binary(kind) or pa.types.is_binary_view(kind)
-                or isinstance(kind, pa.ExtensionType))
+    return not (
+        pa.types.is_nested(kind)
+        or pa.types.is_interval(kind)
+        or pa.types.is_duration(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+        or pa.types.is_fixed_size_binary(kind)
+        or pa.types.is_binary_view(kind)
+        or isinstance(kind, pa.ExtensionType)
+    )
 
 
 def cell(value: Any) -> str:
@@ -82,7 +88,7 @@ def cell(value: Any) -> str:
     if isinstance(value, decimal.Decimal):
         return str(_number(value))
     text = value if isinstance(value, str) else _json_text(value)
-    return text if len(text) <= CELL_WIDTH else text[:CELL_WIDTH - 3] + "..."
+    return text if len(text) <= CELL_WIDTH else text[: CELL_WIDTH - 3] + "..."
 
 
 def _json_text(value: Any) -> str:

@@ -24,8 +24,10 @@ def builtin_or_plugged(name: str, builtins: tuple[str, ...], field: str, what: s
     plugin, sep, rest = name.partition(":")
     if name in builtins or (sep and plugin and rest):
         return name
-    raise ValueError(f"{field} {name!r} is neither a built-in {what} ({', '.join(builtins)}) "
-                     "nor a registered one named '<plugin>:<name>'")
+    raise ValueError(
+        f"{field} {name!r} is neither a built-in {what} ({', '.join(builtins)}) "
+        "nor a registered one named '<plugin>:<name>'"
+    )
 
 
 def register_views(owner: str, folder: Path) -> None:

@@ -5,9 +5,9 @@ subprocesses, exactly as a person would by hand, so what is tested is the real s
 real ``prefect deploy`` of ``prefect.yaml`` and real process workers. Nothing here imports
 prefect: the server is reached over HTTP (health, variables) and the CLI does the rest.
 
-Every child starts in its own process group, so a Ctrl-C in the terminal reaches only this
-process, which then stops the workers (and the flow runs they started) before the server:
-SIGTERM to the group, SIGKILL to what is left after a grace period.
+Every child starts in its own process group (ragfactory/process_groups.py), so a Ctrl-C in the
+terminal reaches only this process, which then stops the workers (and the flow runs they
+started) before the server.
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 import httpx
 
-from ragfactory.watchdog import die_with_parent
+from ragfactory.process_groups import spawn, stop
 
 REPO = Path(__file__).resolve().parents[1]
 POOLS = ("cpu", "gpu")
@@ -63,17 +62,20 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
-def stack_env(api_url: str, prefect_home: str | Path | None = None,
-              extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def stack_env(
+    api_url: str, prefect_home: str | Path | None = None, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The environment of every child: this one, pointed at the server at ``api_url``."""
     env = dict(os.environ)
     if prefect_home is not None:
         env["PREFECT_HOME"] = str(prefect_home)
-    env.update({
-        "PREFECT_API_URL": api_url,
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_CLI_PROMPT": "false",
-    })
+    env.update(
+        {
+            "PREFECT_API_URL": api_url,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_CLI_PROMPT": "false",
+        }
+    )
     # A busy two-core machine needs minutes, not seconds, for a first start (migrations).
     env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     env.setdefault("PREFECT_WORKER_QUERY_SECONDS", WORKER_QUERY_SECONDS)
@@ -86,24 +88,14 @@ def prefect_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "prefect", *args]
 
 
-def _spawn(args: list[str], env: dict[str, str], log: Path | None, cwd: Path = REPO) -> subprocess.Popen:
-    out: IO | int | None = None
-    if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        out = log.open("ab")
-    try:
-        return subprocess.Popen(args, env=env, cwd=cwd, stdout=out,
-                                stderr=subprocess.STDOUT if out else None, start_new_session=True,
-                                preexec_fn=die_with_parent)  # a SIGKILLed `serve` leaves no server
-    finally:
-        if out is not None:
-            out.close()  # the child holds its own descriptor
-
-
 def start_server(port: int, env: dict[str, str], log: Path | None = None) -> subprocess.Popen:
     """``prefect server start`` on 127.0.0.1:``port``; returns at once (see ``wait_healthy``)."""
-    return _spawn(prefect_command("server", "start", "--host", "127.0.0.1", "--port", str(port),
-                                  "--analytics-off"), env, log)
+    return spawn(
+        prefect_command("server", "start", "--host", "127.0.0.1", "--port", str(port), "--analytics-off"),
+        env,
+        log,
+        REPO,
+    )
 
 
 def wait_healthy(api_url: str, process: subprocess.Popen | None = None, timeout: float = 240.0) -> None:
@@ -121,15 +113,18 @@ def wait_healthy(api_url: str, process: subprocess.Popen | None = None, timeout:
     raise StackError(f"prefect server at {api_url} not healthy after {timeout:.0f} s")
 
 
-def run_cli(args: Iterable[str], env: dict[str, str], timeout: float = 600.0,
-            cwd: Path = REPO) -> subprocess.CompletedProcess:
+def run_cli(
+    args: Iterable[str], env: dict[str, str], timeout: float = 600.0, cwd: Path = REPO
+) -> subprocess.CompletedProcess:
     """Run one ``prefect`` CLI command to completion; its output is in the error if it fails."""
     args = list(args)
-    done = subprocess.run(prefect_command(*args), env=env, cwd=cwd, capture_output=True, check=False,
-                          text=True, timeout=timeout)
+    done = subprocess.run(
+        prefect_command(*args), env=env, cwd=cwd, capture_output=True, check=False, text=True, timeout=timeout
+    )
     if done.returncode != 0:
-        raise StackError(f"prefect {' '.join(args)} failed ({done.returncode}):\n"
-                         f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+        raise StackError(
+            f"prefect {' '.join(args)} failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+        )
     return done
 
 
@@ -152,8 +147,9 @@ def set_timezone(api_url: str, timezone: str | None) -> str:
         httpx.patch(url, json={"value": timezone}, timeout=30).raise_for_status()
         return timezone
     timezone = timezone or "UTC"
-    httpx.post(f"{api_url}/variables/", json={"name": TIMEZONE_VARIABLE, "value": timezone},
-               timeout=30).raise_for_status()
+    httpx.post(
+        f"{api_url}/variables/", json={"name": TIMEZONE_VARIABLE, "value": timezone}, timeout=30
+    ).raise_for_status()
     return timezone
 
 
@@ -191,36 +187,44 @@ def pool_env(pool: str, cuda: bool | None = None) -> dict[str, str]:
 
 def start_worker(pool: str, env: dict[str, str], log: Path | None = None) -> subprocess.Popen:
     """A process worker polling ``pool``; it runs each flow run as a child process."""
-    return _spawn(prefect_command("worker", "start", "--pool", pool, "--type", "process",
-                                  "--name", f"ragfactory-{pool}", "--install-policy", "never"),
-                  env, log)
+    return spawn(
+        prefect_command(
+            "worker",
+            "start",
+            "--pool",
+            pool,
+            "--type",
+            "process",
+            "--name",
+            f"ragfactory-{pool}",
+            "--install-policy",
+            "never",
+        ),
+        env,
+        log,
+        REPO,
+    )
 
 
 def start_dashboard(port: int, env: dict[str, str], log: Path | None = None) -> subprocess.Popen:
     """``ragfactory dashboard`` on 127.0.0.1:``port``, submitting to the stack's server
     (``PREFECT_API_URL`` in ``env``) and reading its warehouse (``RAGFACTORY_HOME``)."""
-    return _spawn([sys.executable, "-m", "ragfactory.cli", "dashboard", "--host", "127.0.0.1",
-                   "--port", str(port), "--no-banner"], env, log)  # serve prints the address
-
-
-def stop(process: subprocess.Popen, grace: float = 20.0) -> int | None:
-    """SIGTERM the process's group, SIGKILL it after ``grace`` seconds; returns the exit code."""
-    if process.poll() is not None:
-        _signal_group(process, signal.SIGKILL)  # children it may have left behind
-        return process.returncode
-    _signal_group(process, signal.SIGTERM)
-    try:
-        return process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        _signal_group(process, signal.SIGKILL)
-        return process.wait(timeout=30)
-
-
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(process.pid, sig)  # start_new_session made the child its group's leader
-    except ProcessLookupError:
-        pass
+    return spawn(
+        [
+            sys.executable,
+            "-m",
+            "ragfactory.cli",
+            "dashboard",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-banner",
+        ],
+        env,
+        log,
+        REPO,
+    )  # serve prints the address
 
 
 @dataclass
@@ -274,9 +278,13 @@ class Stack:
         stop(self.server)
 
 
-def start_stack(port: int | None = None, prefect_home: str | Path | None = None,
-                log_dir: Path | None = None, extra_env: Mapping[str, str] | None = None,
-                timeout: float = 240.0) -> Stack:
+def start_stack(
+    port: int | None = None,
+    prefect_home: str | Path | None = None,
+    log_dir: Path | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    timeout: float = 240.0,
+) -> Stack:
     """Start the server and wait until it is healthy (the server is stopped if that fails)."""
     port = port or free_port()
     env = stack_env(f"http://127.0.0.1:{port}/api", prefect_home, extra_env)
@@ -290,8 +298,14 @@ def start_stack(port: int | None = None, prefect_home: str | Path | None = None,
     return stack
 
 
-def _bring_up(stack: Stack, timezone: str | None, pools: Iterable[str], echo,
-              stopping: threading.Event, dashboard_port: int | None = None) -> bool:
+def _bring_up(
+    stack: Stack,
+    timezone: str | None,
+    pools: Iterable[str],
+    echo,
+    stopping: threading.Event,
+    dashboard_port: int | None = None,
+) -> bool:
     """Pools, the schedule's timezone, the deployments, the workers and the dashboard; False if
     stopped first."""
     create_pools(stack.env)
@@ -311,17 +325,40 @@ def _refuse_unservable(port: int, root: str | Path | None, dashboard_port: int |
     from ragfactory.warehouse.objectstore import is_remote
 
     if is_remote(root):
-        raise StackError(f"--root {root}: the stack serves a local warehouse (its workers' home); "
-                         "deployed flows write to an object store through their config's warehouse.root")
+        raise StackError(
+            f"--root {root}: the stack serves a local warehouse (its workers' home); "
+            "deployed flows write to an object store through their config's warehouse.root"
+        )
     if not port_is_free(port):
         raise StackError(f"127.0.0.1:{port} is in use (another Prefect server?); pick one with --port")
     if dashboard_port and not port_is_free(dashboard_port):
         raise StackError(f"127.0.0.1:{dashboard_port} is in use; pick another with --dashboard-port (0: none)")
 
 
-def serve(port: int = 4200, root: str | Path | None = None, timezone: str | None = None,
-          pools: Iterable[str] | None = None, prefect_home: Path | None = None,
-          log_dir: Path | None = None, echo=print, dashboard_port: int | None = 8765) -> None:
+def _announce(stack: Stack, pools: list[str], echo) -> None:
+    """Print where the Prefect UI and the dashboard are."""
+    echo(f"Prefect UI: {stack.ui_url}  (workers: {', '.join(pools)}; Ctrl-C stops everything)")
+    if stack.dashboard_url:
+        echo(f"dashboard: {stack.dashboard_url}")
+
+
+def _wait_until_stopped(stack: Stack, stopping: threading.Event) -> None:
+    """Wait for Ctrl-C or SIGTERM; a part of the stack that exits first ends the wait with an error."""
+    while not stopping.wait(1.0):
+        if gone := stack.exited():
+            raise StackError(f"{', '.join(gone)} exited; stopping")
+
+
+def serve(
+    port: int = 4200,
+    root: str | Path | None = None,
+    timezone: str | None = None,
+    pools: Iterable[str] | None = None,
+    prefect_home: Path | None = None,
+    log_dir: Path | None = None,
+    echo=print,
+    dashboard_port: int | None = 8765,
+) -> None:
     """Start the whole stack, print the UI and dashboard addresses, and stop it all on Ctrl-C or
     SIGTERM. ``pools`` None: a worker for every pool the deployments use. ``dashboard_port``
     None or 0: no dashboard."""
@@ -340,12 +377,8 @@ def serve(port: int = 4200, root: str | Path | None = None, timezone: str | None
         stack = start_stack(port, prefect_home, log_dir, extra)
         if not stopping.is_set() and _bring_up(stack, timezone, pools, echo, stopping, dashboard_port):
             write_marker(served, stack.api_url)  # commands on this warehouse report to this server
-            echo(f"Prefect UI: {stack.ui_url}  (workers: {', '.join(pools)}; Ctrl-C stops everything)")
-            if stack.dashboard_url:
-                echo(f"dashboard: {stack.dashboard_url}")
-        while not stopping.wait(1.0):
-            if gone := stack.exited():
-                raise StackError(f"{', '.join(gone)} exited; stopping")
+            _announce(stack, pools, echo)
+        _wait_until_stopped(stack, stopping)
     except StackError:
         if not stopping.is_set():  # a CLI step cut short by Ctrl-C is not an error
             raise

@@ -52,8 +52,12 @@ def start_watchdog() -> subprocess.Popen:
     if _started is None or _started.poll() is not None:
         _started = subprocess.Popen(
             [sys.executable, "-m", "ragfactory.watchdog", str(os.getpid())],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True)  # its own session: a Ctrl-C is the command's
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )  # its own session: a Ctrl-C is the command's
     return _started
 
 
@@ -67,7 +71,7 @@ def remove_stale_homes() -> list[Path]:
     could, or a watchdog killed too); returns what was removed."""
     removed = []
     for home in Path(tempfile.gettempdir()).glob(f"{HOME_PREFIX}*-*"):
-        owner = home.name[len(HOME_PREFIX):].partition("-")[0]
+        owner = home.name[len(HOME_PREFIX) :].partition("-")[0]
         if not owner.isdigit() or _alive_since(int(owner), home):
             continue
         shutil.rmtree(home, ignore_errors=True)

@@ -24,13 +24,13 @@ PLAN_STEP = pa.struct(
         ("depends_on", pa.list_(pa.int32())),
     ]
 )
-MATCHED_PAIR = pa.struct(
-    [("predicted", pa.int32()), ("gold", pa.int32()), ("similarity", pa.float64())]
-)
+MATCHED_PAIR = pa.struct([("predicted", pa.int32()), ("gold", pa.int32()), ("similarity", pa.float64())])
 
 BUILD_TABLES: list[TableSpec] = [
     spec(
-        "questions", ("dataset",), ("question_id",),
+        "questions",
+        ("dataset",),
+        ("question_id",),
         ("question_id", pa.string()),
         ("dataset", pa.string()),
         ("split", pa.string()),
@@ -44,14 +44,18 @@ BUILD_TABLES: list[TableSpec] = [
         ("sample_key", pa.float64()),
     ),
     spec(
-        "passages", ("source",), ("passage_id",),
+        "passages",
+        ("source",),
+        ("passage_id",),
         ("passage_id", pa.string()),
         ("source", pa.string()),
         ("title", pa.string()),
         ("text", pa.string()),
     ),
     spec(
-        "rejects", ("dataset",), ("source_file", "line"),
+        "rejects",
+        ("dataset",),
+        ("source_file", "line"),
         ("dataset", pa.string()),
         ("source_file", pa.string()),
         ("line", pa.int64()),
@@ -59,7 +63,9 @@ BUILD_TABLES: list[TableSpec] = [
         ("raw", pa.string()),
     ),
     spec(
-        "nodes", ("run_id",), ("node_id",),
+        "nodes",
+        ("run_id",),
+        ("node_id",),
         ("node_id", pa.string()),
         ("run_id", pa.string()),
         ("question_id", pa.string()),
@@ -82,7 +88,9 @@ BUILD_TABLES: list[TableSpec] = [
         ("is_selected", pa.bool_()),
     ),
     spec(
-        "rollouts", ("run_id",), ("rollout_id",),
+        "rollouts",
+        ("run_id",),
+        ("rollout_id",),
         ("rollout_id", pa.string()),
         ("run_id", pa.string()),
         ("question_id", pa.string()),
@@ -98,7 +106,9 @@ BUILD_TABLES: list[TableSpec] = [
         ("metric_score", pa.float64()),  # final_answer under that metric
     ),
     spec(
-        "llm_calls", ("run_id",), ("call_id",),
+        "llm_calls",
+        ("run_id",),
+        ("call_id",),
         ("call_id", pa.string()),
         ("run_id", pa.string()),
         ("role", pa.string()),
@@ -126,7 +136,9 @@ BUILD_TABLES: list[TableSpec] = [
         ("tokenizer_fingerprint", pa.string()),  # tokenizer vocabulary and chat template digest
     ),
     spec(
-        "retrievals", ("run_id",), ("retrieval_id",),
+        "retrievals",
+        ("run_id",),
+        ("retrieval_id",),
         ("retrieval_id", pa.string()),
         ("run_id", pa.string()),
         ("strategy", pa.string()),
@@ -145,7 +157,9 @@ BUILD_TABLES: list[TableSpec] = [
         ("cache_key", pa.string()),  # kind + index fingerprint + query + k
     ),
     spec(
-        "rewards", ("run_id",), ("reward_id",),
+        "rewards",
+        ("run_id",),
+        ("reward_id",),
         ("reward_id", pa.string()),
         ("run_id", pa.string()),
         ("question_id", pa.string()),
@@ -160,7 +174,9 @@ BUILD_TABLES: list[TableSpec] = [
         ("llm_call_id", pa.string()),  # the judge's call
     ),
     spec(
-        "plans", ("run_id",), ("plan_id",),
+        "plans",
+        ("run_id",),
+        ("plan_id",),
         ("plan_id", pa.string()),
         ("run_id", pa.string()),
         ("question_id", pa.string()),
@@ -172,7 +188,9 @@ BUILD_TABLES: list[TableSpec] = [
         ("llm_call_id", pa.string()),
     ),
     spec(
-        "plan_scores", ("run_id",), ("plan_id",),
+        "plan_scores",
+        ("run_id",),
+        ("plan_id",),
         ("plan_id", pa.string()),
         ("run_id", pa.string()),
         ("question_id", pa.string()),

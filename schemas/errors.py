@@ -49,4 +49,3 @@ def is_permanent(exc: BaseException | None) -> bool:
             return True
         exc = exc.__cause__
     return False
-

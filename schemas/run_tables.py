@@ -13,7 +13,9 @@ RUN_INPUT = pa.struct([("dataset", pa.string()), ("version", pa.string())])
 
 RUN_TABLES: list[TableSpec] = [
     spec(
-        "runs", ("run_id",), ("run_id",),
+        "runs",
+        ("run_id",),
+        ("run_id",),
         ("run_id", pa.string()),
         ("flow", pa.string()),
         ("status", pa.string()),
@@ -29,7 +31,9 @@ RUN_TABLES: list[TableSpec] = [
         ("flow_run_id", pa.string()),  # the Prefect flow run that ran it (None outside Prefect)
     ),
     spec(
-        "ingests", ("dataset",), ("version",),
+        "ingests",
+        ("dataset",),
+        ("version",),
         ("version", pa.string()),
         ("dataset", pa.string()),
         ("kind", pa.string()),

@@ -59,9 +59,23 @@ SCHEMA_VERSION = 9
 TABLES: dict[str, TableSpec] = {table.name: table for table in [*RUN_TABLES, *BUILD_TABLES, *TRAINING_TABLES]}
 
 __all__ = [
-    "GOLD_STEP", "MATCHED_PAIR", "MESSAGE", "MESSAGES", "PLAN_STEP", "RUN_INPUT", "SCHEMA_VERSION", "SPAN",
-    "STEP_SPAN", "STRINGS", "TABLES", "TS", "TableSpec", "VERL_COLUMNS", "VERL_EXTRA_INFO",
-    "VERL_REWARD_MODEL", "table_spec",
+    "GOLD_STEP",
+    "MATCHED_PAIR",
+    "MESSAGE",
+    "MESSAGES",
+    "PLAN_STEP",
+    "RUN_INPUT",
+    "SCHEMA_VERSION",
+    "SPAN",
+    "STEP_SPAN",
+    "STRINGS",
+    "TABLES",
+    "TS",
+    "TableSpec",
+    "VERL_COLUMNS",
+    "VERL_EXTRA_INFO",
+    "VERL_REWARD_MODEL",
+    "table_spec",
 ]
 
 

@@ -26,9 +26,7 @@ TOKEN_SPAN = pa.struct([("token_start", pa.int32()), ("token_end", pa.int32())])
 PROMPT_TOKEN_COLUMNS = (("prompt_token_ids", pa.list_(pa.int32())), ("tokenizer_fingerprint", pa.string()))
 # verl's RL data columns, as Search-R1's data scripts write them (tasks/export/verl.py)
 VERL_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
-VERL_REWARD_MODEL = pa.struct(
-    [("style", pa.string()), ("ground_truth", pa.struct([("target", STRINGS)]))]
-)
+VERL_REWARD_MODEL = pa.struct([("style", pa.string()), ("ground_truth", pa.struct([("target", STRINGS)]))])
 VERL_EXTRA_INFO = pa.struct(
     [
         ("split", pa.string()),
@@ -42,7 +40,9 @@ VERL_EXTRA_INFO = pa.struct(
 
 TRAINING_TABLES: list[TableSpec] = [
     spec(
-        "preference_pairs", ("run_id",), ("pair_id",),
+        "preference_pairs",
+        ("run_id",),
+        ("pair_id",),
         ("pair_id", pa.string()),
         ("run_id", pa.string()),
         ("question_id", pa.string()),
@@ -58,7 +58,9 @@ TRAINING_TABLES: list[TableSpec] = [
         ("rejected_node_id", pa.string()),
     ),
     spec(
-        "sft_examples", ("run_id",), ("example_id",),
+        "sft_examples",
+        ("run_id",),
+        ("example_id",),
         ("example_id", pa.string()),
         ("run_id", pa.string()),
         ("question_id", pa.string()),
@@ -67,7 +69,9 @@ TRAINING_TABLES: list[TableSpec] = [
         ("node_ids", STRINGS),
     ),
     spec(
-        "grpo_prompts", ("run_id",), ("prompt_id",),
+        "grpo_prompts",
+        ("run_id",),
+        ("prompt_id",),
         ("prompt_id", pa.string()),
         ("run_id", pa.string()),
         ("question_id", pa.string()),
@@ -80,7 +84,9 @@ TRAINING_TABLES: list[TableSpec] = [
         *PROMPT_TOKEN_COLUMNS,
     ),
     spec(
-        "trajectories", ("run_id",), ("trajectory_id",),
+        "trajectories",
+        ("run_id",),
+        ("trajectory_id",),
         ("trajectory_id", pa.string()),
         ("run_id", pa.string()),
         ("question_id", pa.string()),
@@ -108,7 +114,9 @@ TRAINING_TABLES: list[TableSpec] = [
         ("tokenizer_fingerprint", pa.string()),
     ),
     spec(
-        "step_labels", ("run_id",), ("label_id",),
+        "step_labels",
+        ("run_id",),
+        ("label_id",),
         ("label_id", pa.string()),
         ("run_id", pa.string()),
         ("question_id", pa.string()),
@@ -120,7 +128,9 @@ TRAINING_TABLES: list[TableSpec] = [
         ("node_ids", STRINGS),
     ),
     spec(
-        "verl_prompts", ("run_id",), ("prompt_id",),
+        "verl_prompts",
+        ("run_id",),
+        ("prompt_id",),
         ("prompt_id", pa.string()),
         ("run_id", pa.string()),
         ("question_id", pa.string()),
@@ -132,7 +142,9 @@ TRAINING_TABLES: list[TableSpec] = [
         *PROMPT_TOKEN_COLUMNS,  # beside the five verl columns; the verl parquet keeps the five
     ),
     spec(
-        "export_skips", ("run_id",), ("run_id", "strategy", "exporter", "question_id", "reason"),
+        "export_skips",
+        ("run_id",),
+        ("run_id", "strategy", "exporter", "question_id", "reason"),
         ("run_id", pa.string()),
         ("question_id", pa.string()),
         ("strategy", pa.string()),
@@ -140,7 +152,9 @@ TRAINING_TABLES: list[TableSpec] = [
         ("reason", pa.string()),
     ),
     spec(
-        "contamination", ("run_id",), ("contamination_id",),
+        "contamination",
+        ("run_id",),
+        ("contamination_id",),
         ("contamination_id", pa.string()),
         ("run_id", pa.string()),
         ("strategy", pa.string()),
@@ -157,7 +171,9 @@ TRAINING_TABLES: list[TableSpec] = [
         ("action", pa.string()),
     ),
     spec(
-        "models", ("run_id",), ("model_id",),
+        "models",
+        ("run_id",),
+        ("model_id",),
         ("model_id", pa.string()),
         ("run_id", pa.string()),
         ("lineage", pa.string()),
@@ -171,7 +187,9 @@ TRAINING_TABLES: list[TableSpec] = [
         ("question_ids", STRINGS),
     ),
     spec(
-        "evals", ("run_id",), ("eval_id",),
+        "evals",
+        ("run_id",),
+        ("eval_id",),
         ("eval_id", pa.string()),
         ("run_id", pa.string()),
         ("model_id", pa.string()),
@@ -191,7 +209,9 @@ TRAINING_TABLES: list[TableSpec] = [
         ("is_seen", pa.bool_()),
     ),
     spec(
-        "eval_compare", ("run_id",), ("run_id", "dataset", "mode"),
+        "eval_compare",
+        ("run_id",),
+        ("run_id", "dataset", "mode"),
         ("run_id", pa.string()),
         ("model_a", pa.string()),
         ("model_b", pa.string()),
@@ -222,7 +242,9 @@ TRAINING_TABLES: list[TableSpec] = [
     ),
     # one row per night of a nightly pipeline: the candidate against the incumbent on valid
     spec(
-        "promotions", ("pipeline",), ("pipeline", "night"),
+        "promotions",
+        ("pipeline",),
+        ("pipeline", "night"),
         ("pipeline", pa.string()),
         ("night", pa.string()),
         ("build_run_id", pa.string()),  # the night's build, whose exports trained the candidate

@@ -47,8 +47,16 @@ def score_rollouts(rollouts: Sequence[dict], metric: str | None, golden: Mapping
         rollout["metric_score"] = float(METRICS[metric](rollout.get("final_answer"), answers)) if answers else None
 
 
-def write_ledgers(wh: Warehouse, shard: str, strategy: str, tables: Mapping[str, list[dict]],
-                  cache: CallCache, retriever: LedgerRetriever, settings: Any, questions: Sequence[Mapping]) -> None:
+def write_ledgers(
+    wh: Warehouse,
+    shard: str,
+    strategy: str,
+    tables: Mapping[str, list[dict]],
+    cache: CallCache,
+    retriever: LedgerRetriever,
+    settings: Any,
+    questions: Sequence[Mapping],
+) -> None:
     """Attribute the shard's calls and retrievals, score its rollouts, and write its
     ``retrievals`` shard; the caller writes the other tables (rollouts after this)."""
     nodes = tables.get("nodes") or []

@@ -32,11 +32,11 @@ from ragfactory.tasks.eval.runner import (
     needs_retriever,
     shard_of,
 )
-from ragfactory.tasks.retrieval.corpus import WarehousePassages
-from ragfactory.tasks.retrieval.ledger import LedgerRetriever, ledgered
 from ragfactory.tasks.llm.cache import CallCache, utc_now
 from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.llm.engine import make_batcher
+from ragfactory.tasks.retrieval.corpus import WarehousePassages
+from ragfactory.tasks.retrieval.ledger import LedgerRetriever, ledgered
 from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.tasks.training.registry import resolve_model_ref, seen_question_ids
 from ragfactory.warehouse.catalog import query
@@ -75,21 +75,28 @@ def open_eval_retriever(wh: Warehouse, config: EvalConfig, dataset: str, run_id:
     if not config.retrieval.server_url:
         passages = WarehousePassages(wh, sources)
         if not passages.count():
-            raise ValueError(f"no passages from sources {sources} in {wh.root}: set `sources` to the "
-                             "corpus the questions should search")
+            raise ValueError(
+                f"no passages from sources {sources} in {wh.root}: set `sources` to the "
+                "corpus the questions should search"
+            )
     return ledgered(wh, sources, passages, config.retrieval, run_id, "eval", shard_of(dataset, "search"))
 
 
 def write_eval_shards(
-    wh: Warehouse, plan: dict, dataset: str, questions: list[EvalQuestion],
-    outcomes: dict[str, list[Outcome]], cache: CallCache,
+    wh: Warehouse,
+    plan: dict,
+    dataset: str,
+    questions: list[EvalQuestion],
+    outcomes: dict[str, list[Outcome]],
+    cache: CallCache,
 ) -> list[dict]:
     """Write each mode's ``evals`` and ``llm_calls`` shards; returns every ``evals`` row."""
     run_id, created_at, written = plan["run_id"], utc_now(), []
     seen = seen_question_ids(wh, plan["model_id"])
     for mode, mode_outcomes in outcomes.items():
-        rows = eval_rows(run_id, plan["model_id"], dataset, mode, questions, mode_outcomes, created_at,
-                         plan["partition"], seen)
+        rows = eval_rows(
+            run_id, plan["model_id"], dataset, mode, questions, mode_outcomes, created_at, plan["partition"], seen
+        )
         shard = shard_of(dataset, mode)
         wh.write("evals", rows, shard, partition={"run_id": run_id})
         wh.write("llm_calls", calls_of(rows, cache.rows()), shard, partition={"run_id": run_id})
@@ -106,17 +113,30 @@ def plan_evaluation(root: str, config: EvalConfig) -> dict:
     missing = [name for name in config.datasets if name not in present]
     unknown = sorted(set(missing) - set(bundled_names()))
     if unknown:
-        raise ValueError(f"no questions of {unknown} in {wh.root}: build them first (ragfactory build); "
-                         f"bundled datasets are ingested on demand: {sorted(bundled_names())}")
+        raise ValueError(
+            f"no questions of {unknown} in {wh.root}: build them first (ragfactory build); "
+            f"bundled datasets are ingested on demand: {sorted(bundled_names())}"
+        )
     # the partition is part of the run: an evaluation on valid never replaces one on test
     config_hash = eval_hash(model.model_id, config.answer_fields() | {"partition": config.partition})
-    return {"model_id": model.model_id, "model_ref": model.load, "model_source": model.source,
-            "config_hash": config_hash, "run_id": f"eval-{config_hash}", "ingest": missing,
-            "partition": config.partition}
+    return {
+        "model_id": model.model_id,
+        "model_ref": model.load,
+        "model_source": model.source,
+        "config_hash": config_hash,
+        "run_id": f"eval-{config_hash}",
+        "ingest": missing,
+        "partition": config.partition,
+    }
 
 
-@task(retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_unless_permanent,
-      task_run_name="evaluate-{dataset}", cache_policy=NONE)
+@task(
+    retries=2,
+    retry_delay_seconds=[5, 30],
+    retry_condition_fn=retry_unless_permanent,
+    task_run_name="evaluate-{dataset}",
+    cache_policy=NONE,
+)
 def evaluate_dataset(root: str, config: EvalConfig, plan: dict, dataset: str) -> dict:
     """Answer one dataset's questions in every mode; write its evals and llm_calls shards."""
     wh = Warehouse(root)
@@ -124,18 +144,31 @@ def evaluate_dataset(root: str, config: EvalConfig, plan: dict, dataset: str) ->
     retriever = open_eval_retriever(wh, config, dataset, plan["run_id"]) if needs_retriever(config.modes) else None
     cache = CallCache.from_warehouse(wh, plan["run_id"])
     batcher = make_batcher(engine_config(config, plan["model_ref"]), cache, wh.artifacts_dir("models"))
-    outcomes = asyncio.run(answer_questions(
-        questions, config.modes, batcher, retriever, config.inference(), config.llm.max_in_flight,
-    ))
+    outcomes = asyncio.run(
+        answer_questions(
+            questions,
+            config.modes,
+            batcher,
+            retriever,
+            config.inference(),
+            config.llm.max_in_flight,
+        )
+    )
     rows = write_eval_shards(wh, plan, dataset, questions, outcomes, cache)
     if retriever is not None:
         wh.write("retrievals", retriever.rows(), shard_of(dataset, "search"), partition={"run_id": plan["run_id"]})
     stats = batcher.stats.as_dict()
-    get_run_logger().info("%s: %d %s questions x %d modes, engine %s", dataset, len(questions),
-                          config.partition, len(config.modes), stats)
+    get_run_logger().info(
+        "%s: %d %s questions x %d modes, engine %s", dataset, len(questions), config.partition, len(config.modes), stats
+    )
     n_seen = len({row["question_id"] for row in rows if row["is_seen"]})
-    return {"dataset": dataset, "questions": len(questions), "engine": stats,
-            "aggregates": aggregate(rows), "n_seen": n_seen}
+    return {
+        "dataset": dataset,
+        "questions": len(questions),
+        "engine": stats,
+        "aggregates": aggregate(rows),
+        "n_seen": n_seen,
+    }
 
 
 def evaluation_warnings(config: EvalConfig, model_id: str, results: list[dict]) -> list[str]:
@@ -143,24 +176,28 @@ def evaluation_warnings(config: EvalConfig, model_id: str, results: list[dict]) 
     partition (what builds expand) evaluated, a dataset with no question to answer."""
     warnings = []
     if config.partition == "train":
-        warnings.append("evaluated on the train partition, which builds expand: these are not "
-                        "held-out figures")
+        warnings.append("evaluated on the train partition, which builds expand: these are not held-out figures")
     for result in results:
         if not result["questions"]:
-            warnings.append(f"{result['dataset']}: no {config.partition} questions in the warehouse "
-                            "(was it ingested with a small limit?)")
+            warnings.append(
+                f"{result['dataset']}: no {config.partition} questions in the warehouse "
+                "(was it ingested with a small limit?)"
+            )
         if result["n_seen"]:
-            warnings.append(f"{result['dataset']}: {result['n_seen']} of {result['questions']} "
-                            f"{config.partition} questions were in the training data of {model_id} "
-                            "(evals.is_seen)")
+            warnings.append(
+                f"{result['dataset']}: {result['n_seen']} of {result['questions']} "
+                f"{config.partition} questions were in the training data of {model_id} "
+                "(evals.is_seen)"
+            )
     return warnings
 
 
 @task(task_run_name="report-{run_id}", cache_policy=NONE)
 def report_evaluation(run_id: str, model_id: str, aggregates: list[dict]) -> None:
     """A table artifact of the run's aggregates: one row per dataset and mode."""
-    create_table_artifact(aggregates, key=run_id,
-                          description=f"evaluation of {model_id}: mean EM / F1 / cover-EM per dataset and mode")
+    create_table_artifact(
+        aggregates, key=run_id, description=f"evaluation of {model_id}: mean EM / F1 / cover-EM per dataset and mode"
+    )
 
 
 COMPARED_SQL = """

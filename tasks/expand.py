@@ -20,9 +20,9 @@ from prefect.context import TaskRunContext
 from ragfactory.flows.config import BuildConfig
 from ragfactory.schemas.tables import SCHEMA_VERSION
 from ragfactory.tasks.attribution import write_ledgers
-from ragfactory.tasks.retrieval.ledger import open_ledger
 from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.engine import make_batcher
+from ragfactory.tasks.retrieval.ledger import open_ledger
 from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.shard import expand_shard, split_shards
@@ -41,7 +41,9 @@ versioned as (
 """
 IN_VERSIONS = "(dataset not in (select dataset from chosen) or question_id in (select question_id from versioned))"
 
-QUESTIONS_SQL = VERSIONED + f"""
+QUESTIONS_SQL = (
+    VERSIONED
+    + f"""
 ranked as (
     select question_id, dataset,
            row_number() over (partition by dataset order by sample_key, question_id) as rank
@@ -53,12 +55,19 @@ select question_id from ranked
 where $per_dataset is null or rank <= $per_dataset
 order by dataset, rank
 """
+)
 
 
 @task(task_run_name="plan-shards")
-def plan_shards(root: str, datasets: list[str], per_dataset: int | None, shard_size: int,
-                partition: str = "train", question_ids: list[str] | None = None,
-                versions: list[str] | None = None) -> list[list[str]]:
+def plan_shards(
+    root: str,
+    datasets: list[str],
+    per_dataset: int | None,
+    shard_size: int,
+    partition: str = "train",
+    question_ids: list[str] | None = None,
+    versions: list[str] | None = None,
+) -> list[list[str]]:
     """The question ids to expand (the first ``per_dataset`` of each dataset's ``partition`` in
     sample-key order, or ``question_ids`` as listed), cut into shards of ``shard_size``.
 
@@ -69,13 +78,19 @@ def plan_shards(root: str, datasets: list[str], per_dataset: int | None, shard_s
     """
     if question_ids is not None:
         return split_shards(checked_question_ids(Warehouse(root), question_ids, partition), shard_size)
-    params = {"datasets": datasets, "per_dataset": per_dataset, "partition": partition,
-              "versions": list(versions or [])}
+    params = {
+        "datasets": datasets,
+        "per_dataset": per_dataset,
+        "partition": partition,
+        "versions": list(versions or []),
+    }
     rows = query(Warehouse(root), QUESTIONS_SQL, params)
     return split_shards(rows.column("question_id").to_pylist(), shard_size)
 
 
-FRONTIER_SQL = VERSIONED + f"""
+FRONTIER_SQL = (
+    VERSIONED
+    + f"""
 expanded as (
     select distinct n.question_id from nodes n join runs r using (run_id)
     where n.strategy = $strategy and n.run_id <> $run_id
@@ -88,33 +103,53 @@ where list_contains($datasets, dataset) and partition = $partition
 order by sample_key, question_id
 limit $n
 """
+)
 
 
 @task(task_run_name="plan-frontier-{strategy}")
-def plan_frontier(root: str, run_id: str, strategy: str, policy: str, datasets: list[str], n: int,
-                  shard_size: int, partition: str = "train", versions: list[str] | None = None) -> list[list[str]]:
+def plan_frontier(
+    root: str,
+    run_id: str,
+    strategy: str,
+    policy: str,
+    datasets: list[str],
+    n: int,
+    shard_size: int,
+    partition: str = "train",
+    versions: list[str] | None = None,
+) -> list[list[str]]:
     """The next ``n`` questions of ``partition`` in sample-key order that no other run expanded
     with tree strategy ``strategy`` (``nodes.strategy``) and policy model ``policy``, cut into
     shards: each night extends the last. Run ``run_id`` itself is not counted, so a night that
     resumes plans the questions it planned before."""
-    params = {"datasets": datasets, "n": n, "partition": partition, "versions": list(versions or []),
-              "strategy": strategy, "policy": policy, "run_id": run_id}
+    params = {
+        "datasets": datasets,
+        "n": n,
+        "partition": partition,
+        "versions": list(versions or []),
+        "strategy": strategy,
+        "policy": policy,
+        "run_id": run_id,
+    }
     rows = query(Warehouse(root), FRONTIER_SQL, params)
     return split_shards(rows.column("question_id").to_pylist(), shard_size)
 
 
 def checked_question_ids(wh: Warehouse, question_ids: list[str], partition: str) -> list[str]:
     """``question_ids`` as given, once each is known to be ingested and in ``partition``."""
-    rows = query(wh, "select question_id, partition from questions where list_contains($ids, question_id)",
-                 {"ids": question_ids}).to_pylist()
+    rows = query(
+        wh, "select question_id, partition from questions where list_contains($ids, question_id)", {"ids": question_ids}
+    ).to_pylist()
     found = {row["question_id"]: row["partition"] for row in rows}
     missing = [q for q in question_ids if q not in found]
     if missing:
         raise ValueError(f"search.question_ids: not in the warehouse's questions: {missing}")
     outside = [f"{q} ({found[q]})" for q in question_ids if found[q] != partition]
     if outside:
-        raise ValueError(f"search.question_ids: not in the {partition!r} partition the build expands: "
-                         f"{outside}; pick {partition} questions or set search.partition")
+        raise ValueError(
+            f"search.question_ids: not in the {partition!r} partition the build expands: "
+            f"{outside}; pick {partition} questions or set search.partition"
+        )
     return list(dict.fromkeys(question_ids))
 
 
@@ -135,12 +170,19 @@ def shard_cache_key(context: TaskRunContext | None, parameters: dict) -> str:
     resolved policy model: a new model is a new key.
     """
     config: BuildConfig = parameters["config"]
-    payload = json.dumps({
-        "config": config.config_hash(), "run_id": parameters["run_id"],
-        "strategy": parameters["strategy"], "shard": parameters["shard"],
-        "questions": list(parameters["question_ids"]), "sources": sorted(parameters["sources"]),
-        "root": Warehouse(parameters["root"]).location, "schema": SCHEMA_VERSION,
-    }, sort_keys=True)
+    payload = json.dumps(
+        {
+            "config": config.config_hash(),
+            "run_id": parameters["run_id"],
+            "strategy": parameters["strategy"],
+            "shard": parameters["shard"],
+            "questions": list(parameters["question_ids"]),
+            "sources": sorted(parameters["sources"]),
+            "root": Warehouse(parameters["root"]).location,
+            "schema": SCHEMA_VERSION,
+        },
+        sort_keys=True,
+    )
     return "expand-" + hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
@@ -175,15 +217,29 @@ def shard_written(wh: Warehouse, run_id: str, shard: str) -> bool:
     paths = {table: wh.shard_path(table, {"run_id": run_id}, shard) for table in SHARD_TABLES}
     # A newer table's file may be absent from an older shard; one the manifest records (a
     # quarantined file) must be there.
-    return all(is_intact(wh.root, path) for table, path in paths.items()
-               if table not in SINCE_SCHEMA_5 or path.exists() or read_entry(wh.root, path) is not None)
+    return all(
+        is_intact(wh.root, path)
+        for table, path in paths.items()
+        if table not in SINCE_SCHEMA_5 or path.exists() or read_entry(wh.root, path) is not None
+    )
 
 
-@task(retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_unless_permanent,
-      task_run_name="expand-{shard}", cache_key_fn=shard_cache_key, persist_result=True)
+@task(
+    retries=2,
+    retry_delay_seconds=[5, 30],
+    retry_condition_fn=retry_unless_permanent,
+    task_run_name="expand-{shard}",
+    cache_key_fn=shard_cache_key,
+    persist_result=True,
+)
 def expand_trees(
-    root: str, run_id: str, config: BuildConfig, strategy: str, shard: str,
-    question_ids: list[str], sources: list[str],
+    root: str,
+    run_id: str,
+    config: BuildConfig,
+    strategy: str,
+    shard: str,
+    question_ids: list[str],
+    sources: list[str],
 ) -> dict:
     """Expand one shard of questions with the registered ``strategy`` and write its shard of every
     table the strategy fills (nodes, rollouts, plans, plan_scores, rewards) and of llm_calls."""
@@ -195,14 +251,34 @@ def expand_trees(
     settings = plugin.settings(config.search)
     scorer = plugin.open_scorer(settings, wh.artifacts_dir("embeddings")) if plugin.open_scorer else None
     questions = read_questions(wh, question_ids)
-    rows = asyncio.run(expand_shard(
-        strategy, questions, batcher, retriever, settings, run_id, config.seed, config.llm.max_in_flight, scorer,
-    ))
+    rows = asyncio.run(
+        expand_shard(
+            strategy,
+            questions,
+            batcher,
+            retriever,
+            settings,
+            run_id,
+            config.seed,
+            config.llm.max_in_flight,
+            scorer,
+        )
+    )
     write_ledgers(wh, shard, strategy, rows.tables(), cache, retriever, settings, questions)
     for table, table_rows in rows.tables().items():
         wh.write(table, table_rows, shard, partition={"run_id": run_id})
     cache.write(wh, shard)
-    stats = batcher.stats.as_dict()
-    get_run_logger().info("%s: %d questions, %d nodes, engine %s", shard, len(question_ids), len(rows.nodes), stats)
-    return {"shard": shard, "strategy": strategy, "questions": len(question_ids),
-            "nodes": len(rows.nodes), "rollouts": len(rows.rollouts), "engine": stats}
+    return _shard_figures(shard, strategy, len(question_ids), rows, batcher.stats.as_dict())
+
+
+def _shard_figures(shard: str, strategy: str, n_questions: int, rows, engine: dict) -> dict:
+    """What one expanded shard did, logged and returned as the task's result."""
+    get_run_logger().info("%s: %d questions, %d nodes, engine %s", shard, n_questions, len(rows.nodes), engine)
+    return {
+        "shard": shard,
+        "strategy": strategy,
+        "questions": n_questions,
+        "nodes": len(rows.nodes),
+        "rollouts": len(rows.rollouts),
+        "engine": engine,
+    }

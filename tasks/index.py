@@ -20,8 +20,7 @@ def enabled_kinds(config: RetrievalConfig) -> list[str]:
     return [kind for kind in ("bm25", "dense") if getattr(config, kind).enabled]
 
 
-@task(retries=1, retry_delay_seconds=5, retry_condition_fn=retry_unless_permanent,
-      task_run_name="index-{sources}")
+@task(retries=1, retry_delay_seconds=5, retry_condition_fn=retry_unless_permanent, task_run_name="index-{sources}")
 def build_indexes(root: str, sources: list[str], config: RetrievalConfig) -> dict:
     """Build (or load) each enabled index; returns where each lives and whether it was built."""
     logger = get_run_logger()

@@ -23,7 +23,8 @@ import pyarrow.parquet as pq
 from prefect import get_run_logger, task
 
 from ragfactory.tasks.data.config import DatasetConfig, PartitionConfig
-from ragfactory.tasks.data.corpus import BATCH_SIZE as CORPUS_BATCH, iter_corpus
+from ragfactory.tasks.data.corpus import BATCH_SIZE as CORPUS_BATCH
+from ragfactory.tasks.data.corpus import iter_corpus
 from ragfactory.tasks.data.jsonl import MAX_PASSAGE_CHARS, JsonlLimits
 from ragfactory.tasks.data.loaders import bundled_path, load_questions
 from ragfactory.tasks.data.partitions import PartitionRule, backfill_partitions, lacks_partitions, with_partitions
@@ -56,9 +57,15 @@ def record_ingest(wh: Warehouse, row: dict) -> dict:
 
 
 def summary(row: dict, cached: bool) -> dict:
-    return {"source": row["dataset"], "version": row["version"], "questions": row["n_questions"],
-            "passages": row["n_passages"], "rejects": row["n_rejects"],
-            "warnings": list(row["warnings"] or []), "cached": cached}
+    return {
+        "source": row["dataset"],
+        "version": row["version"],
+        "questions": row["n_questions"],
+        "passages": row["n_passages"],
+        "rejects": row["n_rejects"],
+        "warnings": list(row["warnings"] or []),
+        "cached": cached,
+    }
 
 
 def already_ingested(wh: Warehouse, name: str, version: str, path: Path) -> dict | None:
@@ -67,49 +74,104 @@ def already_ingested(wh: Warehouse, name: str, version: str, path: Path) -> dict
     if row is None:
         return None
     logger = get_run_logger()
-    logger.info("%s: version %s of %s already ingested (%d questions); nothing to do",
-                name, version, path, row["n_questions"])
+    logger.info(
+        "%s: version %s of %s already ingested (%d questions); nothing to do", name, version, path, row["n_questions"]
+    )
     for warning in row["warnings"] or []:
         logger.warning(warning)
     return summary(row, cached=True)
 
 
-@task(retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_unless_permanent,
-      task_run_name="ingest-{dataset.name}")
-def ingest_dataset(root: str, dataset: DatasetConfig, rule: PartitionRule | None = None,
-                   max_passage_chars: int = MAX_PASSAGE_CHARS) -> dict:
+@task(
+    retries=2,
+    retry_delay_seconds=[2, 10],
+    retry_condition_fn=retry_unless_permanent,
+    task_run_name="ingest-{dataset.name}",
+)
+def ingest_dataset(
+    root: str, dataset: DatasetConfig, rule: PartitionRule | None = None, max_passage_chars: int = MAX_PASSAGE_CHARS
+) -> dict:
     """Add one dataset file's questions (partitioned by ``rule``, default the dataset's default
     rule), passages and rejects to its shards; returns its version, counts and warnings."""
     path, rule, wh = dataset_file(dataset), rule or PartitionConfig().rule_for(dataset), Warehouse(root)
-    options = {"kind": "dataset", "dataset": dataset.name, "format": dataset.resolved_format,
-               "split": dataset.split, "limit": dataset.limit, "partition_rule": dataclasses.asdict(rule),
-               "max_passage_chars": max_passage_chars}
+    options = _dataset_options(dataset, rule, max_passage_chars)
     sha = file_sha256(path)
     version = ingest_version(sha, options)
     if (done := already_ingested(wh, dataset.name, version, path)) is not None:
         return done
-    result = load_questions(path, dataset.name, dataset.resolved_format, dataset.split, dataset.limit,
-                            JsonlLimits.for_passages(max_passage_chars))
+    result = load_questions(
+        path,
+        dataset.name,
+        dataset.resolved_format,
+        dataset.split,
+        dataset.limit,
+        JsonlLimits.for_passages(max_passage_chars),
+    )
+    warnings = _merge_dataset(wh, dataset, path, rule, result)
+    _log(dataset.name, version, path, len(result.questions), len(result.passages), len(result.rejects), warnings)
+    return record_ingest(
+        wh,
+        {
+            "version": version,
+            "dataset": dataset.name,
+            "kind": "dataset",
+            "source_file": str(path),
+            "source_sha256": sha,
+            "options": json.dumps(options, sort_keys=True),
+            "n_questions": len(result.questions),
+            "n_passages": len(result.passages),
+            "n_rejects": len(result.rejects),
+            "question_ids": [q["question_id"] for q in result.questions],
+            "warnings": warnings,
+        },
+    )
+
+
+def _dataset_options(dataset: DatasetConfig, rule: PartitionRule, max_passage_chars: int) -> dict:
+    """What a dataset's ingest depends on besides its file: with the file's sha256, its version."""
+    return {
+        "kind": "dataset",
+        "dataset": dataset.name,
+        "format": dataset.resolved_format,
+        "split": dataset.split,
+        "limit": dataset.limit,
+        "partition_rule": dataclasses.asdict(rule),
+        "max_passage_chars": max_passage_chars,
+    }
+
+
+def _merge_dataset(wh: Warehouse, dataset: DatasetConfig, path: Path, rule: PartitionRule, result) -> list[str]:
+    """Merge a loaded dataset's passages, rejects and partitioned questions into the shard of its
+    split; returns the warnings (an empty source, questions whose partition moved)."""
     shard = safe_name(dataset.split)
     wh.merge("passages", result.passages, shard, partition={"source": dataset.name})
     wh.merge("rejects", result.rejects, shard, partition={"dataset": dataset.name})
-    merged = wh.merge("questions", with_partitions(result.questions, rule), shard,
-                      partition={"dataset": dataset.name}, keep=PARTITION_COLUMNS)
-    warnings = [w for w in (empty_source_warning("dataset", dataset.name, path, len(result.questions), len(result.rejects)),
-                            moved_partitions_warning(dataset.name, merged.kept)) if w]
-    _log(dataset.name, version, path, len(result.questions), len(result.passages), len(result.rejects), warnings)
-    return record_ingest(wh, {
-        "version": version, "dataset": dataset.name, "kind": "dataset", "source_file": str(path),
-        "source_sha256": sha, "options": json.dumps(options, sort_keys=True),
-        "n_questions": len(result.questions), "n_passages": len(result.passages), "n_rejects": len(result.rejects),
-        "question_ids": [q["question_id"] for q in result.questions], "warnings": warnings,
-    })
+    merged = wh.merge(
+        "questions",
+        with_partitions(result.questions, rule),
+        shard,
+        partition={"dataset": dataset.name},
+        keep=PARTITION_COLUMNS,
+    )
+    return [
+        w
+        for w in (
+            empty_source_warning("dataset", dataset.name, path, len(result.questions), len(result.rejects)),
+            moved_partitions_warning(dataset.name, merged.kept),
+        )
+        if w
+    ]
 
 
-@task(retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_unless_permanent,
-      task_run_name="ingest-corpus-{path}")
-def ingest_corpus(root: str, path: str, max_passage_chars: int = MAX_PASSAGE_CHARS,
-                  batch_size: int = CORPUS_BATCH) -> dict:
+@task(
+    retries=2,
+    retry_delay_seconds=[2, 10],
+    retry_condition_fn=retry_unless_permanent,
+    task_run_name="ingest-corpus-{path}",
+)
+def ingest_corpus(
+    root: str, path: str, max_passage_chars: int = MAX_PASSAGE_CHARS, batch_size: int = CORPUS_BATCH
+) -> dict:
     """Add one Search-R1 / FlashRAG corpus file's passages to its shards (bad lines, and passages
     over ``max_passage_chars``, to rejects); returns its version, counts and warnings.
 
@@ -126,16 +188,27 @@ def ingest_corpus(root: str, path: str, max_passage_chars: int = MAX_PASSAGE_CHA
     warning = empty_source_warning("corpus", source, file, n_passages, n_rejects)
     warnings = [warning] if warning else []
     _log(source, version, file, 0, n_passages, n_rejects, warnings)
-    return record_ingest(wh, {
-        "version": version, "dataset": source, "kind": "corpus", "source_file": str(file),
-        "source_sha256": sha, "options": json.dumps(options, sort_keys=True), "n_questions": 0,
-        "n_passages": n_passages, "n_rejects": n_rejects, "question_ids": [],
-        "warnings": warnings,
-    })
+    return record_ingest(
+        wh,
+        {
+            "version": version,
+            "dataset": source,
+            "kind": "corpus",
+            "source_file": str(file),
+            "source_sha256": sha,
+            "options": json.dumps(options, sort_keys=True),
+            "n_questions": 0,
+            "n_passages": n_passages,
+            "n_rejects": n_rejects,
+            "question_ids": [],
+            "warnings": warnings,
+        },
+    )
 
 
-def write_corpus_shards(wh: Warehouse, file: Path, source: str, max_passage_chars: int = MAX_PASSAGE_CHARS,
-                        batch_size: int = CORPUS_BATCH) -> tuple[int, int]:
+def write_corpus_shards(
+    wh: Warehouse, file: Path, source: str, max_passage_chars: int = MAX_PASSAGE_CHARS, batch_size: int = CORPUS_BATCH
+) -> tuple[int, int]:
     """Merge a corpus file into ``passages`` (and ``rejects``) one shard per batch, releasing
     each batch once written; returns (passages, rejects)."""
     n_passages = n_rejects = 0
@@ -149,11 +222,19 @@ def write_corpus_shards(wh: Warehouse, file: Path, source: str, max_passage_char
     return n_passages, n_rejects
 
 
-def _log(name: str, version: str, path: Path, n_questions: int, n_passages: int, n_rejects: int,
-         warnings: list[str]) -> None:
+def _log(
+    name: str, version: str, path: Path, n_questions: int, n_passages: int, n_rejects: int, warnings: list[str]
+) -> None:
     logger = get_run_logger()
-    logger.info("%s: %d questions, %d passages, %d rejects from %s (version %s)",
-                name, n_questions, n_passages, n_rejects, path, version)
+    logger.info(
+        "%s: %d questions, %d passages, %d rejects from %s (version %s)",
+        name,
+        n_questions,
+        n_passages,
+        n_rejects,
+        path,
+        version,
+    )
     for warning in warnings:
         logger.warning(warning)
 

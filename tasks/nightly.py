@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
-from ragfactory.tasks.eval.runner import aggregate
 from ragfactory.tasks.eval.promotion import PromotionConfig, decide, promotion_row
+from ragfactory.tasks.eval.runner import aggregate
 from ragfactory.tasks.llm.cache import utc_now
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
@@ -77,17 +77,28 @@ def night_decision(root: str, pipeline: str, night: str) -> dict | None:
 
 
 @task(task_run_name="promote-{night}", cache_policy=NONE)
-def promote(root: str, pipeline: str, night: str, candidate: str | None, incumbent: str,
-            candidate_run: str | None, incumbent_run: str | None, config: PromotionConfig,
-            build_run_id: str | None = None) -> dict:
+def promote(
+    root: str,
+    pipeline: str,
+    night: str,
+    candidate: str | None,
+    incumbent: str,
+    candidate_run: str | None,
+    incumbent_run: str | None,
+    config: PromotionConfig,
+    build_run_id: str | None = None,
+) -> dict:
     """Decide between the night's candidate and the incumbent on their valid evaluations, and
     record it in ``promotions``; returns the row."""
     wh = Warehouse(root)
-    scores = {name: valid_scores(wh, run, config.metric, config.mode)
-              for name, run in (("candidate", candidate_run), ("incumbent", incumbent_run))}
+    scores = {
+        name: valid_scores(wh, run, config.metric, config.mode)
+        for name, run in (("candidate", candidate_run), ("incumbent", incumbent_run))
+    }
     decision = decide(scores["candidate"], scores["incumbent"], config, same_model=candidate == incumbent)
     row = promotion_row(pipeline, night, candidate or "", incumbent, config, decision, utc_now(), build_run_id)
     wh.write("promotions", [row], night)
-    get_run_logger().info("night %s: %s %s over %s (%s)", night, decision.decision, candidate, incumbent,
-                          decision.reason)
+    get_run_logger().info(
+        "night %s: %s %s over %s (%s)", night, decision.decision, candidate, incumbent, decision.reason
+    )
     return row

@@ -33,8 +33,10 @@ from ragfactory.tasks.training.registry import LATEST, PROMOTED, find_model, lat
 from ragfactory.warehouse.store import Warehouse
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-ACCEPTED_MODELS = ("'embedded', a local folder, a model id or latest:NAME from the models table, "
-                   "or a model already in the local Hugging Face cache")
+ACCEPTED_MODELS = (
+    "'embedded', a local folder, a model id or latest:NAME from the models table, "
+    "or a model already in the local Hugging Face cache"
+)
 LOCAL_ENGINES = ("transformers", "vllm", "null")  # engines that load a model (or its tokenizer) from this machine
 
 
@@ -75,8 +77,11 @@ def check_build(config: BuildConfig, wh: Warehouse, policy_model: str | None = N
     that does not resolve locally (``policy_model`` overrides the config's policy model)."""
     problems = [p for i, d in enumerate(config.datasets) if (p := dataset_problem(f"datasets[{i}]", d))]
     problems += [p for i, f in enumerate(config.corpus.files) if (p := path_problem(f"corpus.files[{i}]", f))]
-    problems += [p for i, d in enumerate(config.export.decontamination.eval_files)
-                 if (p := dataset_problem(f"export.decontamination.eval_files[{i}]", d))]
+    problems += [
+        p
+        for i, d in enumerate(config.export.decontamination.eval_files)
+        if (p := dataset_problem(f"export.decontamination.eval_files[{i}]", d))
+    ]
     roles = {"llm.policy.model": config.llm.policy}
     if config.llm.judge is not None:
         roles["llm.judge.model"] = config.llm.judge
@@ -94,8 +99,7 @@ def check_build(config: BuildConfig, wh: Warehouse, policy_model: str | None = N
         plugin = STRATEGIES.get(name)
         for field, model in plugin.encoders(plugin.settings(config.search)).items():
             encoders[f"search.{name}.{field}"] = model
-    problems += [p for field, name in encoders.items()
-                 if (p := encoder_problem(field, name, config.allow_downloads))]
+    problems += [p for field, name in encoders.items() if (p := encoder_problem(field, name, config.allow_downloads))]
     _raise(problems)
 
 
@@ -107,8 +111,11 @@ def check_evaluation(config: EvalConfig, wh: Warehouse) -> None:
     problems += engine_problems(config.llm)
     problems += [p for i, name in enumerate(config.datasets) if (p := eval_dataset_problem(f"datasets[{i}]", name, wh))]
     if config.retrieval.dense.enabled and config.retrieval.default == "dense":
-        problems += [p for p in [encoder_problem("retrieval.dense.model", config.retrieval.dense.model,
-                                                 config.allow_downloads)] if p]
+        problems += [
+            p
+            for p in [encoder_problem("retrieval.dense.model", config.retrieval.dense.model, config.allow_downloads)]
+            if p
+        ]
     _raise(problems)
 
 
@@ -131,10 +138,14 @@ def export_problem(config: TrainConfig, wh: Warehouse) -> str | None:
     if sum(pq.read_metadata(f).num_rows for f in wh.files(table, run_id=config.run_id)):
         return None  # rows to train on, whichever way they were written
     if not wh.read("runs", run_id=config.run_id).num_rows:
-        return (f"run_id: no run {config.run_id!r} in {wh.root}; list the builds with "
-                "`ragfactory sql \"select run_id, status from runs where flow = 'build'\"`")
-    return (f"run_id: run {config.run_id!r} exported no {table} rows, which --method {config.method} "
-            "trains on; build with a strategy that exports them, or give --parquet")
+        return (
+            f"run_id: no run {config.run_id!r} in {wh.root}; list the builds with "
+            "`ragfactory sql \"select run_id, status from runs where flow = 'build'\"`"
+        )
+    return (
+        f"run_id: run {config.run_id!r} exported no {table} rows, which --method {config.method} "
+        "trains on; build with a strategy that exports them, or give --parquet"
+    )
 
 
 def eval_dataset_problem(field: str, name: str, wh: Warehouse) -> str | None:
@@ -142,8 +153,10 @@ def eval_dataset_problem(field: str, name: str, wh: Warehouse) -> str | None:
     ingested into the warehouse by a build; None when it can."""
     if name in bundled_names() or wh.files("questions", dataset=name):
         return None
-    return (f"{field}: no questions of {name!r} in {wh.root}: build them first (`ragfactory build`), or name a "
-            f"bundled dataset: {', '.join(bundled_names())}")
+    return (
+        f"{field}: no questions of {name!r} in {wh.root}: build them first (`ragfactory build`), or name a "
+        f"bundled dataset: {', '.join(bundled_names())}"
+    )
 
 
 def _raise(problems: list[str]) -> None:
@@ -156,8 +169,10 @@ def dataset_problem(field: str, dataset: DatasetConfig) -> str | None:
     if dataset.path == "bundled":
         if dataset.name in bundled_names():
             return None
-        return (f"{field}: no bundled dataset {dataset.name!r}; bundled: {', '.join(bundled_names())}, "
-                "or give `path` to a JSONL file")
+        return (
+            f"{field}: no bundled dataset {dataset.name!r}; bundled: {', '.join(bundled_names())}, "
+            "or give `path` to a JSONL file"
+        )
     return path_problem(f"{field}.path", dataset.path)
 
 
@@ -180,9 +195,12 @@ def engine_problems(llm: LLMConfig) -> list[str]:
 
     known = registered_backends()
     roles = {"policy": llm.policy, **({"judge": llm.judge} if llm.judge is not None else {})}
-    return [f"llm.{name}.backend: no engine {role.backend!r} is registered in this process; registered: "
-            f"{', '.join(known)} (a plugged engine registers in every process that runs the flow)"
-            for name, role in roles.items() if role.backend not in known]
+    return [
+        f"llm.{name}.backend: no engine {role.backend!r} is registered in this process; registered: "
+        f"{', '.join(known)} (a plugged engine registers in every process that runs the flow)"
+        for name, role in roles.items()
+        if role.backend not in known
+    ]
 
 
 def _role_problems(field: str, role: LLMRoleConfig, spec: str, wh: Warehouse, allow_downloads: bool) -> list[str]:
@@ -203,18 +221,22 @@ def model_problem(field: str, spec: str, wh: Warehouse, allow_downloads: bool = 
             return f"{field}: no model promoted in {wh.root} yet (the nightly pipeline's promotions table is empty)"
         return model_problem(field, named, wh, allow_downloads)
     if spec.startswith(LATEST):
-        if latest_model(wh, spec[len(LATEST):]) is not None:
+        if latest_model(wh, spec[len(LATEST) :]) is not None:
             return None
-        return (f"{field}: no trained model of lineage {spec[len(LATEST):]!r} with weights on disk in "
-                f"{wh.root} (train one with `ragfactory train`, or name another model)")
+        return (
+            f"{field}: no trained model of lineage {spec[len(LATEST) :]!r} with weights on disk in "
+            f"{wh.root} (train one with `ragfactory train`, or name another model)"
+        )
     if not spec or Path(spec).expanduser().exists() or find_model(wh, spec) is not None:
         return None  # an empty name is the config's own error
     if wh.read("models", model_id=spec).num_rows:
         return f"{field}: model {spec!r} is registered in {wh.root} but its weights are not on disk"
     if in_hf_cache(spec) or allow_downloads:
         return None
-    return (f"{field}: unknown model {spec!r}: not {ACCEPTED_MODELS} ({hf_cache_dir()}); "
-            "fix the name, or allow downloads (allow_downloads: true, or --allow-downloads) to fetch it from the hub")
+    return (
+        f"{field}: unknown model {spec!r}: not {ACCEPTED_MODELS} ({hf_cache_dir()}); "
+        "fix the name, or allow downloads (allow_downloads: true, or --allow-downloads) to fetch it from the hub"
+    )
 
 
 def encoder_problem(field: str, name: str, allow_downloads: bool = False) -> str | None:
@@ -225,8 +247,10 @@ def encoder_problem(field: str, name: str, allow_downloads: bool = False) -> str
         return None
     if in_hf_cache(name) or ("/" not in name and in_hf_cache(f"sentence-transformers/{name}")):
         return None
-    return (f"{field}: unknown sentence-transformers model {name!r}: not the bundled all-MiniLM-L6-v2, "
-            f"a local folder, nor a model in the local Hugging Face cache ({hf_cache_dir()})")
+    return (
+        f"{field}: unknown sentence-transformers model {name!r}: not the bundled all-MiniLM-L6-v2, "
+        f"a local folder, nor a model in the local Hugging Face cache ({hf_cache_dir()})"
+    )
 
 
 def hf_cache_dir() -> Path:

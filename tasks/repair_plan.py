@@ -10,6 +10,7 @@ starts, so a repair that cannot run fails in seconds and moves nothing.
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -49,8 +50,13 @@ def _ingested_by(row: dict, column: str, name: str) -> bool:
     if column == "dataset":
         return any(d.get("name") == name for d in config.get("datasets", []))
     files = config.get("corpus", {}).get("files", [])
-    return any(d.get("name") == name for d in config.get("datasets", [])) or any(
-        Path(f).stem == name for f in files)
+    return any(d.get("name") == name for d in config.get("datasets", [])) or any(Path(f).stem == name for f in files)
+
+
+def _latest_build(rows: dict[str, dict], wanted=lambda row: True) -> str | None:
+    """The run id of the newest build among ``rows`` that ``wanted`` accepts; None when there is none."""
+    builds = sorted((r for r in rows.values() if r["flow"] == "build" and wanted(r)), key=lambda r: r["started_at"])
+    return builds[-1]["run_id"] if builds else None
 
 
 def plan_repair(wh: Warehouse, problems: list[Problem]) -> dict:
@@ -64,24 +70,24 @@ def plan_repair(wh: Warehouse, problems: list[Problem]) -> dict:
     for problem in problems:
         table, column, value = _partition(problem.path)
         if problem.table == "index":
-            builds = sorted((r for r in rows.values() if r["flow"] == "build"), key=lambda r: r["started_at"])
-            if builds:  # its shards are cached: the build only indexes its passages again
-                runs.add(builds[-1]["run_id"])
+            if latest := _latest_build(rows):  # its shards are cached: the build only indexes its passages again
+                runs.add(latest)
             else:
                 manual.append(f"{problem.path}: no build in this warehouse; the next one rebuilds the index")
         elif table == "runs":
-            manual.append(f"{problem.path}: the runs row of {value} is its recipe and cannot be rebuilt; "
-                          "run again the command that made it")
+            manual.append(
+                f"{problem.path}: the runs row of {value} is its recipe and cannot be rebuilt; "
+                "run again the command that made it"
+            )
         elif table in INGESTED:
-            builds = sorted((r for r in rows.values() if r["flow"] == "build" and _ingested_by(r, column, value)),
-                            key=lambda r: r["started_at"])
-            if builds:
-                runs.add(builds[-1]["run_id"])
+            if latest := _latest_build(rows, partial(_ingested_by, column=column, name=value)):
+                runs.add(latest)
             elif column == "dataset" and value in bundled_names():
                 ingest.add(value)
             else:
-                manual.append(f"{problem.path}: no build in this warehouse ingests {value}; "
-                              "run again the build that did")
+                manual.append(
+                    f"{problem.path}: no build in this warehouse ingests {value}; run again the build that did"
+                )
         elif value not in rows:
             manual.append(f"{problem.path}: run {value} has no readable runs row; run it again by hand")
         elif rows[value]["flow"] not in REBUILDABLE_FLOWS:
@@ -89,7 +95,6 @@ def plan_repair(wh: Warehouse, problems: list[Problem]) -> dict:
         else:
             runs.add(value)
     return {"runs": sorted(runs), "ingest": sorted(ingest), "manual": manual}
-
 
 
 def rebuild_config(row: dict, root: str) -> BuildConfig | EvalConfig:

@@ -18,7 +18,10 @@ def publish_build_report(root: str, run_id: str, name: str, datasets: list[str],
     wh = Warehouse(root)
     rows = report_rows(wh, run_id, datasets, shards)
     create_table_artifact(rows, key=artifact_key(name), description=f"What build {run_id} produced")
-    create_markdown_artifact(report_markdown(run_id, str(wh.catalog_path), rows),
-                             key=artifact_key(name, "sql"), description=f"SQL to inspect build {run_id}")
+    create_markdown_artifact(
+        report_markdown(run_id, str(wh.catalog_path), rows),
+        key=artifact_key(name, "sql"),
+        description=f"SQL to inspect build {run_id}",
+    )
     write_cards(wh, run_id)
     return rows

@@ -44,12 +44,17 @@ def retry_unless_bad_request(task, task_run, state) -> bool:
 # log_prints off: datasets fingerprints the trainer's map functions with dill, which disassembles
 # each one into a captured stdout to find its globals; the flow's print patch sent those lines to
 # the run's log instead (and left dill reading no globals). Progress goes through the run logger.
-@task(retries=2, retry_delay_seconds=[10, 60], task_run_name="train-{config.method}", cache_policy=NONE,
-      retry_condition_fn=retry_unless_bad_request, log_prints=False)
+@task(
+    retries=2,
+    retry_delay_seconds=[10, 60],
+    task_run_name="train-{config.method}",
+    cache_policy=NONE,
+    retry_condition_fn=retry_unless_bad_request,
+    log_prints=False,
+)
 def train_model(root: str, config: TrainConfig, plan: dict, callbacks: list | None = None) -> dict:
     """Train (resuming from the last checkpoint a failed attempt left); returns the metrics."""
-    return train_planned(Warehouse(root), config, TrainingPlan(**plan), get_run_logger(),
-                         callbacks=callbacks or ())
+    return train_planned(Warehouse(root), config, TrainingPlan(**plan), get_run_logger(), callbacks=callbacks or ())
 
 
 @task(task_run_name="register-{config.method}", cache_policy=NONE)
@@ -59,11 +64,15 @@ def write_model(root: str, config: TrainConfig, plan: dict, metrics: dict) -> di
     row = registry_row(wh, config, TrainingPlan(**plan), metrics)
     held_out = {k: v for k, v in json.loads(row["lineage"])["partitions"].items() if k in ("valid", "test")}
     if held_out:
-        get_run_logger().warning("%s trained on held-out questions %s: evaluations on those partitions "
-                                 "mark them seen (evals.is_seen)", row["model_id"], held_out)
+        get_run_logger().warning(
+            "%s trained on held-out questions %s: evaluations on those partitions mark them seen (evals.is_seen)",
+            row["model_id"],
+            held_out,
+        )
     register_model(wh, row)
     create_table_artifact(
         [{"metric": k, "value": v} for k, v in sorted(metrics.items()) if v is not None],
-        key=f"train-{row['model_id']}", description=f"{config.method} metrics of {row['model_id']}",
+        key=f"train-{row['model_id']}",
+        description=f"{config.method} metrics of {row['model_id']}",
     )
     return row

@@ -27,10 +27,11 @@ from ragfactory.tasks.export.config import DecontaminationConfig, ExportConfig
 from ragfactory.tasks.export.contamination import EvalSet, contaminated_rows, screen_questions
 from ragfactory.tasks.export.gold_recall import GOLD_RECALL_SQL, keep_gold_recall
 from ragfactory.tasks.export.lengths import length_warnings
-from ragfactory.tasks.export.registry import EXPORTS, SCREENED_QUESTION_COLUMNS
 from ragfactory.tasks.export.llamafactory import KINDS as LLAMAFACTORY_TABLES
 from ragfactory.tasks.export.llamafactory import write_llamafactory
-from ragfactory.tasks.export.skips import TABLE as SKIPS, recording, skip_rows
+from ragfactory.tasks.export.registry import EXPORTS, SCREENED_QUESTION_COLUMNS
+from ragfactory.tasks.export.skips import TABLE as SKIPS
+from ragfactory.tasks.export.skips import recording, skip_rows
 from ragfactory.tasks.export.verl import verl_command, write_verl_parquet
 from ragfactory.tasks.ingest import dataset_file
 from ragfactory.tasks.llm.cache import CallCache
@@ -73,14 +74,17 @@ order by question_id
 """
 
 
-def export_inputs(wh: Warehouse, run_id: str, strategy: str,
-                  reads: Mapping[str, Sequence[str]]) -> dict[str, list[dict]]:
+def export_inputs(
+    wh: Warehouse, run_id: str, strategy: str, reads: Mapping[str, Sequence[str]]
+) -> dict[str, list[dict]]:
     """The run's rows of each table an export reads, with the declared columns only: ``nodes`` of
     the tree strategy (by question and path), the ``questions`` those nodes answer (always, with
     at least their text: decontamination screens it), the ``llm_calls`` behind those nodes, and
     any other table whole for the run."""
     params = {"run_id": run_id, "strategy": strategy}
-    wanted = dict(reads) | {"questions": _columns("questions", [*reads.get("questions", ()), *SCREENED_QUESTION_COLUMNS])}
+    wanted = dict(reads) | {
+        "questions": _columns("questions", [*reads.get("questions", ()), *SCREENED_QUESTION_COLUMNS])
+    }
     inputs = {}
     for table, columns in wanted.items():
         if table == "nodes":
@@ -105,14 +109,23 @@ def eval_set(wh: Warehouse, config: DecontaminationConfig) -> EvalSet:
     for dataset in config.eval_files:
         path = dataset_file(dataset)
         loaded = load_questions(path, dataset.name, dataset.resolved_format, dataset.split, dataset.limit)
-        rows += [{"question_id": q["question_id"], "question": q["question"], "source": str(path)}
-                 for q in loaded.questions]
-    return EvalSet(tuple(r["question_id"] for r in rows), tuple(r["question"] for r in rows),
-                   tuple(r["source"] for r in rows))
+        rows += [
+            {"question_id": q["question_id"], "question": q["question"], "source": str(path)} for q in loaded.questions
+        ]
+    return EvalSet(
+        tuple(r["question_id"] for r in rows), tuple(r["question"] for r in rows), tuple(r["source"] for r in rows)
+    )
 
 
-def decontaminate(wh: Warehouse, run_id: str, strategy: str, tables: dict[str, list[dict]], questions: list[dict],
-                  config: DecontaminationConfig, llm: LLMConfig | None) -> tuple[dict[str, list[dict]], list[dict]]:
+def decontaminate(
+    wh: Warehouse,
+    run_id: str,
+    strategy: str,
+    tables: dict[str, list[dict]],
+    questions: list[dict],
+    config: DecontaminationConfig,
+    llm: LLMConfig | None,
+) -> tuple[dict[str, list[dict]], list[dict]]:
     """(tables without their contaminated rows in drop mode, ``contamination`` rows); the judge's
     calls, when it is asked, land in ``llm_calls`` as the shard ``contamination-<strategy>``."""
     params = config.params()
@@ -148,10 +161,10 @@ def write_trainer_files(wh: Warehouse, run_id: str, strategy: str, tables: Mappi
         get_run_logger().warning("%s: %s", strategy, line)
 
 
-@task(retries=1, retry_delay_seconds=5, retry_condition_fn=retry_unless_permanent,
-      task_run_name="export-{strategy}")
-def write_training_data(root: str, run_id: str, strategy: str, config: ExportConfig, run_seed: int = 0,
-                        llm: LLMConfig | None = None) -> dict:
+@task(retries=1, retry_delay_seconds=5, retry_condition_fn=retry_unless_permanent, task_run_name="export-{strategy}")
+def write_training_data(
+    root: str, run_id: str, strategy: str, config: ExportConfig, run_seed: int = 0, llm: LLMConfig | None = None
+) -> dict:
     """Write the run's decontaminated training-data shards for one tree strategy (``nodes.strategy``)
     with the exporters registered for its strategy; returns rows per table and the
     contaminated rows found."""
@@ -161,16 +174,19 @@ def write_training_data(root: str, run_id: str, strategy: str, config: ExportCon
     with recording() as skips:  # why an exporter gave a question no row
         tables = exports.export(inputs, config, run_seed)
         if config.require_gold_recall is not None and "sft_examples" in tables:
-            found = {r["node_id"]: r for r in query(wh, GOLD_RECALL_SQL, {"run_id": run_id, "strategy": strategy}).to_pylist()}
+            found = {
+                r["node_id"]: r
+                for r in query(wh, GOLD_RECALL_SQL, {"run_id": run_id, "strategy": strategy}).to_pylist()
+            }
             tables["sft_examples"] = keep_gold_recall(tables["sft_examples"], found, config.require_gold_recall)
     wh.write(SKIPS, skip_rows(skips), strategy, partition={"run_id": run_id})
-    tables, contaminated = decontaminate(wh, run_id, strategy, tables, inputs["questions"],
-                                         config.decontamination, llm)
+    tables, contaminated = decontaminate(wh, run_id, strategy, tables, inputs["questions"], config.decontamination, llm)
     wh.write("contamination", contaminated, strategy, partition={"run_id": run_id})
     for table, rows in tables.items():
         wh.write(table, rows, strategy, partition={"run_id": run_id})
     write_trainer_files(wh, run_id, strategy, tables)
     counts = {table: len(rows) for table, rows in tables.items()}
-    get_run_logger().info("%s exports: %s; %d contaminated rows (%s)", strategy, counts, len(contaminated),
-                          config.decontamination.mode)
+    get_run_logger().info(
+        "%s exports: %s; %d contaminated rows (%s)", strategy, counts, len(contaminated), config.decontamination.mode
+    )
     return {"strategy": strategy, **counts, "contaminated": len(contaminated)}

@@ -20,8 +20,7 @@ from ragfactory.tasks.valuation.node_values import estimate_node_values
 from ragfactory.warehouse.store import Warehouse, conform
 
 
-@task(retries=1, retry_delay_seconds=5, retry_condition_fn=retry_unless_permanent,
-      task_run_name="value-{shard}")
+@task(retries=1, retry_delay_seconds=5, retry_condition_fn=retry_unless_permanent, task_run_name="value-{shard}")
 def value_nodes(root: str, run_id: str, shard: str, config: ValuationSection) -> dict:
     """Fill the valuation columns of one expansion shard's ``nodes`` and rewrite it when they
     changed; returns the shard, its node count and whether it was rewritten."""

@@ -67,10 +67,18 @@ def tiny_model(embedded_model, tmp_path_factory):
 
     tokenizer = AutoTokenizer.from_pretrained(embedded_model)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=1024, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
     folder = tmp_path_factory.mktemp("tiny-llama")
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -101,14 +109,23 @@ class S3Server:
 
     def __init__(self, endpoint: str):
         self.endpoint = endpoint
-        self.env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "ragfactory-test",
-                    "AWS_SECRET_ACCESS_KEY": "ragfactory-test", "AWS_DEFAULT_REGION": "us-east-1"}
+        self.env = {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "ragfactory-test",
+            "AWS_SECRET_ACCESS_KEY": "ragfactory-test",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
 
     def client(self):
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
-                            aws_access_key_id="ragfactory-test", aws_secret_access_key="ragfactory-test")
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="ragfactory-test",
+            aws_secret_access_key="ragfactory-test",
+        )
 
     def bucket(self, name: str) -> str:
         """A new, empty bucket; its ``s3://`` URI."""

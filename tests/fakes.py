@@ -58,9 +58,7 @@ class ScriptedBackend:
             if self.fail_when is not None and any(self.fail_when(r) for r in requests):
                 raise RuntimeError("scripted failure for a request in the batch")
             self.batches.append(list(requests))
-        return [
-            [self._complete(request, i) for i in range(request.sampling.n)] for request in requests
-        ]
+        return [[self._complete(request, i) for i in range(request.sampling.n)] for request in requests]
 
     def _complete(self, request: Request, sample_index: int) -> Completion:
         text = self.reply(request, sample_index)
@@ -81,8 +79,9 @@ class ContinuousScriptedBackend(ScriptedBackend):
 
     continuous = True
 
-    def __init__(self, reply: Callable[[Request, int], str] = echo_reply, delay_s: float = 0.05,
-                 numbered: bool = False, **kwargs):
+    def __init__(
+        self, reply: Callable[[Request, int], str] = echo_reply, delay_s: float = 0.05, numbered: bool = False, **kwargs
+    ):
         super().__init__(reply, **kwargs)
         self.delay_s = delay_s
         self.numbered = numbered
@@ -101,9 +100,19 @@ class ContinuousScriptedBackend(ScriptedBackend):
             self.in_flight -= 1
         if self.numbered:
             number = len(self.batches)
-            answers = [[Completion(text=f"{c.text}#{number}", finish_reason=c.finish_reason,
-                                   prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
-                                   latency_s=c.latency_s) for c in row] for row in answers]
+            answers = [
+                [
+                    Completion(
+                        text=f"{c.text}#{number}",
+                        finish_reason=c.finish_reason,
+                        prompt_tokens=c.prompt_tokens,
+                        completion_tokens=c.completion_tokens,
+                        latency_s=c.latency_s,
+                    )
+                    for c in row
+                ]
+                for row in answers
+            ]
         return answers
 
 
@@ -244,6 +253,10 @@ class TokenScriptedBackend(ScriptedBackend):
         plain = super()._complete(request, sample_index)
         prompt = "".join(f"<{m.role}>{m.content}" for m in request.messages) + "<assistant>"
         sampled = self.ids(plain.text) + (self.EOS,)
-        return replace(plain, prompt_token_ids=self.ids(prompt), completion_token_ids=sampled,
-                       completion_logprobs=tuple(-(i + 1) / 64 for i in range(len(sampled))),
-                       tokenizer_fingerprint="chars-v1")
+        return replace(
+            plain,
+            prompt_token_ids=self.ids(prompt),
+            completion_token_ids=sampled,
+            completion_logprobs=tuple(-(i + 1) / 64 for i in range(len(sampled))),
+            tokenizer_fingerprint="chars-v1",
+        )

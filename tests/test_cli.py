@@ -34,8 +34,15 @@ def test_top_level_help_shows_an_example():
 
 
 def test_expected_commands_exist():
-    assert {("build",), ("sql",), ("tables",), ("train",), ("evaluate",), ("retrieval", "serve"),
-            ("retrieval", "search")} <= set(COMMANDS)
+    assert {
+        ("build",),
+        ("sql",),
+        ("tables",),
+        ("train",),
+        ("evaluate",),
+        ("retrieval", "serve"),
+        ("retrieval", "search"),
+    } <= set(COMMANDS)
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
@@ -69,16 +76,18 @@ def test_retrieval_search_without_passages_says_what_to_do(warehouse):
 
 
 def test_sql_query_may_open_with_a_comment(warehouse):
-    result = runner.invoke(app, ["sql", "-- a note\nselect 41 + 1 as answer", "--format", "csv",
-                                 "--root", str(warehouse.root)])
+    result = runner.invoke(
+        app, ["sql", "-- a note\nselect 41 + 1 as answer", "--format", "csv", "--root", str(warehouse.root)]
+    )
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == ['"answer"', "42"]
 
 
 def test_sql_refusal_is_one_line_names_the_statement_and_writes_nothing(warehouse, tmp_path):
     target = tmp_path / "pwned.csv"
-    result = runner.invoke(app, ["sql", f"explain analyze copy (select 42 as pwned) to '{target}'",
-                                 "--root", str(warehouse.root)])
+    result = runner.invoke(
+        app, ["sql", f"explain analyze copy (select 42 as pwned) to '{target}'", "--root", str(warehouse.root)]
+    )
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
     assert len(result.output.strip().splitlines()) == 1
     assert result.output.startswith("error: refused: EXPLAIN ANALYZE COPY statements are not allowed")
@@ -125,11 +134,13 @@ def test_sql_csv_and_json_carry_nested_columns_as_json(warehouse):
 
 
 def test_a_whole_config_error_reads_as_one_plain_line(tmp_path):
-    result = CliRunner().invoke(app, ["train", "--method", "prm", "--run-id", "demo-0123", "--option", "heldout=1",
-                                      "--root", str(tmp_path)])
+    result = CliRunner().invoke(
+        app, ["train", "--method", "prm", "--run-id", "demo-0123", "--option", "heldout=1", "--root", str(tmp_path)]
+    )
     assert result.exit_code != 0
-    assert result.output.strip() == ("error: train --method prm: unknown option(s) ['heldout']; "
-                                     "known: heldout_fraction, max_length")
+    assert result.output.strip() == (
+        "error: train --method prm: unknown option(s) ['heldout']; known: heldout_fraction, max_length"
+    )
 
 
 def test_routine_prefect_states_stay_off_the_screen_and_every_other_line_shows(tmp_path):

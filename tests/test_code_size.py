@@ -20,8 +20,7 @@ def _modules() -> list[Path]:
 
 
 def test_no_module_is_over_400_lines():
-    long = {str(p.relative_to(ROOT)): n for p in _modules()
-            if (n := p.read_text().count("\n")) > MAX_MODULE_LINES}
+    long = {str(p.relative_to(ROOT)): n for p in _modules() if (n := p.read_text().count("\n")) > MAX_MODULE_LINES}
     assert long == {}
 
 
@@ -39,5 +38,9 @@ def test_no_function_is_over_40_lines():
 def test_the_scan_sees_the_code():
     # a scan of an empty or wrong folder would pass the two tests above for nothing
     names = {str(p.relative_to(ROOT)) for p in _modules()}
-    assert {"flows/build.py", "ragfactory/cli/__init__.py", "warehouse/store.py",
-            "tasks/search/decex/expansion.py"} <= names
+    assert {
+        "flows/build.py",
+        "ragfactory/cli/__init__.py",
+        "warehouse/store.py",
+        "tasks/search/decex/expansion.py",
+    } <= names

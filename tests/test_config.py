@@ -46,8 +46,19 @@ def test_demo_config_hash_is_pinned():
 
 def test_build_config_sections_keep_their_order():
     assert list(BuildConfig.model_fields) == [
-        "name", "seed", "warehouse", "datasets", "partitions", "corpus", "retrieval", "llm",
-        "search", "valuation", "export", "runner", "allow_downloads",
+        "name",
+        "seed",
+        "warehouse",
+        "datasets",
+        "partitions",
+        "corpus",
+        "retrieval",
+        "llm",
+        "search",
+        "valuation",
+        "export",
+        "runner",
+        "allow_downloads",
     ]
 
 
@@ -74,8 +85,10 @@ def test_train_config_answers_what_a_training_run_reads():
 
 
 def _project_modules_loaded_by(statement: str) -> list[str]:
-    code = (f"import sys; {statement}; "
-            "print(__import__('json').dumps(sorted(m for m in sys.modules if m.startswith('ragfactory'))))")
+    code = (
+        f"import sys; {statement}; "
+        "print(__import__('json').dumps(sorted(m for m in sys.modules if m.startswith('ragfactory'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     return json.loads(out.stdout)
 
@@ -87,17 +100,25 @@ def test_schemas_import_nothing_of_ours(module):
     assert module in loaded
 
 
-@pytest.mark.parametrize("method, options, message", [
-    ("prm", {"heldout": 0.1}, r"--method prm: unknown option\(s\) \['heldout'\]; known: heldout_fraction, max_length"),
-    ("tree-advantage", {"max_turns": 2}, r"unknown option\(s\) \['max_turns'\]; it takes none"),
-    ("sft", {"top_k": 3}, r"--method sft: unknown option\(s\) \['top_k'\]; it takes none"),
-])
+@pytest.mark.parametrize(
+    "method, options, message",
+    [
+        (
+            "prm",
+            {"heldout": 0.1},
+            r"--method prm: unknown option\(s\) \['heldout'\]; known: heldout_fraction, max_length",
+        ),
+        ("tree-advantage", {"max_turns": 2}, r"unknown option\(s\) \['max_turns'\]; it takes none"),
+        ("sft", {"top_k": 3}, r"--method sft: unknown option\(s\) \['top_k'\]; it takes none"),
+    ],
+)
 def test_a_training_option_the_method_does_not_read_is_refused(method, options, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(method=method, run_id="demo-0123", options=options)
     assert TrainConfig(method="grpo", run_id="demo-0123", options={"prm_model": "latest:prm"}).options
-    assert TrainConfig(method="grpo-agentic", run_id="demo-0123",
-                       options={"grammar": "treeps_step", "metric": "cover_em"}).options
+    assert TrainConfig(
+        method="grpo-agentic", run_id="demo-0123", options={"grammar": "treeps_step", "metric": "cover_em"}
+    ).options
 
 
 def test_the_warehouse_root_is_not_in_the_config_hash():

@@ -46,7 +46,12 @@ NEEDLES = {"the design notes": "design", "a tracker ticket": "issue", "a paper b
 def tracked_text_files() -> dict[str, str]:
     """Tracked files (and new ones git does not ignore) by path, as text; binary files (a NUL
     byte in their head) left out."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, check=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    )
     files = {}
     for name in listed.stdout.decode().split("\0"):
         path = REPO / name
@@ -85,33 +90,44 @@ def test_the_scan_sees_the_repository():
 
 
 def test_no_tracked_file_cites_outside_the_repository():
-    bad = [f"{name}:{hit}" for name, text in sorted(tracked_text_files().items())
-           for hit in citations(text, name)]
-    assert not bad, ("cite docs/architecture.md (section) or docs/papers.md (paper name) "
-                     "instead:\n" + "\n".join(bad))
+    bad = [f"{name}:{hit}" for name, text in sorted(tracked_text_files().items()) for hit in citations(text, name)]
+    assert not bad, "cite docs/architecture.md (section) or docs/papers.md (paper name) instead:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("text", [
-    "see " + "DESIGN" + ".md, Core contracts",
-    "as the " + "issue says",
-    "(" + "issue" + " 25)",
-    "Issue" + " 13 emptied it",
-    "issue" + " #37",
-    "the " + "issue" + "'s figure",
-    "Target (" + "issue" + "):",
-    "(" + "issue" + ' "Batcher")',
-    "(" + "00" + "4, §2.3)",
-    "paper " + "00" + "2",
-    "papers/" + "00" + "3_baf7cfc1ed44dc3a.txt",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "see " + "DESIGN" + ".md, Core contracts",
+        "as the " + "issue says",
+        "(" + "issue" + " 25)",
+        "Issue" + " 13 emptied it",
+        "issue" + " #37",
+        "the " + "issue" + "'s figure",
+        "Target (" + "issue" + "):",
+        "(" + "issue" + ' "Batcher")',
+        "(" + "00" + "4, §2.3)",
+        "paper " + "00" + "2",
+        "papers/" + "00" + "3_baf7cfc1ed44dc3a.txt",
+    ],
+)
 def test_the_check_catches_a_citation(text):
     assert citations(text)
 
 
-@pytest.mark.parametrize("text", [
-    "1,000 questions", "beta=0.001", "10_000_000 rows", "a question issues it", "is issued",
-    "(TreePS-RAG, §2.3)", "arXiv:2510.05691", "T00:00:04Z", "0x004f",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1,000 questions",
+        "beta=0.001",
+        "10_000_000 rows",
+        "a question issues it",
+        "is issued",
+        "(TreePS-RAG, §2.3)",
+        "arXiv:2510.05691",
+        "T00:00:04Z",
+        "0x004f",
+    ],
+)
 def test_the_check_lets_numbers_and_words_through(text):
     assert citations(text) == []
 
@@ -132,11 +148,13 @@ def _sections(markdown: str) -> set[str]:
 
 def test_every_architecture_citation_names_a_section():
     sections = _sections(ARCHITECTURE.read_text(encoding="utf-8"))
-    cited = {(name, section) for name, text in tracked_text_files().items()
-             for section in re.findall(r'docs/architecture\.md,\s+"([^"]+)"', text)}
+    cited = {
+        (name, section)
+        for name, text in tracked_text_files().items()
+        for section in re.findall(r'docs/architecture\.md,\s+"([^"]+)"', text)
+    }
     assert cited, "no file cites a section of docs/architecture.md"
-    missing = sorted(f"{name}: {section!r}" for name, section in cited
-                     if " ".join(section.split()) not in sections)
+    missing = sorted(f"{name}: {section!r}" for name, section in cited if " ".join(section.split()) not in sections)
     assert not missing, f"no such section in docs/architecture.md: {missing}"
 
 

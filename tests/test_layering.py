@@ -102,8 +102,13 @@ PARTS = {
 # docs/architecture.md, "What must never import what": never these arrows. Flow parameters count as
 # Flows for Search. Schemas and Common import nothing of ours (checked in forbidden_imports).
 FORBIDDEN = {
-    ("Search", "Warehouse"), ("Search", "Flows"), ("Search", "Flow parameters"),
-    ("LLM", "Search"), ("Retrieval", "LLM"), ("Warehouse", "Search"), ("Warehouse", "LLM"),
+    ("Search", "Warehouse"),
+    ("Search", "Flows"),
+    ("Search", "Flow parameters"),
+    ("LLM", "Search"),
+    ("Retrieval", "LLM"),
+    ("Warehouse", "Search"),
+    ("Warehouse", "LLM"),
 }
 
 # Imports (importing module, imported module) that cross a forbidden arrow or close a cycle
@@ -155,8 +160,10 @@ def import_edges(modules: Mapping[str, Path]) -> set[tuple[str, str]]:
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                           for a in node.names]
+                targets = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                ]
             else:
                 continue
             edges.update((name, t) for t in targets if part_of(t) is not None and t != name)
@@ -221,8 +228,12 @@ def describe_cycles(edges: set[tuple[str, str]]) -> list[str]:
     lines = []
     for group in part_cycles(edges):
         lines.append(" <-> ".join(group))
-        lines += [f"    {a} -> {b}: {src} imports {dst}" for (a, b), imports in sorted(arrows.items())
-                  if a in group and b in group for src, dst in sorted(imports)]
+        lines += [
+            f"    {a} -> {b}: {src} imports {dst}"
+            for (a, b), imports in sorted(arrows.items())
+            if a in group and b in group
+            for src, dst in sorted(imports)
+        ]
     return lines
 
 
@@ -257,18 +268,20 @@ def _fake_tree(root: Path, files: Mapping[str, str]) -> set[tuple[str, str]]:
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    package_dirs = {"ragfactory.tasks": "tasks", "ragfactory.warehouse": "warehouse",
-                    "ragfactory.schemas": "schemas"}
+    package_dirs = {"ragfactory.tasks": "tasks", "ragfactory.warehouse": "warehouse", "ragfactory.schemas": "schemas"}
     return import_edges(project_modules(root, package_dirs))
 
 
 def test_checker_catches_a_forbidden_import(tmp_path):
-    edges = _fake_tree(tmp_path, {
-        "warehouse/store.py": "import pyarrow\n",
-        "schemas/tables.py": "from ragfactory.warehouse import store\n",
-        "tasks/search/shard.py": "def f():\n    from ragfactory.warehouse.store import Warehouse\n",
-        "tasks/search/tree.py": "from ragfactory.tasks.search.shard import f\n",
-    })
+    edges = _fake_tree(
+        tmp_path,
+        {
+            "warehouse/store.py": "import pyarrow\n",
+            "schemas/tables.py": "from ragfactory.warehouse import store\n",
+            "tasks/search/shard.py": "def f():\n    from ragfactory.warehouse.store import Warehouse\n",
+            "tasks/search/tree.py": "from ragfactory.tasks.search.shard import f\n",
+        },
+    )
     assert forbidden_imports(edges) == [
         "Schemas -> Warehouse: ragfactory.schemas.tables imports ragfactory.warehouse.store",
         "Search -> Warehouse: ragfactory.tasks.search.shard imports ragfactory.warehouse.store",
@@ -277,12 +290,15 @@ def test_checker_catches_a_forbidden_import(tmp_path):
 
 
 def test_checker_catches_an_import_cycle_between_parts(tmp_path):
-    edges = _fake_tree(tmp_path, {
-        "tasks/llm/batcher.py": "from ragfactory.tasks.rewards import answer\n",
-        "tasks/rewards/answer.py": "import ragfactory.tasks.valuation.values\n",
-        "tasks/valuation/values.py": "from ragfactory.tasks.llm.batcher import x\n",
-        "tasks/export/sft.py": "from ragfactory.tasks.llm import batcher\n",
-    })
+    edges = _fake_tree(
+        tmp_path,
+        {
+            "tasks/llm/batcher.py": "from ragfactory.tasks.rewards import answer\n",
+            "tasks/rewards/answer.py": "import ragfactory.tasks.valuation.values\n",
+            "tasks/valuation/values.py": "from ragfactory.tasks.llm.batcher import x\n",
+            "tasks/export/sft.py": "from ragfactory.tasks.llm import batcher\n",
+        },
+    )
     assert part_cycles(edges) == [["LLM", "Rewards", "Valuation"]]
     assert describe_cycles(edges)[0] == "LLM <-> Rewards <-> Valuation"
     assert forbidden_imports(edges) == []
@@ -343,4 +359,6 @@ def test_strategy_scan_catches_a_name_and_spares_the_folder(tmp_path):
         (tmp_path / rel).write_text(text)
     assert strategy_folders(tmp_path / "tasks" / "search") == ["alpha"]
     assert modules_naming_a_strategy(tmp_path, ["alpha"]) == {
-        "tasks/export/sft.py": ["alpha"], "warehouse/sql/summary.sql": ["alpha"]}
+        "tasks/export/sft.py": ["alpha"],
+        "warehouse/sql/summary.sql": ["alpha"],
+    }

@@ -40,8 +40,9 @@ print(before, rss_mb())
 
 def resident_after_free(mode: str) -> float:
     env = {"PATH": "/usr/bin:/bin"}  # no MALLOC_* variables: the defaults, or what tuning sets
-    out = subprocess.run([sys.executable, "-c", SCRIPT, mode], env=env, capture_output=True,
-                         text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, mode], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
     before, after = map(float, out)
     return after - before
 

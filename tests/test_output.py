@@ -49,8 +49,10 @@ def test_progress_bars_are_off_in_a_log_and_left_alone_on_a_terminal(monkeypatch
 
 
 def test_tqdm_draws_nothing_once_quieted():
-    code = ("import io; from ragfactory.progress import quiet_bars_in_logs; quiet_bars_in_logs(io.StringIO()); "
-            "from tqdm.auto import tqdm; list(tqdm(range(3), desc='converting'))")
+    code = (
+        "import io; from ragfactory.progress import quiet_bars_in_logs; quiet_bars_in_logs(io.StringIO()); "
+        "from tqdm.auto import tqdm; list(tqdm(range(3), desc='converting'))"
+    )
     env = {k: v for k, v in os.environ.items() if k not in QUIET_ENV}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 0 and result.stderr == "", result.stderr

@@ -27,12 +27,22 @@ def no_engine_env(monkeypatch):
 
 def test_the_deployments_and_their_pools():
     pools = {name: d["work_pool"]["name"] for name, d in DEPLOYMENTS.items()}
-    assert pools == {"nightly-build": "cpu", "nightly": "cpu", "train-sft": "gpu", "train-dpo": "gpu", "train-grpo": "gpu",
-                     "train-grpo-agentic": "gpu", "train-tree-advantage": "gpu", "train-prm": "gpu",
-                     "evaluate": "cpu"}
+    assert pools == {
+        "nightly-build": "cpu",
+        "nightly": "cpu",
+        "train-sft": "gpu",
+        "train-dpo": "gpu",
+        "train-grpo": "gpu",
+        "train-grpo-agentic": "gpu",
+        "train-tree-advantage": "gpu",
+        "train-prm": "gpu",
+        "evaluate": "cpu",
+    }
     envs = {d["work_pool"]["name"]: d["work_pool"]["job_variables"]["env"] for d in DEPLOYMENTS.values()}
-    assert envs == {"cpu": {"RAGFACTORY_DEVICE": "cpu", "RAGFACTORY_ENGINE": "transformers"},
-                    "gpu": {"RAGFACTORY_DEVICE": "cuda", "RAGFACTORY_ENGINE": "vllm"}}
+    assert envs == {
+        "cpu": {"RAGFACTORY_DEVICE": "cpu", "RAGFACTORY_ENGINE": "transformers"},
+        "gpu": {"RAGFACTORY_DEVICE": "cuda", "RAGFACTORY_ENGINE": "vllm"},
+    }
 
 
 @pytest.mark.parametrize("name", sorted(DEPLOYMENTS))
@@ -71,12 +81,17 @@ def test_nightly_schedule_and_concurrency():
     assert all("schedules" not in d for n, d in DEPLOYMENTS.items() if n not in ("nightly-build", "nightly"))
 
 
-@pytest.mark.parametrize("method, table, extra", [
-    ("sft", "sft_examples", {}), ("dpo", "preference_pairs", {}), ("grpo", "grpo_prompts", {}),
-    ("grpo-agentic", "grpo_prompts", {"options": {"max_turns": 3, "top_k": 3}}),
-    ("tree-advantage", "trajectories", {"trl": {"epsilon": 0.2, "beta": 0.001}}),
-    ("prm", "step_labels", {"options": {"heldout_fraction": 0.1}}),
-])
+@pytest.mark.parametrize(
+    "method, table, extra",
+    [
+        ("sft", "sft_examples", {}),
+        ("dpo", "preference_pairs", {}),
+        ("grpo", "grpo_prompts", {}),
+        ("grpo-agentic", "grpo_prompts", {"options": {"max_turns": 3, "top_k": 3}}),
+        ("tree-advantage", "trajectories", {"trl": {"epsilon": 0.2, "beta": 0.001}}),
+        ("prm", "step_labels", {"options": {"heldout_fraction": 0.1}}),
+    ],
+)
 def test_training_deployments_take_a_build_run_id(method, table, extra):
     parameters = DEPLOYMENTS[f"train-{method}"]["parameters"]["config"]
     assert parameters == {"method": method, "run_id": None, **extra}

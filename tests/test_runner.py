@@ -39,7 +39,8 @@ def test_the_preflight_imports_the_preload_modules_and_names_a_missing_one():
         with contextlib.suppress(ValueError):  # registered by the import: no other test may see it
             unregister_backend("scripted:cluster")
     assert preload_problems(["tests.no_such_module"]) == [
-        "runner.preload: cannot import 'tests.no_such_module': No module named 'tests.no_such_module'"]
+        "runner.preload: cannot import 'tests.no_such_module': No module named 'tests.no_such_module'"
+    ]
 
 
 class LostFuture:
@@ -70,8 +71,7 @@ def test_a_shard_whose_workers_all_died_is_crashed_with_the_clusters_reason():
     state = settled_state(future)
     assert future.waited
     assert state.is_crashed()
-    assert state.message == ("shard lost: KilledWorker: Attempted to run task expand-decex-0001 "
-                             "on 4 different workers")
+    assert state.message == ("shard lost: KilledWorker: Attempted to run task expand-decex-0001 on 4 different workers")
 
 
 def test_a_settled_shard_keeps_its_state():
@@ -106,5 +106,5 @@ def test_a_preload_package_loaded_from_off_the_path_is_on_it_for_the_cluster_onl
     before = list(sys.path)
     with importable_in_workers(["offpath_suite.engine", "json"]):
         assert str(tmp_path / "suite") in sys.path
-        assert sys.path[:len(before)] == before
+        assert sys.path[: len(before)] == before
     assert sys.path == before

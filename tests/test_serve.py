@@ -16,7 +16,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from ragfactory import serve
+from ragfactory import process_groups, serve
 from ragfactory.cli import app
 
 
@@ -32,7 +32,7 @@ def _alive(pid: int) -> bool:
 def _spawn_with_grandchild(tmp_path, trap: str = "") -> tuple[subprocess.Popen, int]:
     pid_file = tmp_path / "grandchild.pid"
     script = f"{trap} sleep 300 & echo $! > {pid_file}; wait"
-    process = serve._spawn(["sh", "-c", script], dict(os.environ), None, cwd=tmp_path)
+    process = process_groups.spawn(["sh", "-c", script], dict(os.environ), None, cwd=tmp_path)
     deadline = time.monotonic() + 10
     while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -42,7 +42,7 @@ def _spawn_with_grandchild(tmp_path, trap: str = "") -> tuple[subprocess.Popen, 
 def test_stop_ends_the_child_and_its_children(tmp_path):
     process, grandchild = _spawn_with_grandchild(tmp_path)
     assert _alive(grandchild)
-    code = serve.stop(process, grace=10)
+    code = process_groups.stop(process, grace=10)
     assert code is not None and process.poll() is not None
     time.sleep(0.2)
     assert not _alive(grandchild)
@@ -51,7 +51,7 @@ def test_stop_ends_the_child_and_its_children(tmp_path):
 def test_stop_kills_what_ignores_sigterm(tmp_path):
     process, grandchild = _spawn_with_grandchild(tmp_path, trap="trap '' TERM;")
     started = time.monotonic()
-    assert serve.stop(process, grace=1) == -9
+    assert process_groups.stop(process, grace=1) == -9
     assert time.monotonic() - started < 10
     time.sleep(0.2)
     assert not _alive(grandchild)

@@ -17,8 +17,9 @@ def imports_of_test_modules(path: Path) -> list[str]:
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
         if isinstance(node, ast.ImportFrom) and node.module:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        found += [n for n in names if n.startswith("tests.") and any(
-            part.startswith("test_") for part in n.split(".")[1:])]
+        found += [
+            n for n in names if n.startswith("tests.") and any(part.startswith("test_") for part in n.split(".")[1:])
+        ]
     return sorted(set(found))
 
 
@@ -37,5 +38,8 @@ def test_a_module_is_one_xdist_scope_and_the_e2e_package_is_one():
     from tests.conftest import xdist_scope
 
     assert xdist_scope("tests/flows/test_build.py::test_a[decex]") == "tests/flows/test_build.py"
-    assert xdist_scope("tests/e2e/test_stack.py::test_a") == xdist_scope("tests/e2e/test_stack_flywheel.py::t") == (
-        "tests/e2e/")
+    assert (
+        xdist_scope("tests/e2e/test_stack.py::test_a")
+        == xdist_scope("tests/e2e/test_stack_flywheel.py::t")
+        == ("tests/e2e/")
+    )

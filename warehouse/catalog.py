@@ -26,9 +26,23 @@ import pyarrow as pa
 from ragfactory.atomic import atomic_path
 from ragfactory.plugins import view_folders
 from ragfactory.schemas.tables import TABLES
-from ragfactory.warehouse.confined import LimitReached, SqlLimits, close, confined_duckdb, refusal, rows_refusal, within_limits
+from ragfactory.warehouse.confined import (
+    LimitReached,
+    SqlLimits,
+    close,
+    confined_duckdb,
+    refusal,
+    rows_refusal,
+    within_limits,
+)
 from ragfactory.warehouse.guard import (
-    ReadRefused, Refused, WriteRefused, check_read_only, literal_paths, parser_connection, serialized_tree,
+    ReadRefused,
+    Refused,
+    WriteRefused,
+    check_read_only,
+    literal_paths,
+    parser_connection,
+    serialized_tree,
     walk_tree,
 )
 from ragfactory.warehouse.integrity import damaged_files, first_line
@@ -36,8 +50,21 @@ from ragfactory.warehouse.readonly_fs import PREFIX, PROTOCOL, warehouse_url
 from ragfactory.warehouse.store import Warehouse
 
 __all__ = [
-    "LimitReached", "ReadRefused", "Refused", "SqlLimits", "WriteRefused", "check_read_only", "confined_connection", "connect",
-    "create_views", "query", "refresh_catalog", "sql_views", "table_view_sql", "tables_read", "user_query",
+    "LimitReached",
+    "ReadRefused",
+    "Refused",
+    "SqlLimits",
+    "WriteRefused",
+    "check_read_only",
+    "confined_connection",
+    "connect",
+    "create_views",
+    "query",
+    "refresh_catalog",
+    "sql_views",
+    "table_view_sql",
+    "tables_read",
+    "user_query",
 ]
 
 # A view whose file stem ends so is one part's process labels as long rows (run_id, strategy,
@@ -82,7 +109,7 @@ def tables_read(sql: str) -> set[str] | None:
         if found is None:
             return None
         names, paths = found
-        read |= {path[len(PREFIX):].split("/", 1)[0] for path in paths if path.startswith(PREFIX)}
+        read |= {path[len(PREFIX) :].split("/", 1)[0] for path in paths if path.startswith(PREFIX)}
         read |= names & TABLES.keys()
         pending += [views[name] for name in names - seen if name in views]
         seen |= names
@@ -178,9 +205,11 @@ def damage_message(warehouse: Warehouse, table: str, damaged: list[tuple[str, st
     """One line: the table, its first damaged file and why, and the commands that help."""
     path, why = damaged[0]
     more = f" and {len(damaged) - 1} more file(s)" if len(damaged) > 1 else ""
-    return (f"table {table} cannot be read: damaged file {path} ({why}){more}; "
-            f"list the damage with `ragfactory check --root {warehouse.root}`, "
-            f"rebuild it with `ragfactory check --repair --root {warehouse.root}`")
+    return (
+        f"table {table} cannot be read: damaged file {path} ({why}){more}; "
+        f"list the damage with `ragfactory check --root {warehouse.root}`, "
+        f"rebuild it with `ragfactory check --repair --root {warehouse.root}`"
+    )
 
 
 def _failing_select(warehouse: Warehouse, table: str, damaged: list[tuple[str, str]]) -> str:

@@ -91,18 +91,24 @@ def _raise_with(limits: SqlLimits, flag: str, env: str) -> str:
 
 
 def memory_refusal(limits: SqlLimits) -> LimitReached:
-    return LimitReached(f"query stopped: it needs more than its {limits.memory_limit} memory limit "
-                        f"({_raise_with(limits, '--memory-limit', MEMORY_ENV)}; nothing spills to disk)")
+    return LimitReached(
+        f"query stopped: it needs more than its {limits.memory_limit} memory limit "
+        f"({_raise_with(limits, '--memory-limit', MEMORY_ENV)}; nothing spills to disk)"
+    )
 
 
 def time_refusal(limits: SqlLimits) -> LimitReached:
-    return LimitReached(f"query stopped: it ran past its {limits.timeout_s:g} s time limit "
-                        f"({_raise_with(limits, '--timeout', TIMEOUT_ENV)})")
+    return LimitReached(
+        f"query stopped: it ran past its {limits.timeout_s:g} s time limit "
+        f"({_raise_with(limits, '--timeout', TIMEOUT_ENV)})"
+    )
 
 
 def rows_refusal(limits: SqlLimits) -> LimitReached:
-    return LimitReached(f"query stopped: its result has more than {limits.max_rows:,} rows, the row limit "
-                        f"here (add a LIMIT, use `ragfactory sql`, or raise it with ${ROWS_ENV} where this server starts)")
+    return LimitReached(
+        f"query stopped: its result has more than {limits.max_rows:,} rows, the row limit "
+        f"here (add a LIMIT, use `ragfactory sql`, or raise it with ${ROWS_ENV} where this server starts)"
+    )
 
 
 @contextmanager

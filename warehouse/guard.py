@@ -25,19 +25,50 @@ from ragfactory.warehouse.readonly_fs import PREFIX, ReadOnlyError, WarehouseFil
 ALLOWED_KIND = "SELECT"
 
 # Table functions that read files: their literal path arguments must be warehouse:// paths.
-READERS = frozenset({
-    "read_parquet", "parquet_scan", "read_csv", "read_csv_auto", "read_json", "read_json_auto",
-    "read_json_objects", "read_json_objects_auto", "read_ndjson", "read_ndjson_auto",
-    "read_ndjson_objects", "read_text", "read_blob", "glob", "sniff_csv", "parquet_metadata",
-    "parquet_schema", "parquet_file_metadata", "parquet_kv_metadata", "parquet_full_metadata",
-    "parquet_bloom_probe",
-})
+READERS = frozenset(
+    {
+        "read_parquet",
+        "parquet_scan",
+        "read_csv",
+        "read_csv_auto",
+        "read_json",
+        "read_json_auto",
+        "read_json_objects",
+        "read_json_objects_auto",
+        "read_ndjson",
+        "read_ndjson_auto",
+        "read_ndjson_objects",
+        "read_text",
+        "read_blob",
+        "glob",
+        "sniff_csv",
+        "parquet_metadata",
+        "parquet_schema",
+        "parquet_file_metadata",
+        "parquet_kv_metadata",
+        "parquet_full_metadata",
+        "parquet_bloom_probe",
+    }
+)
 # Table functions that only compute, or describe the in-memory catalog.
-GENERATORS = frozenset({
-    "range", "generate_series", "unnest", "repeat", "repeat_row", "json_each", "json_tree",
-    "summary", "query_table", "icu_calendar_names", "pg_timezone_names", "test_all_types",
-    "test_vector_types", "which_secret",
-})
+GENERATORS = frozenset(
+    {
+        "range",
+        "generate_series",
+        "unnest",
+        "repeat",
+        "repeat_row",
+        "json_each",
+        "json_tree",
+        "summary",
+        "query_table",
+        "icu_calendar_names",
+        "pg_timezone_names",
+        "test_all_types",
+        "test_vector_types",
+        "which_secret",
+    }
+)
 INTROSPECTION_PREFIXES = ("duckdb_", "pragma_")
 READ_ONLY_HINT = "only select / with … select / describe / show / summarize / explain run here"
 
@@ -100,15 +131,15 @@ def _explained(text: str) -> tuple[str, object]:
     tokens, words = _words(text)
     position = 1  # words[0] is EXPLAIN: the parser said so
     options = []
-    if words[position:position + 1] == ["analyze"]:
+    if words[position : position + 1] == ["analyze"]:
         options, position = ["analyze"], position + 1
-    elif words[position:position + 1] == ["("]:
+    elif words[position : position + 1] == ["("]:
         closing = words.index(")", position) if ")" in words[position:] else len(words)
-        options, position = words[position + 1:closing], closing + 1
+        options, position = words[position + 1 : closing], closing + 1
     label = "EXPLAIN ANALYZE" if "analyze" in options else "EXPLAIN"
     if position >= len(tokens):
         raise WriteRefused(f"refused: {label} of nothing the parser could classify")
-    inner = _parse(text[tokens[position]:])
+    inner = _parse(text[tokens[position] :])
     if len(inner) != 1:
         raise WriteRefused(f"refused: {label} must wrap exactly one statement, not {len(inner)}")
     return label, inner[0]
@@ -143,8 +174,9 @@ def _words(text: str) -> tuple[list[int], list[str]]:
     """Start offsets and lower-cased text of the tokens that are not comments."""
     found = duckdb.tokenize(text)
     ends = [start for start, _ in found[1:]] + [len(text)]
-    kept = [(start, text[start:end].strip().lower())
-            for (start, kind), end in zip(found, ends) if kind.name != "comment"]
+    kept = [
+        (start, text[start:end].strip().lower()) for (start, kind), end in zip(found, ends) if kind.name != "comment"
+    ]
     return [start for start, _ in kept], [word for _, word in kept]
 
 
@@ -224,8 +256,11 @@ def literal_paths(function: dict) -> list[str] | None:
     items = [first]
     if first.get("class") == "FUNCTION" and first.get("function_name") in {"list_value", "array_value"}:
         items = [arg.get("expression") or {} for arg in first.get("arguments", [])]
-    literal = [item for item in items
-               if item.get("class") == "CONSTANT" and (item.get("literal") or {}).get("kind") == "STRING"]
+    literal = [
+        item
+        for item in items
+        if item.get("class") == "CONSTANT" and (item.get("literal") or {}).get("kind") == "STRING"
+    ]
     return [item["literal"]["text"] for item in literal] if len(literal) == len(items) else None
 
 

@@ -77,7 +77,7 @@ def manifest_path(root: Path, path: Path) -> Path:
 def shard_of_manifest(root: Path, sidecar: Path) -> Path:
     """The shard file a sidecar describes."""
     relative = sidecar.relative_to(root / MANIFEST_DIR)
-    return root / relative.parent / relative.name[:-len(MANIFEST_SUFFIX)]
+    return root / relative.parent / relative.name[: -len(MANIFEST_SUFFIX)]
 
 
 def digest(path: Path) -> tuple[int, str]:
@@ -98,8 +98,7 @@ def _relative(root: Path, path: Path) -> str:
 def entry_for(root: Path, path: Path, rows: int, staged: Path | None = None) -> dict:
     """The manifest entry of ``path`` (whose bytes are, for now, in ``staged`` if given)."""
     size, sha = digest(staged or path)
-    return {"version": MANIFEST_VERSION, "path": _relative(root, path), "rows": rows,
-            "bytes": size, "sha256": sha}
+    return {"version": MANIFEST_VERSION, "path": _relative(root, path), "rows": rows, "bytes": size, "sha256": sha}
 
 
 def _write_json(target: Path, payload: dict) -> None:
@@ -291,11 +290,15 @@ def check_file(root: Path, table: str, path: Path) -> Problem | None:
             return None
     rows, unreadable = _parquet_rows(path)
     if entry is None:
-        return Problem(table, relative, "unrecorded", f"no manifest entry; {unreadable or f'{rows} rows'}",
-                       readable=unreadable is None)
+        return Problem(
+            table,
+            relative,
+            "unrecorded",
+            f"no manifest entry; {unreadable or f'{rows} rows'}",
+            readable=unreadable is None,
+        )
     found = unreadable or (f"{rows} rows, recorded {entry['rows']}" if rows != entry["rows"] else None)
-    return Problem(table, relative, "damaged", "; ".join(p for p in (differs, found) if p),
-                   readable=unreadable is None)
+    return Problem(table, relative, "damaged", "; ".join(p for p in (differs, found) if p), readable=unreadable is None)
 
 
 def check(warehouse: Warehouse, workers: int | None = None) -> list[Problem]:
@@ -323,8 +326,9 @@ def _gone(root: Path, table: str, path: Path) -> Problem:
     entry = read_entry(root, path) or {}
     if entry.get("quarantined"):
         held = "its rows" if entry.get("rows") is None else f"its {entry['rows']} rows"
-        return Problem(table, _relative(root, path), "quarantined",
-                       f"{held} set aside in {entry['quarantined']}, not rebuilt yet")
+        return Problem(
+            table, _relative(root, path), "quarantined", f"{held} set aside in {entry['quarantined']}, not rebuilt yet"
+        )
     return Problem(table, _relative(root, path), "missing", "the manifest records it but the file is gone")
 
 

@@ -121,7 +121,9 @@ class ObjectStore:
         try:
             self.fs.put_file(str(path), self.key(path))
         except (OSError, ValueError) as exc:
-            raise ObjectStoreError(f"{self.uri}: cannot upload {path.relative_to(self.root).as_posix()}: {exc}") from exc
+            raise ObjectStoreError(
+                f"{self.uri}: cannot upload {path.relative_to(self.root).as_posix()}: {exc}"
+            ) from exc
 
     def pull(self, tables: Iterable[str] | None = None) -> Pulled:
         """Bring the mirror up to the store: every recorded shard the mirror lacks or holds with
@@ -138,28 +140,39 @@ class ObjectStore:
         keys = sorted(k for k in listed if k.endswith(MANIFEST_SUFFIX))
         if tables is not None:
             tables = tuple(sorted(set(tables)))
-            keys = [k for k in keys if k[len(prefix) + 1:].split("/", 1)[0] in tables]
+            keys = [k for k in keys if k[len(prefix) + 1 :].split("/", 1)[0] in tables]
         with ThreadPoolExecutor(_PARALLEL) as pool:
             downloaded = sum(pool.map(lambda key: self._pull_one(key, listed[key]), keys))
         return Pulled(downloaded=downloaded, current=len(keys) - downloaded, tables=tables)
 
-    def _pull_one(self, key: str, listing: dict) -> bool:
-        """Mirror one entry and its shard; whether the shard was downloaded."""
-        sidecar = self.root / key[len(self.base) + 1:]
-        local = sidecar.read_bytes() if sidecar.exists() else None
+    def _entry_text(self, key: str, listing: dict, local: bytes | None) -> str:
+        """The text of the entry at ``key``: the mirror's copy (``local``) when it is the store's,
+        else fetched."""
         # An entry is a single small PUT, so the store's ETag is the MD5 of its bytes (S3, MinIO,
         # moto): a mirror that holds those bytes needs no GET. Any other ETag (or none) is no
         # answer either way, and the entry is fetched and compared.
-        if local is not None and str(listing.get("ETag", "")).strip('"') == hashlib.md5(local, usedforsecurity=False).hexdigest():
-            text = local.decode("utf-8")
-        else:
-            text = self.fs.cat_file(key).decode("utf-8")
+        if (
+            local is not None
+            and str(listing.get("ETag", "")).strip('"') == hashlib.md5(local, usedforsecurity=False).hexdigest()
+        ):
+            return local.decode("utf-8")
+        return self.fs.cat_file(key).decode("utf-8")
+
+    def _pull_one(self, key: str, listing: dict) -> bool:
+        """Mirror one entry and its shard; whether the shard was downloaded."""
+        sidecar = self.root / key[len(self.base) + 1 :]
+        local = sidecar.read_bytes() if sidecar.exists() else None
+        text = self._entry_text(key, listing, local)
         entry = json.loads(text)
         path = self.root / entry["path"]
         # The mirror's own files are checked by ``ragfactory check`` as a local warehouse's are:
         # here the entry and the size tell whether it holds this object already.
-        if local is not None and local.decode("utf-8") == text \
-                and path.exists() and path.stat().st_size == entry["bytes"]:
+        if (
+            local is not None
+            and local.decode("utf-8") == text
+            and path.exists()
+            and path.stat().st_size == entry["bytes"]
+        ):
             return False
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as staged:
@@ -172,7 +185,8 @@ class ObjectStore:
                 raise ObjectStoreError(
                     f"{self.uri}: {entry['path']} is not the object that was written "
                     f"({found[0]} bytes, sha256 {found[1][:12]}…; recorded {entry['bytes']} bytes, "
-                    f"sha256 {entry['sha256'][:12]}…); not mirrored")
+                    f"sha256 {entry['sha256'][:12]}…); not mirrored"
+                )
             sidecar.unlink(missing_ok=True)
         sidecar.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(sidecar, text)

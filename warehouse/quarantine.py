@@ -58,8 +58,13 @@ def _mark(root: Path, path: Path, folder: Path) -> None:
         copy = folder / manifest_path(root, path).relative_to(root)
         copy.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(copy, json.dumps(entry, sort_keys=True) + "\n")
-    marked = (entry or {"version": MANIFEST_VERSION, "path": path.relative_to(root).as_posix(),
-                        "rows": None, "bytes": None, "sha256": None})
+    marked = entry or {
+        "version": MANIFEST_VERSION,
+        "path": path.relative_to(root).as_posix(),
+        "rows": None,
+        "bytes": None,
+        "sha256": None,
+    }
     marked = marked | {"quarantined": target.relative_to(root).as_posix()}
     sidecar = manifest_path(root, path)
     sidecar.parent.mkdir(parents=True, exist_ok=True)

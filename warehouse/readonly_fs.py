@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 from fsspec.spec import AbstractFileSystem
@@ -40,7 +40,7 @@ class WarehouseFileSystem(AbstractFileSystem):
     def _strip_protocol(cls, path) -> str:
         path = str(path)
         if path.startswith(PREFIX):
-            path = path[len(PREFIX):]
+            path = path[len(PREFIX) :]
         return path.strip("/")
 
     def local_path(self, path) -> str:
@@ -100,8 +100,10 @@ class WarehouseFileSystem(AbstractFileSystem):
 
     def _open(self, path, mode="rb", **kwargs):
         if mode != "rb":
-            raise ReadOnlyError(f"{PREFIX}{self._strip_protocol(path)}: the warehouse is read-only here "
-                                f"(asked to open it with mode {mode!r})")
+            raise ReadOnlyError(
+                f"{PREFIX}{self._strip_protocol(path)}: the warehouse is read-only here "
+                f"(asked to open it with mode {mode!r})"
+            )
         return PositionalFile(self.local_path(path))
 
     def _refuse(self, path, *args, **kwargs):

@@ -16,10 +16,17 @@ from ragfactory.schemas.tables import TABLES
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 
-STRATEGY_COLUMNS = {"nodes": "n_nodes", "format errors": "n_format_errors", "well-formed": "well_formed",
-                    "sft rows": "n_sft_examples", "pairs": "n_preference_pairs",
-                    "trajectories": "n_trajectories", "rewarded trajectories": "n_rewarded_trajectories",
-                    "step labels": "n_step_labels", "scored plans": "n_scored_plans"}
+STRATEGY_COLUMNS = {
+    "nodes": "n_nodes",
+    "format errors": "n_format_errors",
+    "well-formed": "well_formed",
+    "sft rows": "n_sft_examples",
+    "pairs": "n_preference_pairs",
+    "trajectories": "n_trajectories",
+    "rewarded trajectories": "n_rewarded_trajectories",
+    "step labels": "n_step_labels",
+    "scored plans": "n_scored_plans",
+}
 
 
 def artifact_key(name: str, suffix: str = "") -> str:
@@ -30,10 +37,14 @@ def artifact_key(name: str, suffix: str = "") -> str:
 
 def run_counts(wh: Warehouse, run_id: str) -> dict[str, int]:
     """Rows per run-scoped table in the run's partition (one query over the catalog)."""
-    tables = [table for table, spec in sorted(TABLES.items())
-              if spec.partition_by == ("run_id",) and table not in ("runs", "models", "evals", "eval_compare")]
+    tables = [
+        table
+        for table, spec in sorted(TABLES.items())
+        if spec.partition_by == ("run_id",) and table not in ("runs", "models", "evals", "eval_compare")
+    ]
     sql = " union all ".join(
-        f"select '{table}' as name, count(*) as n from {table} where run_id = $run" for table in tables)
+        f"select '{table}' as name, count(*) as n from {table} where run_id = $run" for table in tables
+    )
     rows = query(wh, sql, {"run": run_id}).to_pylist()
     return {row["name"]: row["n"] for row in sorted(rows, key=lambda row: row["name"])}
 
@@ -43,12 +54,16 @@ def report_rows(wh: Warehouse, run_id: str, datasets: Iterable[str], shards: Ite
     shards = list(shards)
     executed = [s for s in shards if not s.get("cached")]
     rows = [{"item": f"rows {table}", "value": n} for table, n in run_counts(wh, run_id).items()]
-    rejects = query(wh, "select count(*) as n from rejects where list_contains($d, dataset)",
-                    {"d": sorted(datasets)}).column("n")[0].as_py()
+    rejects = (
+        query(wh, "select count(*) as n from rejects where list_contains($d, dataset)", {"d": sorted(datasets)})
+        .column("n")[0]
+        .as_py()
+    )
     rows.append({"item": "rejects", "value": rejects})
     for row in query(wh, "select * from strategy_summary where run_id = $run", {"run": run_id}).to_pylist():
-        rows += [{"item": f"{row['strategy']} {label}", "value": row[column]}
-                 for label, column in STRATEGY_COLUMNS.items()]
+        rows += [
+            {"item": f"{row['strategy']} {label}", "value": row[column]} for label, column in STRATEGY_COLUMNS.items()
+        ]
     engine = [s.get("engine") or {} for s in executed]
     rows += [
         {"item": "shards", "value": len(shards)},

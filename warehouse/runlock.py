@@ -64,8 +64,12 @@ def lock_within(fd: int, wait_s: float, poll_s: float = 0.1) -> bool:
 def write_holder(fd: int, **about: str) -> dict:
     """Record this process as the holder: pid, host, start time (UTC, ISO 8601), and ``about``
     what it holds."""
-    holder = {"pid": os.getpid(), "host": socket.gethostname(),
-              "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **about}
+    holder = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        **about,
+    }
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(holder).encode(), 0)
     return holder

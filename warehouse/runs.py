@@ -152,8 +152,10 @@ def holding_run(warehouse: Warehouse, wait_s: float = 10.0, **run) -> Iterator[R
     hold = RunHold(warehouse, run)
     try:
         if not lock_within(fd, wait_s):
-            raise RunBusy(f"run {run['run_id']} is running in {describe(read_holder(fd))} "
-                          f"(lock {path}): wait for it to end, or stop that process")
+            raise RunBusy(
+                f"run {run['run_id']} is running in {describe(read_holder(fd))} "
+                f"(lock {path}): wait for it to end, or stop that process"
+            )
         write_holder(fd, run_started_at=_stamp(run.get("started_at")))
         with _HELD_LOCK:
             _HELD[str(path)] = hold
@@ -244,8 +246,9 @@ def _abandon(warehouse: Warehouse, run_id: str, ended: FlowRunEnded | None) -> b
             if state is None:
                 return False
             error = f"abandoned: its Prefect flow run {rows[0]['flow_run_id']} ended {state}"
-        warehouse.write("runs", [rows[0] | {"status": "abandoned", "finished_at": now(), "error": error}],
-                        shard=RUN_SHARD)
+        warehouse.write(
+            "runs", [rows[0] | {"status": "abandoned", "finished_at": now(), "error": error}], shard=RUN_SHARD
+        )
         return True
     except OSError:
         return False

@@ -91,8 +91,7 @@ def conform(table_name: str, data: pa.Table | Iterable[Mapping]) -> pa.Table:
             columns.append(data.column(field.name).cast(field.type))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
             raise SchemaMismatch(
-                f"{table_name}.{field.name}: cannot cast {data.schema.field(field.name).type} "
-                f"to {field.type}: {exc}"
+                f"{table_name}.{field.name}: cannot cast {data.schema.field(field.name).type} to {field.type}: {exc}"
             ) from exc
     return pa.Table.from_arrays(columns, schema=spec.schema)
 
@@ -287,8 +286,9 @@ def _keys(rows: pa.Table, key: tuple[str, ...]) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "\x1f").combine_chunks()
 
 
-def _keep_old(new: pa.Table, new_keys: pa.Array, old: pa.Table, old_keys: pa.Array,
-              keep: tuple[str, ...]) -> tuple[pa.Table, int]:
+def _keep_old(
+    new: pa.Table, new_keys: pa.Array, old: pa.Table, old_keys: pa.Array, keep: tuple[str, ...]
+) -> tuple[pa.Table, int]:
     """``new`` with each ``keep`` column taken from the old row of the same key where that is
     not null; and how many rows that changed."""
     lookup = pa.table({"_k": old_keys, **{c: old.column(c) for c in keep}})
@@ -323,7 +323,6 @@ def _single_value(table: str, rows: pa.Table, column: str) -> str:
     values = rows.column(column).unique().to_pylist()
     if len(values) != 1 or values[0] is None:
         raise ValueError(
-            f"{table}: a shard must hold exactly one value of partition column {column!r}, "
-            f"got {values[:5]}"
+            f"{table}: a shard must hold exactly one value of partition column {column!r}, got {values[:5]}"
         )
     return str(values[0])

@@ -9,11 +9,13 @@ module that registers its commands on ``app`` when imported, in the order ``--he
 
 from __future__ import annotations
 
-from ragfactory.cli import warehouse, building, training, evaluation, serving  # noqa: F401, I001  (they register, in order)
-from ragfactory.cli import corpus  # noqa: F401, I001  (registers `ragfactory corpus`)
+# isort: off
+from ragfactory.cli import warehouse, building, training, evaluation, serving  # noqa: F401  (they register, in order)
+from ragfactory.cli import corpus  # noqa: F401  (registers `ragfactory corpus`)
+
+# isort: on
 from ragfactory.cli.building import print_build_summary
 from ragfactory.cli.common import app, console, logged_run, print_arrow, print_failures
 from ragfactory.cli.evaluation import print_comparison
 
-__all__ = ["app", "console", "logged_run", "print_arrow", "print_build_summary", "print_comparison",
-           "print_failures"]
+__all__ = ["app", "console", "logged_run", "print_arrow", "print_build_summary", "print_comparison", "print_failures"]

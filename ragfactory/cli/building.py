@@ -64,33 +64,51 @@ def build(
 def print_build_summary(summary: dict) -> None:
     """What a build run left in the warehouse: rows per table, rejects, partitions, contaminated
     training rows, warnings, search trees per strategy, cache use, indexes and the run's status."""
-    from ragfactory.memory import peak_rss_mb
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse
 
     wh = Warehouse(summary["root"])
+    _print_warehouse_rows(wh, summary["run_id"])
+    for warning in summary.get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    strategies = query(
+        wh, "select * exclude (run_id) from strategy_summary where run_id = $run_id", {"run_id": summary["run_id"]}
+    )
+    if strategies.num_rows:
+        print_arrow(strategies, title="search trees and training data per strategy")
+    _print_run_figures(summary)
+
+
+def _print_warehouse_rows(wh, run_id: str) -> None:
+    """Rows per table, rejects, questions per partition and the run's contaminated training rows."""
+    from ragfactory.warehouse.catalog import query
+
     counts = query(wh, _COUNTS_SQL)
-    print_arrow(counts, title=f"warehouse rows per table (after run {summary['run_id']})")
+    print_arrow(counts, title=f"warehouse rows per table (after run {run_id})")
     rejects = query(wh, "select dataset, reason, count(*) as n from rejects group by 1, 2 order by 1, 3 desc")
     if rejects.num_rows:
         print_arrow(rejects, title="rejects")
     else:
         console.print("rejects: none")
-    print_arrow(query(wh, "select * from question_partitions"),
-                title="questions per partition (builds expand train; evaluations answer test)")
-    contaminated = query(wh, _CONTAMINATION_SQL, {"run_id": summary["run_id"]})
+    print_arrow(
+        query(wh, "select * from question_partitions"),
+        title="questions per partition (builds expand train; evaluations answer test)",
+    )
+    contaminated = query(wh, _CONTAMINATION_SQL, {"run_id": run_id})
     if contaminated.num_rows:
         print_arrow(contaminated, title="training rows matching held-out or evaluation questions (contamination)")
-    for warning in summary.get("warnings", []):
-        console.print(f"[yellow]warning:[/yellow] {warning}")
-    strategies = query(wh, "select * exclude (run_id) from strategy_summary where run_id = $run_id",
-                       {"run_id": summary["run_id"]})
-    if strategies.num_rows:
-        print_arrow(strategies, title="search trees and training data per strategy")
+
+
+def _print_run_figures(summary: dict) -> None:
+    """Shards and cache use, the indexes, failed shards, status, peak memory and the catalog."""
+    from ragfactory.memory import peak_rss_mb
+
     figures = {row["item"]: row["value"] for row in summary.get("report", [])}
     if figures:
-        console.print(f"shards: {figures['shards']} ({figures['cached shards']} cached from an earlier run), "
-                      f"engine calls: {figures['engine calls']}, cached samples: {figures['engine cache hits']}")
+        console.print(
+            f"shards: {figures['shards']} ({figures['cached shards']} cached from an earlier run), "
+            f"engine calls: {figures['engine calls']}, cached samples: {figures['engine cache hits']}"
+        )
     for name, info in summary.get("indexes", {}).items():
         console.print(f"index {name}: {info}")
     if summary["failed_shards"]:

@@ -20,13 +20,13 @@ from rich.markup import escape
 app = typer.Typer(
     help="ragfactory: build process-supervised training data for agentic RAG, then query it.\n\n"
     "Example:\n\n    ragfactory build --config configs/demo.yaml\n\n"
-    "    ragfactory sql \"select dataset, count(*) from questions group by 1\"",
+    '    ragfactory sql "select dataset, count(*) from questions group by 1"',
     no_args_is_help=True,
     rich_markup_mode="markdown",
 )
 retrieval_app = typer.Typer(
     help="Retrieval over the warehouse's passages, and the Search-R1-compatible server.\n\n"
-    "Example: `ragfactory retrieval search \"Who directed Jaws?\" -k 5`",
+    'Example: `ragfactory retrieval search "Who directed Jaws?" -k 5`',
     no_args_is_help=True,
     rich_markup_mode="markdown",
 )
@@ -44,8 +44,12 @@ _prefect: dict[str, Callable[[], None]] = {}  # this process's Prefect settings,
 @app.callback()
 def main(
     ctx: typer.Context,
-    debug: Annotated[bool, typer.Option(
-        "--debug", help="Print the traceback of a failure on screen too (it always goes to the run's log)")] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug", help="Print the traceback of a failure on screen too (it always goes to the run's log)"
+        ),
+    ] = False,
 ) -> None:
     """ragfactory: build process-supervised training data for agentic RAG, then query it."""
     from ragfactory.memory import tune_allocator
@@ -74,8 +78,11 @@ def prefect_settings(temporary_home: bool = True) -> Callable[[], None]:
 
 RootOption = Annotated[
     str | None,
-    typer.Option("--root", help="Warehouse root: a folder, or an object store's URI such as "
-                 "s3://bucket/prefix (default: $RAGFACTORY_HOME, else ~/.ragfactory)"),
+    typer.Option(
+        "--root",
+        help="Warehouse root: a folder, or an object store's URI such as "
+        "s3://bucket/prefix (default: $RAGFACTORY_HOME, else ~/.ragfactory)",
+    ),
 ]
 
 
@@ -225,8 +232,11 @@ def prefect_local_defaults(root: str | Path | None = None) -> Callable[[], None]
     start_watchdog()
     cleanup = prefect_settings()
     if root is not None and (api_url := report_to_serving_stack(root)):
-        console.print(f"reporting to the Prefect server of `ragfactory serve`: {api_url.removesuffix('/api')}",
-                      soft_wrap=True, highlight=False)
+        console.print(
+            f"reporting to the Prefect server of `ragfactory serve`: {api_url.removesuffix('/api')}",
+            soft_wrap=True,
+            highlight=False,
+        )
     return cleanup
 
 
@@ -235,8 +245,11 @@ def print_failures(summary: dict, log: Path, noun: str = "shard") -> None:
     errors = summary.get("errors", {})
     for name in summary["failed_shards"]:
         reason = " ".join(str(errors.get(name) or "see the log").split())
-        console.print(f"[red]error:[/red] {escape(f'{noun} {name} failed: {reason} (log: {log})')}",
-                      soft_wrap=True, highlight=False)
+        console.print(
+            f"[red]error:[/red] {escape(f'{noun} {name} failed: {reason} (log: {log})')}",
+            soft_wrap=True,
+            highlight=False,
+        )
 
 
 def print_arrow(table, title: str | None = None, fmt: str = "table") -> None:

@@ -26,10 +26,17 @@ def corpus(root: RootOption = None) -> None:
     wh = open_warehouse(root, tables=["passages"])
     sources = query(wh, "select source, count(*) as passages from passages group by 1 order by 1")
     print_arrow(sources, title="passages per source")
-    rows = [{"index": r["index"], "kind": r["kind"], "passages": r["passages"],
-             "disk_mb": _mb(r["disk_bytes"]), "mapped_mb": _mb(r["mapped_bytes"]),
-             "private_mb_per_query": _mb(r["private_bytes_per_query"])}
-            for r in index_reports(wh.root / "artifacts" / "indexes")]
+    rows = [
+        {
+            "index": r["index"],
+            "kind": r["kind"],
+            "passages": r["passages"],
+            "disk_mb": _mb(r["disk_bytes"]),
+            "mapped_mb": _mb(r["mapped_bytes"]),
+            "private_mb_per_query": _mb(r["private_bytes_per_query"]),
+        }
+        for r in index_reports(wh.root / "artifacts" / "indexes")
+    ]
     if not rows:
         console.print("no saved index yet: `ragfactory build` (or `ragfactory retrieval search`) builds one")
         return

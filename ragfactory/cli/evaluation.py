@@ -21,23 +21,39 @@ from ragfactory.cli.common import (
     run_flow,
 )
 
-ModelOption = Annotated[str, typer.Option(
-    "--model", "-m", help="'embedded', a model id or latest:NAME (newest of a lineage) from the "
-    "models table, or a checkpoint folder")]
-DatasetsOption = Annotated[list[str] | None, typer.Option(
-    "--dataset", "-d", help="Dataset to answer (repeatable; default hotpotqa)")]
+ModelOption = Annotated[
+    str,
+    typer.Option(
+        "--model",
+        "-m",
+        help="'embedded', a model id or latest:NAME (newest of a lineage) from the "
+        "models table, or a checkpoint folder",
+    ),
+]
+DatasetsOption = Annotated[
+    list[str] | None, typer.Option("--dataset", "-d", help="Dataset to answer (repeatable; default hotpotqa)")
+]
 LimitOption = Annotated[int | None, typer.Option(min=1, help="First N questions of each dataset")]
-ModesOption = Annotated[list[str] | None, typer.Option(
-    "--mode", help="agentic, direct or rag (repeatable; default all three)")]
-MaxRoundsOption = Annotated[int | None, typer.Option(
-    min=1, help="Model calls per agentic question at most (default 11)")]
+ModesOption = Annotated[
+    list[str] | None, typer.Option("--mode", help="agentic, direct or rag (repeatable; default all three)")
+]
+MaxRoundsOption = Annotated[
+    int | None, typer.Option(min=1, help="Model calls per agentic question at most (default 11)")
+]
 MaxTokensOption = Annotated[int | None, typer.Option(min=1, help="Tokens per model call (default 256)")]
-PartitionOption = Annotated[str | None, typer.Option(
-    help="Questions of this partition: test (default), valid (model selection) or train")]
-CompareOption = Annotated[str | None, typer.Option(
-    "--compare", help="A base model to compare with on the same questions and modes (eval_compare)")]
-AllowDownloadsOption = Annotated[bool, typer.Option(
-    "--allow-downloads", help="Let a model not on this machine be fetched from the hub (default: offline)")]
+PartitionOption = Annotated[
+    str | None, typer.Option(help="Questions of this partition: test (default), valid (model selection) or train")
+]
+CompareOption = Annotated[
+    str | None,
+    typer.Option("--compare", help="A base model to compare with on the same questions and modes (eval_compare)"),
+]
+AllowDownloadsOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-downloads", help="Let a model not on this machine be fetched from the hub (default: offline)"
+    ),
+]
 
 
 @app.command()
@@ -67,22 +83,28 @@ def evaluate(
 
     Example: `ragfactory evaluate --model latest:sft --compare embedded --dataset hotpotqa --limit 50`
     """
+    summary, log = _run_evaluation(
+        root,
+        model=model,
+        datasets=datasets,
+        limit=limit,
+        modes=modes,
+        max_rounds=max_rounds,
+        max_tokens=max_tokens,
+        partition=partition,
+        compare=compare,
+        allow_downloads=allow_downloads or None,
+    )
+    _report_evaluation(summary, log)
+
+
+def _run_evaluation(root: Path | None, **options) -> tuple[dict, Path]:
+    """The evaluate flow's summary for the command's options (an ``EvalConfig``), once its
+    preflight checks pass, and the log file the run wrote (the failure lines name it)."""
     from ragfactory.flows.config import EvalConfig
-
-    cfg = options_config(EvalConfig, root, model=model, datasets=datasets, limit=limit, modes=modes,
-                         max_rounds=max_rounds, max_tokens=max_tokens, partition=partition, compare=compare,
-                         allow_downloads=allow_downloads or None)
-    summary, log = _run_evaluation(cfg, root)
-    _print_evaluation(summary, log)
-    if summary["status"] != "completed":
-        raise typer.Exit(code=1)
-
-
-def _run_evaluation(cfg, root: Path | None) -> tuple[dict, Path]:
-    """The evaluate flow's summary for ``cfg``, once its preflight checks pass, and the log file
-    the run wrote (the failure lines name it)."""
     from ragfactory.tasks.preflight import apply_network_policy, check_evaluation
 
+    cfg = options_config(EvalConfig, root, **options)
     wh = open_warehouse(root)
     apply_network_policy(cfg.allow_downloads)
     preflight(lambda: check_evaluation(cfg, wh))
@@ -94,13 +116,16 @@ def _run_evaluation(cfg, root: Path | None) -> tuple[dict, Path]:
     return summary, log
 
 
-def _print_evaluation(summary: dict, log: Path) -> None:
+def _report_evaluation(summary: dict, log: Path) -> None:
     """The mean scores per dataset and mode, the datasets that failed and why, the warnings (the
-    base model's too), and the comparison with the base model when there is one."""
+    base model's too), and the comparison with the base model when there is one; exit 1 when the
+    run did not complete."""
     import pyarrow as pa
 
-    print_arrow(pa.Table.from_pylist(summary["aggregates"]) if summary["aggregates"] else pa.table({"mode": []}),
-                title=f"{summary['model_id']} (run {summary['run_id']})")
+    print_arrow(
+        pa.Table.from_pylist(summary["aggregates"]) if summary["aggregates"] else pa.table({"mode": []}),
+        title=f"{summary['model_id']} (run {summary['run_id']})",
+    )
     if summary["failed_shards"]:
         console.print(f"[red]failed datasets:[/red] {', '.join(summary['failed_shards'])}")
     print_failures(summary, log, "dataset")
@@ -109,11 +134,28 @@ def _print_evaluation(summary: dict, log: Path) -> None:
     if "comparison" in summary:
         print_comparison(summary["comparison"])
     console.print('compare models: ragfactory sql "select * from eval_summary"')
+    if summary["status"] != "completed":
+        raise typer.Exit(code=1)
 
 
-COMPARISON_COLUMNS = ("dataset", "mode", "n", "em_a", "em_b", "em_delta", "em_delta_low", "em_delta_high",
-                      "f1_a", "f1_b", "f1_delta", "f1_delta_low", "f1_delta_high", "n_a_only", "n_b_only",
-                      "mcnemar_p")
+COMPARISON_COLUMNS = (
+    "dataset",
+    "mode",
+    "n",
+    "em_a",
+    "em_b",
+    "em_delta",
+    "em_delta_low",
+    "em_delta_high",
+    "f1_a",
+    "f1_b",
+    "f1_delta",
+    "f1_delta_low",
+    "f1_delta_high",
+    "n_a_only",
+    "n_b_only",
+    "mcnemar_p",
+)
 
 
 def print_comparison(rows: list[dict]) -> None:
@@ -124,7 +166,12 @@ def print_comparison(rows: list[dict]) -> None:
         console.print("[yellow]comparison:[/yellow] the two models share no evaluated question")
         return
     table = pa.Table.from_pylist([{c: row[c] for c in COMPARISON_COLUMNS} for row in rows])
-    print_arrow(table, title=f"a = {rows[0]['model_a']} vs b = {rows[0]['model_b']} "
-                             f"({rows[0]['partition']} questions; {rows[0]['confidence']:.0%} paired bootstrap "
-                             "intervals, McNemar exact p on EM)")
-    console.print(f'the same in SQL: ragfactory sql "select * from eval_compare where run_id = \'{rows[0]["run_id"]}\'"')
+    print_arrow(
+        table,
+        title=f"a = {rows[0]['model_a']} vs b = {rows[0]['model_b']} "
+        f"({rows[0]['partition']} questions; {rows[0]['confidence']:.0%} paired bootstrap "
+        "intervals, McNemar exact p on EM)",
+    )
+    console.print(
+        f"the same in SQL: ragfactory sql \"select * from eval_compare where run_id = '{rows[0]['run_id']}'\""
+    )

@@ -79,24 +79,33 @@ def retrieval_search(
 
     retriever = _corpus_retriever(root, kind, sources)
     for query_text, hits in zip(queries, retriever.search(list(queries), k)):
-        rows = [{"rank": i + 1, "score": h.score, "passage_id": h.passage_id, "title": h.title,
-                 "text": h.text} for i, h in enumerate(hits)]
+        rows = [
+            {"rank": i + 1, "score": h.score, "passage_id": h.passage_id, "title": h.title, "text": h.text}
+            for i, h in enumerate(hits)
+        ]
         print_arrow(pa.Table.from_pylist(rows) if rows else pa.table({"rank": []}), title=query_text)
+
+
+TimezoneOption = Annotated[
+    str | None,
+    typer.Option(help="IANA timezone of the 02:00 nightly build (default: the one set before, else UTC)"),
+]
+PoolsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--pool",
+        help="Work pool to start a worker for (repeatable): cpu, gpu; default every "
+        "pool the deployments use (gpu maps to the CPU on a machine without CUDA)",
+    ),
+]
 
 
 @app.command()
 def serve(
     port: Annotated[int, typer.Option(help="Port of the Prefect server and UI (on 127.0.0.1)")] = 4200,
     root: RootOption = None,
-    timezone: Annotated[
-        str | None,
-        typer.Option(help="IANA timezone of the 02:00 nightly build (default: the one set before, else UTC)"),
-    ] = None,
-    pools: Annotated[
-        list[str] | None,
-        typer.Option("--pool", help="Work pool to start a worker for (repeatable): cpu, gpu; default every "
-                     "pool the deployments use (gpu maps to the CPU on a machine without CUDA)"),
-    ] = None,
+    timezone: TimezoneOption = None,
+    pools: PoolsOption = None,
     dashboard_port: Annotated[int, typer.Option(help="Port of the dashboard (on 127.0.0.1); 0: none")] = 8765,
 ) -> None:
     """Start a local Prefect server with the work pools, prefect.yaml's deployments, workers and
@@ -108,7 +117,8 @@ def serve(
 
     Example: `ragfactory serve --port 4200 --timezone Europe/Paris --pool cpu --pool gpu`
     """
-    from ragfactory.serve import POOLS, StackError, serve as serve_stack
+    from ragfactory.serve import POOLS, StackError
+    from ragfactory.serve import serve as serve_stack
 
     pools = pools or None  # None: every pool prefect.yaml's deployments use
     if unknown := sorted(set(pools or ()) - set(POOLS)):
@@ -117,24 +127,48 @@ def serve(
         fail(f"--root {root}: not a folder (the workers' warehouse root)")
     prefect_local_defaults()  # the stack's processes die with this one, even on SIGKILL
     try:
-        serve_stack(port=port, root=root, timezone=timezone, pools=pools, echo=console.print,
-                    dashboard_port=dashboard_port or None)
+        serve_stack(
+            port=port,
+            root=root,
+            timezone=timezone,
+            pools=pools,
+            echo=console.print,
+            dashboard_port=dashboard_port or None,
+        )
     except StackError as exc:
         fail(str(exc))
 
 
+HostOption = Annotated[str, typer.Option(help="Address to bind; any but 127.0.0.1 / localhost needs --token")]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        envvar="RAGFACTORY_DASHBOARD_TOKEN",
+        help="Token every request must carry (open /?token=... once); required off 127.0.0.1",
+    ),
+]
+PrefectApiOption = Annotated[
+    str | None,
+    typer.Option(
+        envvar="PREFECT_API_URL", help="Prefect API the Train page submits to (e.g. http://127.0.0.1:4200/api)"
+    ),
+]
+BannerOption = Annotated[
+    bool,
+    typer.Option(
+        hidden=True, help="Print the address (off when `serve` starts it and prints the stack's addresses itself)"
+    ),
+]
+
+
 @app.command()
 def dashboard(
-    host: Annotated[str, typer.Option(help="Address to bind; any but 127.0.0.1 / localhost needs --token")] = "127.0.0.1",
+    host: HostOption = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port of the dashboard")] = 8765,
-    token: Annotated[str | None, typer.Option(
-        envvar="RAGFACTORY_DASHBOARD_TOKEN",
-        help="Token every request must carry (open /?token=... once); required off 127.0.0.1")] = None,
-    prefect_api: Annotated[str | None, typer.Option(
-        envvar="PREFECT_API_URL", help="Prefect API the Train page submits to (e.g. http://127.0.0.1:4200/api)")] = None,
+    token: TokenOption = None,
+    prefect_api: PrefectApiOption = None,
     root: RootOption = None,
-    banner: Annotated[bool, typer.Option(hidden=True, help="Print the address (off when `serve` "
-                                         "starts it and prints the stack's addresses itself)")] = True,
+    banner: BannerOption = True,
 ) -> None:
     """Open the warehouse explorer: builds, search trees, rewards, SQL, models, and training.
 

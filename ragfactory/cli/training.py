@@ -21,30 +21,62 @@ from ragfactory.cli.common import (
     print_arrow,
 )
 
+MethodOption = Annotated[
+    str,
+    typer.Option(
+        "--method",
+        help="sft, dpo, grpo; grpo-agentic (the build's retriever answers <search>), "
+        "tree-advantage (TreePS trajectories), prm (a step reward model on step_labels)",
+    ),
+]
+RunIdOption = Annotated[str | None, typer.Option("--run-id", help="Build run whose export is trained on")]
+ParquetOption = Annotated[str | None, typer.Option(help="A parquet file or folder instead of a run's export")]
+BaseModelOption = Annotated[
+    str, typer.Option(help="'embedded' (SmolLM2-135M), a checkpoint folder, a model id or latest:NAME")
+]
+TaskOption = Annotated[str | None, typer.Option(help="GRPO only: qa (answers) or plan (APEX planner, SEPR)")]
+RewardsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--reward",
+        help="GRPO reward function (repeatable): answer_em, answer_f1, format, sepr; grpo-agentic also r3_process",
+    ),
+]
+TrlOption = Annotated[
+    list[str] | None, typer.Option("--trl", help="TRL config override key=value (repeatable), e.g. max_steps=100")
+]
+MethodSettingsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--option",
+        help="Method setting key=value (repeatable): grpo-agentic max_turns, top_k; prm heldout_fraction, max_length",
+    ),
+]
+LoraOption = Annotated[bool, typer.Option("--lora/--no-lora", help="Train LoRA adapters (peft)")]
+NameOption = Annotated[str | None, typer.Option(help="Lineage name (default: the method)")]
+OutputDirOption = Annotated[str | None, typer.Option(help="Where the model goes")]
+AllowDownloadsOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-downloads", help="Let a base model not on this machine be fetched from the hub (default: offline)"
+    ),
+]
+
 
 @app.command()
 def train(
-    method: Annotated[str, typer.Option(
-        "--method", help="sft, dpo, grpo; grpo-agentic (the build's retriever answers <search>), "
-        "tree-advantage (TreePS trajectories), prm (a step reward model on step_labels)")],
-    run_id: Annotated[str | None, typer.Option("--run-id", help="Build run whose export is trained on")] = None,
-    parquet: Annotated[str | None, typer.Option(help="A parquet file or folder instead of a run's export")] = None,
-    base_model: Annotated[str, typer.Option(
-        help="'embedded' (SmolLM2-135M), a checkpoint folder, a model id or latest:NAME")] = "embedded",
-    task: Annotated[str | None, typer.Option(help="GRPO only: qa (answers) or plan (APEX planner, SEPR)")] = None,
-    rewards: Annotated[list[str] | None, typer.Option(
-        "--reward", help="GRPO reward function (repeatable): answer_em, answer_f1, format, sepr; "
-        "grpo-agentic also r3_process")] = None,
-    trl: Annotated[list[str] | None, typer.Option(
-        "--trl", help="TRL config override key=value (repeatable), e.g. max_steps=100")] = None,
-    options: Annotated[list[str] | None, typer.Option(
-        "--option", help="Method setting key=value (repeatable): grpo-agentic max_turns, top_k; "
-        "prm heldout_fraction, max_length")] = None,
-    lora: Annotated[bool, typer.Option("--lora/--no-lora", help="Train LoRA adapters (peft)")] = False,
-    name: Annotated[str | None, typer.Option(help="Lineage name (default: the method)")] = None,
-    output_dir: Annotated[str | None, typer.Option(help="Where the model goes")] = None,
-    allow_downloads: Annotated[bool, typer.Option(
-        "--allow-downloads", help="Let a base model not on this machine be fetched from the hub (default: offline)")] = False,
+    method: MethodOption,
+    run_id: RunIdOption = None,
+    parquet: ParquetOption = None,
+    base_model: BaseModelOption = "embedded",
+    task: TaskOption = None,
+    rewards: RewardsOption = None,
+    trl: TrlOption = None,
+    options: MethodSettingsOption = None,
+    lora: LoraOption = False,
+    name: NameOption = None,
+    output_dir: OutputDirOption = None,
+    allow_downloads: AllowDownloadsOption = False,
     root: RootOption = None,
 ) -> None:
     """Run the `train` flow (SFT / DPO / GRPO, agentic GRPO, tree advantages, a PRM); register the model.
@@ -55,14 +87,22 @@ def train(
 
     Example: `ragfactory train --method dpo --run-id demo-0123abcd --trl max_steps=50 --lora`
     """
-    from ragfactory.flows.config import TrainConfig
-
-    cfg = options_config(TrainConfig, root, method=method, run_id=run_id, parquet=parquet,
-                         base_model=base_model, task=task, rewards=rewards,
-                         trl=_trl_overrides(trl or [], "--trl"), options=_trl_overrides(options or [], "--option"),
-                         name=name, lora={"enabled": lora},
-                         output_dir=output_dir, allow_downloads=allow_downloads or None)
-    _print_trained(_run_training(cfg, root))
+    result = _run_training(
+        root,
+        method=method,
+        run_id=run_id,
+        parquet=parquet,
+        base_model=base_model,
+        task=task,
+        rewards=rewards,
+        trl=_trl_overrides(trl or [], "--trl"),
+        options=_trl_overrides(options or [], "--option"),
+        name=name,
+        lora={"enabled": lora},
+        output_dir=output_dir,
+        allow_downloads=allow_downloads or None,
+    )
+    _print_trained(result)
 
 
 def _trl_overrides(pairs: list[str], flag: str) -> dict:
@@ -78,11 +118,13 @@ def _trl_overrides(pairs: list[str], flag: str) -> dict:
     return overrides
 
 
-def _run_training(cfg, root: Path | None) -> dict:
-    """The train flow's result for ``cfg``, once its preflight checks pass; the run logs to the
-    warehouse's ``logs/`` folder."""
+def _run_training(root: Path | None, **options) -> dict:
+    """The train flow's result for the command's options (a ``TrainConfig``), once its preflight
+    checks pass; the run logs to the warehouse's ``logs/`` folder."""
+    from ragfactory.flows.config import TrainConfig
     from ragfactory.tasks.preflight import apply_network_policy, check_training
 
+    cfg = options_config(TrainConfig, root, **options)
     wh = open_warehouse(root)
     apply_network_policy(cfg.allow_downloads)
     preflight(lambda: check_training(cfg, wh))

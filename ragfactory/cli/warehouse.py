@@ -38,16 +38,27 @@ def _mark_abandoned_runs(wh) -> None:
     mark_abandoned_runs(wh, ended=ended)
 
 
+MemoryLimitOption = Annotated[
+    str | None,
+    typer.Option(
+        "--memory-limit",
+        help="Memory the query may use, e.g. 8GiB (default $RAGFACTORY_SQL_MEMORY_LIMIT, "
+        "else an eighth of RAM, 1-4 GiB); nothing spills to disk",
+    ),
+]
+TimeoutOption = Annotated[
+    float | None,
+    typer.Option("--timeout", min=0.1, help="Seconds the query may run (default $RAGFACTORY_SQL_TIMEOUT_S, else 120)"),
+]
+
+
 # ignore_unknown_options: a query may open with a `--` comment, which click would take for an option
 @app.command(context_settings={"ignore_unknown_options": True})
 def sql(
     query: Annotated[str, typer.Argument(help="A read-only SQL query over the warehouse views")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json")] = "table",
-    memory_limit: Annotated[str | None, typer.Option(
-        "--memory-limit", help="Memory the query may use, e.g. 8GiB (default $RAGFACTORY_SQL_MEMORY_LIMIT, "
-        "else an eighth of RAM, 1-4 GiB); nothing spills to disk")] = None,
-    timeout: Annotated[float | None, typer.Option(
-        "--timeout", min=0.1, help="Seconds the query may run (default $RAGFACTORY_SQL_TIMEOUT_S, else 120)")] = None,
+    memory_limit: MemoryLimitOption = None,
+    timeout: TimeoutOption = None,
     root: RootOption = None,
 ) -> None:
     """Run a read-only SQL query over the warehouse and print the result.
@@ -62,7 +73,9 @@ def sql(
 
     Example: `ragfactory sql "select dataset, count(*) from questions group by 1" --format csv`
     """
-    from ragfactory.warehouse.catalog import Refused, tables_read, user_query as run_query
+    from ragfactory.warehouse.catalog import Refused, tables_read
+    from ragfactory.warehouse.catalog import user_query as run_query
+
     _register_strategy_views()
     from ragfactory.warehouse.guard import first_line
 
@@ -129,6 +142,7 @@ def _refresh_catalog(wh) -> bool:
     """Whether the catalog file could be refreshed: False on a root this user cannot write (no
     permission, or a read-only file system), where ``tables`` still counts from the Parquet files."""
     from ragfactory.warehouse.catalog import refresh_catalog
+
     _register_strategy_views()
 
     try:
@@ -150,6 +164,7 @@ def _table_counts(wh) -> tuple[Table, list[str]]:
     from ragfactory.schemas.tables import TABLES
     from ragfactory.warehouse.catalog import connect, sql_views
     from ragfactory.warehouse.guard import first_line
+
     _register_strategy_views()
 
     view = Table(title=f"warehouse {wh.root}")
@@ -173,13 +188,25 @@ def _table_counts(wh) -> tuple[Table, list[str]]:
     return view, damaged
 
 
+RepairOption = Annotated[bool, typer.Option("--repair", help="Quarantine damaged files and rebuild what they held")]
+AdoptOption = Annotated[
+    bool,
+    typer.Option(
+        "--adopt",
+        help="Record entries for unrecorded files that read as Parquet (a warehouse written before manifests)",
+    ),
+]
+ExportsOption = Annotated[
+    bool,
+    typer.Option("--exports", help="Also load every export folder with datasets.load_dataset, as the trainers do"),
+]
+
+
 @app.command("check")
 def check_command(
-    repair: Annotated[bool, typer.Option("--repair", help="Quarantine damaged files and rebuild what they held")] = False,
-    adopt: Annotated[bool, typer.Option("--adopt", help="Record entries for unrecorded files that read as Parquet "
-                                        "(a warehouse written before manifests)")] = False,
-    exports: Annotated[bool, typer.Option("--exports", help="Also load every export folder with "
-                                          "datasets.load_dataset, as the trainers do")] = False,
+    repair: RepairOption = False,
+    adopt: AdoptOption = False,
+    exports: ExportsOption = False,
     root: RootOption = None,
 ) -> None:
     """Verify every shard file of the warehouse against its manifest entry (rows, bytes, sha256).
@@ -222,15 +249,20 @@ def _check_exports(wh) -> None:
 
     problems, loaded = unloadable(wh)
     for problem in problems:
-        console.print(escape(f"{'empty' if problem.empty else 'unloadable'}: {problem}"), soft_wrap=True,
-                      highlight=False)
+        console.print(
+            escape(f"{'empty' if problem.empty else 'unloadable'}: {problem}"), soft_wrap=True, highlight=False
+        )
     broken = [p for p in problems if not p.empty]
     if broken:
-        console.print(f"{len(broken)} export(s) under {wh.root} do not load with datasets.load_dataset",
-                      soft_wrap=True, highlight=False)
+        console.print(
+            f"{len(broken)} export(s) under {wh.root} do not load with datasets.load_dataset",
+            soft_wrap=True,
+            highlight=False,
+        )
         raise typer.Exit(code=1)
-    console.print(f"ok: {loaded} export folder(s) and file(s) load with datasets.load_dataset", soft_wrap=True,
-                  highlight=False)
+    console.print(
+        f"ok: {loaded} export folder(s) and file(s) load with datasets.load_dataset", soft_wrap=True, highlight=False
+    )
 
 
 def _print_problems(problems, prefix: str = "") -> None:
@@ -258,13 +290,17 @@ def _refuse_untrusted(wh, problems, repaired: bool) -> None:
     if gone := lost(problems):
         hint += f"; {len(gone)} of them quarantined or missing: their rows are not in the warehouse"
     if any(not (p.kind == "unrecorded" and p.readable) for p in problems):
-        hint += (f"; `ragfactory check --repair --root {wh.root}` finishes the repair once the cause above is fixed"
-                 if repaired else f"; `ragfactory check --repair --root {wh.root}` rebuilds the damaged ones")
+        hint += (
+            f"; `ragfactory check --repair --root {wh.root}` finishes the repair once the cause above is fixed"
+            if repaired
+            else f"; `ragfactory check --repair --root {wh.root}` rebuilds the damaged ones"
+        )
     if any(p.kind == "unrecorded" and p.readable for p in problems):
-        hint += (f"; `ragfactory check --adopt --root {wh.root}` records the unrecorded ones "
-                 "if they were written before manifests")
-    console.print(f"{len(problems)} file(s) under {wh.root} cannot be trusted{hint}", soft_wrap=True,
-                  highlight=False)
+        hint += (
+            f"; `ragfactory check --adopt --root {wh.root}` records the unrecorded ones "
+            "if they were written before manifests"
+        )
+    console.print(f"{len(problems)} file(s) under {wh.root} cannot be trusted{hint}", soft_wrap=True, highlight=False)
     raise typer.Exit(code=1)
 
 
@@ -285,8 +321,9 @@ def _repair(wh, problems, stamp: str) -> None:
         console.print(f"[yellow]cannot rebuild:[/yellow] {escape(line)}", soft_wrap=True)
     if not (plan["runs"] or plan["ingest"]):
         return
-    console.print(f"rebuilding: runs {', '.join(plan['runs']) or '-'}; ingest {', '.join(plan['ingest']) or '-'}",
-                  soft_wrap=True)
+    console.print(
+        f"rebuilding: runs {', '.join(plan['runs']) or '-'}; ingest {', '.join(plan['ingest']) or '-'}", soft_wrap=True
+    )
     cleanup = prefect_local_defaults(root=wh.root)
     from ragfactory.flows.repair import repair as repair_flow
 
@@ -305,5 +342,7 @@ def _left_behind(wh) -> str:
     if not gone:
         return ""
     names = ", ".join(p.path for p in gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
-    return (f"; the repair did not finish: {len(gone)} shard(s) quarantined or missing ({names}), "
-            f"their rows not in the warehouse; `ragfactory check --repair --root {wh.root}` finishes it")
+    return (
+        f"; the repair did not finish: {len(gone)} shard(s) quarantined or missing ({names}), "
+        f"their rows not in the warehouse; `ragfactory check --repair --root {wh.root}` finishes it"
+    )

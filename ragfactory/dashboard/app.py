@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from importlib import resources
 
 from fastapi import APIRouter, FastAPI, Form, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.middleware.gzip import GZipMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
@@ -37,8 +37,15 @@ PACKAGE = resources.files("ragfactory.dashboard")
 CONSOLE_ROWS = 1000  # rows the console shows; the CSV download has them all, up to CONSOLE_MAX_ROWS
 # A result is held in memory to be rendered or downloaded: past this, the query is refused by name.
 CONSOLE_MAX_ROWS = 100_000
-PAGES = (("/", "Runs"), ("/tree", "Trees"), ("/rewards", "Rewards"), ("/sql", "SQL"),
-         ("/models", "Models"), ("/train", "Train"), ("/flywheel", "Flywheel"))
+PAGES = (
+    ("/", "Runs"),
+    ("/tree", "Trees"),
+    ("/rewards", "Rewards"),
+    ("/sql", "SQL"),
+    ("/models", "Models"),
+    ("/train", "Train"),
+    ("/flywheel", "Flywheel"),
+)
 
 
 @dataclass
@@ -86,8 +93,9 @@ def tree_page(request: Request, run: str | None = None, strategy: str | None = N
     if trees and not (strategy and question):
         strategy, question = trees[0]["strategy"], trees[0]["question_id"]
     text = next((t["question"] for t in trees if t["question_id"] == question), None)
-    return dash.page(request, "tree", runs=runs, run=run, trees=trees, strategy=strategy, question=question,
-                     question_text=text)
+    return dash.page(
+        request, "tree", runs=runs, run=run, trees=trees, strategy=strategy, question=question, question_text=text
+    )
 
 
 @router.get("/api/tree")
@@ -124,8 +132,17 @@ def rewards_page(request: Request, run: str | None = None, split: str = "none"):
         plots = queries.reward_plots(reader, run, split) if run else []
         strategies = [row["strategy"] for row in reader.rows("run_strategies", run=run)] if run else []
         panel = label_panel(reader, run) if run else {"agreement": [], "search": []}
-    return dash.page(request, "rewards", runs=runs, run=run, split=split, splits=queries.SPLITS,
-                     strategies=strategies, plots=plots, labels=panel)
+    return dash.page(
+        request,
+        "rewards",
+        runs=runs,
+        run=run,
+        split=split,
+        splits=queries.SPLITS,
+        strategies=strategies,
+        plots=plots,
+        labels=panel,
+    )
 
 
 @router.get("/sql", response_class=HTMLResponse)
@@ -139,8 +156,9 @@ def sql_page(request: Request, q: str = ""):
             error, status = str(exc), 400
     with dash.reading() as reader:
         relations = queries.schema(reader)
-    return dash.page(request, "sql", q=q, result=result, error=error, limit=CONSOLE_ROWS, relations=relations,
-                     status_code=status)
+    return dash.page(
+        request, "sql", q=q, result=result, error=error, limit=CONSOLE_ROWS, relations=relations, status_code=status
+    )
 
 
 @router.get("/sql.csv")
@@ -153,8 +171,9 @@ def sql_csv(request: Request, q: str):
     writer = csv.writer(out)
     writer.writerow(table["columns"])
     writer.writerows(table["rows"])
-    return Response(out.getvalue(), media_type="text/csv",
-                    headers={"Content-Disposition": 'attachment; filename="query.csv"'})
+    return Response(
+        out.getvalue(), media_type="text/csv", headers={"Content-Disposition": 'attachment; filename="query.csv"'}
+    )
 
 
 @router.get("/models", response_class=HTMLResponse)
@@ -181,21 +200,43 @@ def train_page(request: Request, run: str | None = None, method: str = "dpo"):
     return _train_form(request, run, method)
 
 
-def _train_form(request: Request, run: str | None, method: str, config_text: str | None = None,
-                message: str | None = None, jobs_text: str = "{}", status_code: int = 200) -> HTMLResponse:
+def _train_form(
+    request: Request,
+    run: str | None,
+    method: str,
+    config_text: str | None = None,
+    message: str | None = None,
+    jobs_text: str = "{}",
+    status_code: int = 200,
+) -> HTMLResponse:
     dash = _dash(request)
     with dash.reading() as reader:
         runs = queries.build_ids(reader)
     run = run or (runs[0] if runs else None)
     if config_text is None:
         config_text = json.dumps(_default_config(dash.prefect, method), indent=2)
-    return dash.page(request, "train", runs=runs, run=run, method=method, methods=method_tables(),
-                     config_text=config_text, jobs_text=jobs_text, message=message, status_code=status_code)
+    return dash.page(
+        request,
+        "train",
+        runs=runs,
+        run=run,
+        method=method,
+        methods=method_tables(),
+        config_text=config_text,
+        jobs_text=jobs_text,
+        message=message,
+        status_code=status_code,
+    )
 
 
 @router.post("/train", response_class=HTMLResponse)
-def train_submit(request: Request, run: str = Form(...), method: str = Form(...),
-                 config: str = Form("{}"), job_variables: str = Form("{}")):
+def train_submit(
+    request: Request,
+    run: str = Form(...),
+    method: str = Form(...),
+    config: str = Form("{}"),
+    job_variables: str = Form("{}"),
+):
     """Refuse (409) a build without the method's rows; else check the config and submit."""
     dash = _dash(request)
     with dash.reading() as reader:
@@ -203,8 +244,15 @@ def train_submit(request: Request, run: str = Form(...), method: str = Form(...)
     if refused:
         return _train_form(request, run, method, config, f"refused: {refused}", job_variables, 409)
     if dash.prefect is None:
-        return _train_form(request, run, method, config, "no Prefect server: start the dashboard with "
-                           "--prefect-api or through `ragfactory serve`", job_variables, 503)
+        return _train_form(
+            request,
+            run,
+            method,
+            config,
+            "no Prefect server: start the dashboard with --prefect-api or through `ragfactory serve`",
+            job_variables,
+            503,
+        )
     try:
         overrides = parse_json_object("config", config)
         overrides.setdefault("warehouse", {"root": dash.warehouse.location})
@@ -299,8 +347,13 @@ def _cell(value) -> str | int | float | None:
     return json.dumps(queries.jsonable(value), default=str)
 
 
-def serve(warehouse: Warehouse, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
-          prefect_api_url: str | None = None) -> None:
+def serve(
+    warehouse: Warehouse,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    token: str | None = None,
+    prefect_api_url: str | None = None,
+) -> None:
     """Run the dashboard until interrupted (``check_bind`` first: no open bind without a token)."""
     import uvicorn
 

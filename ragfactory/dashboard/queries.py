@@ -22,6 +22,7 @@ from importlib import resources
 from ragfactory.dashboard import fates
 from ragfactory.warehouse.store import Warehouse
 
+
 @cache
 def sql_text(name: str) -> str:
     """The text of ``sql/<name>.sql``."""
@@ -123,8 +124,15 @@ def builds(reader: Reader) -> list[dict]:
     tokens: dict[str, list[dict]] = {}
     for row in reader.rows("run_tokens"):
         tokens.setdefault(row["run_id"], []).append(row)
-    return [run | {"strategies": strategies.get(run["run_id"], []), "exports": exports.get(run["run_id"], {}),
-                   "tokens": tokens.get(run["run_id"], [])} for run in runs]
+    return [
+        run
+        | {
+            "strategies": strategies.get(run["run_id"], []),
+            "exports": exports.get(run["run_id"], {}),
+            "tokens": tokens.get(run["run_id"], []),
+        }
+        for run in runs
+    ]
 
 
 def tree(reader: Reader, run: str, strategy: str, question: str) -> dict:
@@ -142,8 +150,9 @@ def node_detail(reader: Reader, run: str, node_id: str) -> dict | None:
         return None
     node = found[0]
     node["parsed"] = _parsed(node.get("parsed"))
-    siblings = reader.rows("node_siblings", run=run, parent=node["parent_id"], node=node_id) \
-        if node.get("parent_id") else []
+    siblings = (
+        reader.rows("node_siblings", run=run, parent=node["parent_id"], node=node_id) if node.get("parent_id") else []
+    )
     for sibling in siblings:
         sibling["parsed"] = _parsed(sibling.get("parsed"))
     call = reader.rows("node_call", run=run, call=node["llm_call_id"]) if node.get("llm_call_id") else []
@@ -207,8 +216,11 @@ def reward_plots(reader: Reader, run: str, split: str = "none") -> list[dict]:
     plots = list(REWARD_PLOTS)
     for row in reader.rows("reward_names", run=run):
         what = "scaled" if row["scaled"] else "raw"
-        plots.append(RewardPlot(f"reward_{row['name']}", f"Reward: {row['name']} ({what})", "reward_process",
-                                (("name", row["name"]),)))
+        plots.append(
+            RewardPlot(
+                f"reward_{row['name']}", f"Reward: {row['name']} ({what})", "reward_process", (("name", row["name"]),)
+            )
+        )
     return [_reward_plot(reader, plot, run, split) for plot in plots]
 
 
@@ -219,10 +231,15 @@ def _reward_plot(reader: Reader, plot: RewardPlot, run: str, split: str) -> dict
     for row in reader.query(text, params):
         group = "all" if split == "none" else f"{split} {row[split]}" if split == "depth" else str(row[split])
         series.setdefault(row["strategy"], {}).setdefault(group, []).append(row["value"])
-    return {"key": plot.key, "title": plot.title, "series": series,
-            "n": sum(len(v) for groups in series.values() for v in groups.values()),
-            "sql": "\n".join(line for line in text.splitlines() if not line.strip().startswith("--")),
-            "params": params, "literal": _written_in(text, params)}
+    return {
+        "key": plot.key,
+        "title": plot.title,
+        "series": series,
+        "n": sum(len(v) for groups in series.values() for v in groups.values()),
+        "sql": "\n".join(line for line in text.splitlines() if not line.strip().startswith("--")),
+        "params": params,
+        "literal": _written_in(text, params),
+    }
 
 
 def schema(reader: Reader) -> list[dict]:
@@ -231,8 +248,9 @@ def schema(reader: Reader) -> list[dict]:
 
     relations: dict[str, dict] = {}
     for row in reader.rows("schema", tables=sorted(TABLES)):
-        relation = relations.setdefault(row["table_name"], {"name": row["table_name"], "is_table": row["is_table"],
-                                                             "columns": []})
+        relation = relations.setdefault(
+            row["table_name"], {"name": row["table_name"], "is_table": row["is_table"], "columns": []}
+        )
         relation["columns"].append({"name": row["column_name"], "type": row["data_type"]})
     return list(relations.values())
 
@@ -244,5 +262,4 @@ def export_rows(reader: Reader, run: str, table: str) -> int:
 
     if table not in TABLES:
         raise ValueError(f"unknown export table {table!r}")
-    return reader.con.sql(f'select count(*) from "{table}" where run_id = $run',
-                          params={"run": run}).fetchall()[0][0]
+    return reader.con.sql(f'select count(*) from "{table}" where run_id = $run', params={"run": run}).fetchall()[0][0]

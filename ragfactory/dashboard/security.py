@@ -30,12 +30,16 @@ def check_bind(host: str, token: str | None) -> None:
     if host in LOCAL_HOSTS:
         return
     if not token:
-        raise BindRefused(f"refusing to bind the dashboard to {host} without a token: anyone who reaches "
-                          f"it could read the warehouse and start trainings; set --token (or "
-                          f"RAGFACTORY_DASHBOARD_TOKEN), or bind 127.0.0.1")
+        raise BindRefused(
+            f"refusing to bind the dashboard to {host} without a token: anyone who reaches "
+            f"it could read the warehouse and start trainings; set --token (or "
+            f"RAGFACTORY_DASHBOARD_TOKEN), or bind 127.0.0.1"
+        )
     if len(token) < MIN_TOKEN_CHARS:
-        raise BindRefused(f"the dashboard token must have at least {MIN_TOKEN_CHARS} characters "
-                          f"(e.g. `python -c 'import secrets; print(secrets.token_urlsafe())'`)")
+        raise BindRefused(
+            f"the dashboard token must have at least {MIN_TOKEN_CHARS} characters "
+            f"(e.g. `python -c 'import secrets; print(secrets.token_urlsafe())'`)"
+        )
 
 
 def _presented(request: Request) -> str | None:

@@ -40,8 +40,10 @@ def refusal(reader: Reader, run_id: str, method: str) -> str | None:
         return f"no build run {run_id!r} in the warehouse"
     table = tables[method]
     if export_rows(reader, run_id, table) == 0:
-        return (f"build {run_id} has no {table} rows, which {method} trains on "
-                f"(its strategies exported none); pick another build or method")
+        return (
+            f"build {run_id} has no {table} rows, which {method} trains on "
+            f"(its strategies exported none); pick another build or method"
+        )
     return None
 
 
@@ -126,11 +128,16 @@ class Prefect:
                 if problem := idle_pool(client, deployment.work_pool_name):
                     raise ValueError(f"{deployment_name(method)} would wait forever (Late): {problem}")
                 flow_run = client.create_flow_run_from_deployment(
-                    deployment.id, parameters={"config": config}, job_variables=job_variables or None,
-                    tags=["dashboard"])
+                    deployment.id,
+                    parameters={"config": config},
+                    job_variables=job_variables or None,
+                    tags=["dashboard"],
+                )
         except ObjectNotFound:
-            raise ValueError(f"the Prefect server at {self.api_url} has no deployment {deployment_name(method)}: "
-                             "deploy prefect.yaml there (`ragfactory serve` does)") from None
+            raise ValueError(
+                f"the Prefect server at {self.api_url} has no deployment {deployment_name(method)}: "
+                "deploy prefect.yaml there (`ragfactory serve` does)"
+            ) from None
         except httpx.HTTPError as exc:
             raise ValueError(f"the Prefect server at {self.api_url} did not answer: {exc}") from None
         return str(flow_run.id)
@@ -147,9 +154,16 @@ class Prefect:
             logs = client.read_logs(log_filter=_run_logs(flow_run_id), limit=200, sort=LogSort.TIMESTAMP_DESC)
         state = flow_run.state
         kind = state.type.value if state else "PENDING"
-        return {"id": flow_run_id, "name": flow_run.name, "state": state.name if state else "Pending",
-                "type": kind, "message": state.message if state else None, "final": kind in FINAL_STATES,
-                "url": self.flow_run_url(flow_run_id), "progress": latest_progress(log.message for log in logs)}
+        return {
+            "id": flow_run_id,
+            "name": flow_run.name,
+            "state": state.name if state else "Pending",
+            "type": kind,
+            "message": state.message if state else None,
+            "final": kind in FINAL_STATES,
+            "url": self.flow_run_url(flow_run_id),
+            "progress": latest_progress(log.message for log in logs),
+        }
 
 
 def latest_progress(messages_newest_first) -> str | None:
@@ -174,8 +188,10 @@ def idle_pool(client, pool: str | None) -> str | None:
         return None
     if any(w.status.value == "ONLINE" for w in client.read_workers_for_work_pool(pool)):
         return None
-    return (f"no worker is polling work pool {pool!r}; start one with `ragfactory serve --pool {pool}` "
-            f"or `prefect worker start --pool {pool}`")
+    return (
+        f"no worker is polling work pool {pool!r}; start one with `ragfactory serve --pool {pool}` "
+        f"or `prefect worker start --pool {pool}`"
+    )
 
 
 def _is_uuid(text: str) -> bool:

@@ -32,15 +32,14 @@ class SharesConfig(Section):
 
     def model_post_init(self, context: Any, /) -> None:
         if abs(self.train + self.valid + self.test - 1.0) > 1e-9:
-            raise ValueError(f"partition shares must sum to 1, got train={self.train} "
-                             f"valid={self.valid} test={self.test}")
+            raise ValueError(
+                f"partition shares must sum to 1, got train={self.train} valid={self.valid} test={self.test}"
+            )
 
 
 class DatasetConfig(Section):
     name: str = Field(description="Dataset name written to questions.dataset")
-    format: DatasetFormat | None = Field(
-        None, description="Row layout; defaults to the name when it is a known format"
-    )
+    format: DatasetFormat | None = Field(None, description="Row layout; defaults to the name when it is a known format")
     path: str = Field(
         "bundled",
         description="A JSONL file, or 'bundled' for the sample shipped with ragfactory",
@@ -48,7 +47,8 @@ class DatasetConfig(Section):
     split: str = "dev"
     limit: int | None = Field(None, ge=1, description="Keep the first N good rows of the file")
     partition: Literal["hash", "train", "valid", "test"] | None = Field(
-        None, description="'hash': by a hash of the question id and the shares; 'train', 'valid' or "
+        None,
+        description="'hash': by a hash of the question id and the shares; 'train', 'valid' or "
         "'test': every question of this file (a dataset shipped as separate train and dev files, "
         "or an evaluation-only set); default 'test' for partitions.eval_only, else 'hash'",
     )
@@ -77,8 +77,13 @@ class PartitionConfig(Section):
             evaluation_only = {dataset.name, dataset.resolved_format} & set(self.eval_only)
             mode = "test" if evaluation_only else "hash"
         shares = dataset.shares or self.shares
-        return PartitionRule(seed=self.seed, train=shares.train, valid=shares.valid, test=shares.test,
-                             fixed=None if mode == "hash" else mode)
+        return PartitionRule(
+            seed=self.seed,
+            train=shares.train,
+            valid=shares.valid,
+            test=shares.test,
+            fixed=None if mode == "hash" else mode,
+        )
 
 
 class CorpusConfig(Section):
@@ -90,7 +95,9 @@ class CorpusConfig(Section):
         description='Search-R1 / FlashRAG corpora: JSONL with {"id", "contents": "\\"Title\\"\\ntext"}',
     )
     max_passage_chars: int = Field(
-        MAX_PASSAGE_CHARS, ge=1, description="A passage (title and text) longer than this goes to "
+        MAX_PASSAGE_CHARS,
+        ge=1,
+        description="A passage (title and text) longer than this goes to "
         "rejects, naming its id and size: 32 x the dense retriever's ~1,000-char window, above the "
         "longest bundled paragraph (7,849); a JSONL line over 128 bytes per char of it is not read",
     )

@@ -133,12 +133,14 @@ def parse_gold_plan(steps: list, name: str) -> list[dict]:
         support = step.get("paragraph_support_idx")
         if support is not None and (isinstance(support, bool) or not isinstance(support, int)):
             raise RowError(f"field '{where}paragraph_support_idx' must be an integer or null")
-        plan.append({
-            "step": n,
-            "question": require_str(step, "question", where),
-            "answer": require_str(step, "answer", where),
-            "paragraph_support_idx": support,
-        })
+        plan.append(
+            {
+                "step": n,
+                "question": require_str(step, "question", where),
+                "answer": require_str(step, "answer", where),
+                "paragraph_support_idx": support,
+            }
+        )
     return plan
 
 
@@ -163,8 +165,7 @@ def parse_musique_paragraphs(record: dict) -> tuple[list[tuple[str, str]], list[
 
 def parse_musique(record: dict, line: int) -> ParsedRow:
     answer = require_str(record, "answer")
-    aliases = clean_answers(require_list(record, "answer_aliases", optional=True),
-                            "answer_aliases", required=False)
+    aliases = clean_answers(require_list(record, "answer_aliases", optional=True), "answer_aliases", required=False)
     paragraphs, supporting = parse_musique_paragraphs(record)
     steps = require_list(record, "question_decomposition")
     plan = parse_gold_plan(steps, "question_decomposition")

@@ -55,8 +55,7 @@ class JsonlLimits:
     @classmethod
     def for_passages(cls, max_passage_chars: int) -> JsonlLimits:
         """Limits whose line cap follows a configured passage size (128 bytes per char)."""
-        return cls(max_passage_chars=max_passage_chars,
-                   max_line_bytes=LINE_BYTES_PER_PASSAGE_CHAR * max_passage_chars)
+        return cls(max_passage_chars=max_passage_chars, max_line_bytes=LINE_BYTES_PER_PASSAGE_CHAR * max_passage_chars)
 
 
 @dataclass(frozen=True)
@@ -68,8 +67,9 @@ class Line:
     text: str
 
 
-def make_reject(dataset: str, source_file: str, line: int, reason: str, raw: str,
-                limits: JsonlLimits = JsonlLimits()) -> dict:
+def make_reject(
+    dataset: str, source_file: str, line: int, reason: str, raw: str, limits: JsonlLimits = JsonlLimits()
+) -> dict:
     """A ``rejects`` row; ``raw`` is cut to ``limits.raw_chars``."""
     return {
         "dataset": dataset,
@@ -80,8 +80,7 @@ def make_reject(dataset: str, source_file: str, line: int, reason: str, raw: str
     }
 
 
-def read_lines(path: Path, dataset: str, rejects: list[dict],
-               limits: JsonlLimits = JsonlLimits()) -> Iterator[Line]:
+def read_lines(path: Path, dataset: str, rejects: list[dict], limits: JsonlLimits = JsonlLimits()) -> Iterator[Line]:
     """Yield the JSON-object lines of ``path``; append a reject for every other non-blank line.
 
     Raises :class:`NotJsonlError` when the file is binary, or when none of its first
@@ -114,8 +113,10 @@ def read_lines(path: Path, dataset: str, rejects: list[dict],
 
 def _overlong(dataset: str, source: str, number: int, head: bytes, size: int, limits: JsonlLimits) -> dict:
     """The reject of a line over ``limits.max_line_bytes``; its first bytes show what it was."""
-    reason = (f"line of {size:,} bytes, over the {limits.max_line_bytes:,}-byte limit "
-              f"({LINE_BYTES_PER_PASSAGE_CHAR} x max_passage_chars {limits.max_passage_chars:,}); not read")
+    reason = (
+        f"line of {size:,} bytes, over the {limits.max_line_bytes:,}-byte limit "
+        f"({LINE_BYTES_PER_PASSAGE_CHAR} x max_passage_chars {limits.max_passage_chars:,}); not read"
+    )
     text = head[: 4 * limits.raw_chars].decode("utf-8", errors="replace")
     return make_reject(dataset, source, number, reason, text, limits)
 
@@ -166,13 +167,19 @@ def _parse_line(raw: bytes, number: int) -> tuple[str, dict | str | None]:
 
 def _refuse(source: str, seen: int, first_problem: str) -> None:
     raise NotJsonlError(
-        f"{source}: not a JSONL file (none of the first {seen} non-blank line(s) is a JSON "
-        f"object; {first_problem})"
+        f"{source}: not a JSONL file (none of the first {seen} non-blank line(s) is a JSON object; {first_problem})"
     )
 
 
 def type_name(value: object) -> str:
     """The JSON name of a value's type, for reject reasons."""
-    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number",
-             float: "number", type(None): "null"}
+    names = {
+        dict: "object",
+        list: "array",
+        str: "string",
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        type(None): "null",
+    }
     return names.get(type(value), type(value).__name__)

@@ -79,8 +79,15 @@ def load_questions(
     return result
 
 
-def _add_passages(row: ParsedRow, dataset: str, path: Path, line: Line, limits: JsonlLimits,
-                  passages: dict[str, dict], rejects: list[dict]) -> None:
+def _add_passages(
+    row: ParsedRow,
+    dataset: str,
+    path: Path,
+    line: Line,
+    limits: JsonlLimits,
+    passages: dict[str, dict],
+    rejects: list[dict],
+) -> None:
     """Add a question's context paragraphs to ``passages`` (by passage id: the first copy stays),
     or to ``rejects`` each one over ``limits.max_passage_chars``."""
     for title, text in row.paragraphs:

@@ -53,8 +53,7 @@ class PartitionRule:
 def sample_keys(dataset: str, question_ids: Iterable[str], seed: int = 0) -> np.ndarray:
     """``u`` in [0, 1) of each question: the first 64 bits of its SHA-256, as a fraction."""
     prefix = f"{seed}{SEPARATOR}{dataset}{SEPARATOR}"
-    words = [int.from_bytes(hashlib.sha256((prefix + q).encode("utf-8")).digest()[:8], "big")
-             for q in question_ids]
+    words = [int.from_bytes(hashlib.sha256((prefix + q).encode("utf-8")).digest()[:8], "big") for q in question_ids]
     return np.asarray(words, dtype=np.uint64).astype(np.float64) / 2.0**64
 
 

@@ -47,5 +47,4 @@ def oversize(passage: dict, limits) -> str | None:
     size = len(passage["title"]) + len(passage["text"])
     if size <= limits.max_passage_chars:
         return None
-    return (f"passage {passage['passage_id']} is {size:,} chars, over max_passage_chars "
-            f"{limits.max_passage_chars:,}")
+    return f"passage {passage['passage_id']} is {size:,} chars, over max_passage_chars {limits.max_passage_chars:,}"

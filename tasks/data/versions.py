@@ -69,6 +69,8 @@ def moved_partitions_warning(name: str, n_kept: int) -> str | None:
     placed: they keep their partition (a question held out stays held out)."""
     if not n_kept:
         return None
-    return (f"dataset {name}: {n_kept} question(s) keep the partition an earlier ingest gave them; "
-            "this config's partition rule would move them, and partitions never move (use the "
-            "earlier rule, or a new warehouse root)")
+    return (
+        f"dataset {name}: {n_kept} question(s) keep the partition an earlier ingest gave them; "
+        "this config's partition rule would move them, and partitions never move (use the "
+        "earlier rule, or a new warehouse root)"
+    )

@@ -51,8 +51,13 @@ async def answer_direct(
     """Naive generation: the question alone, answered from the model's own knowledge."""
     outcome = Outcome()
     completion = await ask(
-        generator, config, question.question_id, f"{DIRECT}/0",
-        render_prompt("flashrag_direct"), f"Question: {question.question}", grammar="flashrag_direct",
+        generator,
+        config,
+        question.question_id,
+        f"{DIRECT}/0",
+        render_prompt("flashrag_direct"),
+        f"Question: {question.question}",
+        grammar="flashrag_direct",
     )
     return _finish(outcome, outcome.record(completion))
 
@@ -67,8 +72,12 @@ async def answer_rag(
     hits = await retrieve(retriever, question.question, config.top_k)
     outcome.n_retrievals += 1
     completion = await ask(
-        generator, config, question.question_id, f"{RAG}/0",
-        render_prompt("flashrag_rag", reference=render_flashrag(hits)), f"Question: {question.question}",
+        generator,
+        config,
+        question.question_id,
+        f"{RAG}/0",
+        render_prompt("flashrag_rag", reference=render_flashrag(hits)),
+        f"Question: {question.question}",
         grammar="flashrag_rag",
     )
     return _finish(outcome, outcome.record(completion))

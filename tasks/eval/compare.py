@@ -56,9 +56,16 @@ def paired_interval(a: np.ndarray, b: np.ndarray, config: CompareConfig = Compar
     differences = a - b
     if np.all(differences == differences[0]):
         return float(differences[0]), float(differences[0])
-    result = stats.bootstrap((a, b), mean_difference, paired=True, vectorized=True,
-                             n_resamples=config.n_resamples, confidence_level=config.confidence,
-                             method=config.method, rng=np.random.default_rng(config.seed))
+    result = stats.bootstrap(
+        (a, b),
+        mean_difference,
+        paired=True,
+        vectorized=True,
+        n_resamples=config.n_resamples,
+        confidence_level=config.confidence,
+        method=config.method,
+        rng=np.random.default_rng(config.seed),
+    )
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
@@ -78,11 +85,20 @@ def compare_pairs(em_a, em_b, f1_a, f1_b, config: CompareConfig = CompareConfig(
     f1_low, f1_high = paired_interval(f1_a, f1_b, config)
     a_only, b_only, p = mcnemar_exact(em_a >= 0.5, em_b >= 0.5)
     return {
-        "n": len(em_a), "em_a": float(em_a.mean()), "em_b": float(em_b.mean()),
-        "em_delta": float(em_a.mean() - em_b.mean()), "em_delta_low": em_low, "em_delta_high": em_high,
-        "f1_a": float(f1_a.mean()), "f1_b": float(f1_b.mean()),
-        "f1_delta": float(f1_a.mean() - f1_b.mean()), "f1_delta_low": f1_low, "f1_delta_high": f1_high,
-        "n_a_only": a_only, "n_b_only": b_only, "mcnemar_p": p,
+        "n": len(em_a),
+        "em_a": float(em_a.mean()),
+        "em_b": float(em_b.mean()),
+        "em_delta": float(em_a.mean() - em_b.mean()),
+        "em_delta_low": em_low,
+        "em_delta_high": em_high,
+        "f1_a": float(f1_a.mean()),
+        "f1_b": float(f1_b.mean()),
+        "f1_delta": float(f1_a.mean() - f1_b.mean()),
+        "f1_delta_low": f1_low,
+        "f1_delta_high": f1_high,
+        "n_a_only": a_only,
+        "n_b_only": b_only,
+        "mcnemar_p": p,
     }
 
 
@@ -90,8 +106,9 @@ def compare_run_id(run_a: str, run_b: str) -> str:
     return "compare-" + hashlib.sha256(json.dumps([run_a, run_b]).encode()).hexdigest()[:16]
 
 
-def compare_rows(rows_a: Iterable[Mapping], rows_b: Iterable[Mapping], config: CompareConfig,
-                 created_at: datetime) -> list[dict]:
+def compare_rows(
+    rows_a: Iterable[Mapping], rows_b: Iterable[Mapping], config: CompareConfig, created_at: datetime
+) -> list[dict]:
     """One ``eval_compare`` row per (dataset, mode) the two runs share, over the questions both
     answered; ``rows_a`` / ``rows_b`` are the ``evals`` rows of model a's and model b's run."""
     columns = ["run_id", "model_id", "dataset", "mode", "partition", "question_id", "em", "f1"]
@@ -103,12 +120,22 @@ def compare_rows(rows_a: Iterable[Mapping], rows_b: Iterable[Mapping], config: C
     out = []
     for (dataset, mode), group in pairs.group_by(["dataset", "mode"], maintain_order=True):
         run_a, run_b = group["run_id"][0], group["run_id_b"][0]
-        out.append({
-            "run_id": compare_run_id(run_a, run_b), "model_a": group["model_id"][0],
-            "model_b": group["model_id_b"][0], "run_a": run_a, "run_b": run_b, "dataset": dataset,
-            "mode": mode, "partition": group["partition"][0],
-            **compare_pairs(group["em"], group["em_b"], group["f1"], group["f1_b"], config),
-            "n_resamples": config.n_resamples, "confidence": config.confidence, "method": config.method,
-            "seed": config.seed, "created_at": created_at,
-        })
+        out.append(
+            {
+                "run_id": compare_run_id(run_a, run_b),
+                "model_a": group["model_id"][0],
+                "model_b": group["model_id_b"][0],
+                "run_a": run_a,
+                "run_b": run_b,
+                "dataset": dataset,
+                "mode": mode,
+                "partition": group["partition"][0],
+                **compare_pairs(group["em"], group["em_b"], group["f1"], group["f1_b"], config),
+                "n_resamples": config.n_resamples,
+                "confidence": config.confidence,
+                "method": config.method,
+                "seed": config.seed,
+                "created_at": created_at,
+            }
+        )
     return out

@@ -44,8 +44,11 @@ class InferenceConfig:
 
 
 # The prompts whose output grammars hold each evaluation mode's answers.
-MODE_GRAMMARS = {"agentic": ("reasonrag_reasoning", "reasonrag_grounding"), "direct": ("flashrag_direct",),
-                 "rag": ("flashrag_rag",)}
+MODE_GRAMMARS = {
+    "agentic": ("reasonrag_reasoning", "reasonrag_grounding"),
+    "direct": ("flashrag_direct",),
+    "rag": ("flashrag_rag",),
+}
 
 
 def output_grammar(prompt: str, max_tokens: int) -> Grammar:
@@ -101,15 +104,23 @@ class Outcome:
 
 
 async def ask(
-    generator: Generator, config: InferenceConfig, question_id: str, path: str,
-    system: str, user: str, stop: tuple[str, ...] = (), grammar: str | None = None,
+    generator: Generator,
+    config: InferenceConfig,
+    question_id: str,
+    path: str,
+    system: str,
+    user: str,
+    stop: tuple[str, ...] = (),
+    grammar: str | None = None,
 ) -> Completion:
     """One completion of a system + user prompt, seeded by the question and ``path``.
 
     ``grammar`` names the prompt whose output grammar holds the answer's form.
     """
     sampling = Sampling(
-        temperature=config.temperature, max_tokens=config.max_tokens, stop=stop,
+        temperature=config.temperature,
+        max_tokens=config.max_tokens,
+        stop=stop,
         seed=derive_seed(config.seed, question_id, path),
         grammar=output_grammar(grammar, config.max_tokens) if grammar else None,
     )

@@ -67,8 +67,12 @@ def bootstrap_means(deltas: np.ndarray, config: PromotionConfig) -> np.ndarray:
     return np.concatenate(means)
 
 
-def decide(candidate: Mapping[str, float], incumbent: Mapping[str, float], config: PromotionConfig = PromotionConfig(),
-           same_model: bool = False) -> Decision:
+def decide(
+    candidate: Mapping[str, float],
+    incumbent: Mapping[str, float],
+    config: PromotionConfig = PromotionConfig(),
+    same_model: bool = False,
+) -> Decision:
     """The decision from per-question scores (question id -> metric) of the two models."""
     shared = sorted(set(candidate) & set(incumbent))
     if not shared:
@@ -90,12 +94,33 @@ def decide(candidate: Mapping[str, float], incumbent: Mapping[str, float], confi
     return Decision(KEEP, f"{interval} does not lie above zero", len(shared), delta, low, high, p)
 
 
-def promotion_row(pipeline: str, night: str, candidate: str, incumbent: str, config: PromotionConfig,
-                  decision: Decision, created_at, build_run_id: str | None = None) -> dict:
+def promotion_row(
+    pipeline: str,
+    night: str,
+    candidate: str,
+    incumbent: str,
+    config: PromotionConfig,
+    decision: Decision,
+    created_at,
+    build_run_id: str | None = None,
+) -> dict:
     """The ``promotions`` row of one night's decision; ``promoted`` is the model it leaves in place."""
     promoted = candidate if decision.decision == PROMOTE else incumbent
-    return {"pipeline": pipeline, "night": night, "build_run_id": build_run_id, "candidate": candidate, "incumbent": incumbent,
-            "metric": config.metric, "mode": config.mode, "n": decision.n, "delta": decision.delta,
-            "ci_low": decision.ci_low, "ci_high": decision.ci_high, "p": decision.p,
-            "decision": decision.decision, "reason": decision.reason, "promoted": promoted,
-            "created_at": created_at}
+    return {
+        "pipeline": pipeline,
+        "night": night,
+        "build_run_id": build_run_id,
+        "candidate": candidate,
+        "incumbent": incumbent,
+        "metric": config.metric,
+        "mode": config.mode,
+        "n": decision.n,
+        "delta": decision.delta,
+        "ci_low": decision.ci_low,
+        "ci_high": decision.ci_high,
+        "p": decision.p,
+        "decision": decision.decision,
+        "reason": decision.reason,
+        "promoted": promoted,
+        "created_at": created_at,
+    }

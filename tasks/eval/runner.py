@@ -78,13 +78,20 @@ def shard_of(dataset: str, mode: str) -> str:
 
 
 async def answer_questions(
-    questions: Sequence[EvalQuestion], modes: Sequence[str], batcher: Batcher,
-    retriever: Retriever | None, config: InferenceConfig, max_in_flight: int,
+    questions: Sequence[EvalQuestion],
+    modes: Sequence[str],
+    batcher: Batcher,
+    retriever: Retriever | None,
+    config: InferenceConfig,
+    max_in_flight: int,
 ) -> dict[str, list[Outcome]]:
     """mode -> the outcome of each question, in question order."""
     answer = eval_modes()  # the strategies' declared modes, gathered once rather than per question
-    jobs = [partial(_attributed, q.question_id, partial(answer[mode], q, batcher, retriever, config))
-            for mode in check_modes(modes) for q in questions]
+    jobs = [
+        partial(_attributed, q.question_id, partial(answer[mode], q, batcher, retriever, config))
+        for mode in check_modes(modes)
+        for q in questions
+    ]
     outcomes = await batcher.run_all(jobs, max_in_flight)
     n = len(questions)
     return {mode: outcomes[i * n : (i + 1) * n] for i, mode in enumerate(modes)}
@@ -97,8 +104,14 @@ async def _attributed(question_id: str, job: Callable[[], Awaitable[Outcome]]) -
 
 
 def eval_rows(
-    run_id: str, model_id: str, dataset: str, mode: str, questions: Sequence[EvalQuestion],
-    outcomes: Sequence[Outcome], created_at: datetime, partition: str | None = None,
+    run_id: str,
+    model_id: str,
+    dataset: str,
+    mode: str,
+    questions: Sequence[EvalQuestion],
+    outcomes: Sequence[Outcome],
+    created_at: datetime,
+    partition: str | None = None,
     seen: Collection[str] = (),
 ) -> list[dict]:
     """One ``evals`` row per question: the prediction, its scores and what it cost, the partition
@@ -106,14 +119,25 @@ def eval_rows(
     rows = []
     for question, outcome in zip(questions, outcomes, strict=True):
         scores = {name: metric(outcome.prediction, question.golden_answers) for name, metric in METRICS.items()}
-        rows.append({
-            "eval_id": eval_id(run_id, dataset, mode, question.question_id), "run_id": run_id,
-            "model_id": model_id, "dataset": dataset, "mode": mode,
-            "question_id": question.question_id, "prediction": outcome.prediction, **scores,
-            "n_retrievals": outcome.n_retrievals, "n_steps": outcome.n_steps,
-            "format_error": outcome.format_error, "llm_call_ids": list(outcome.call_ids),
-            "created_at": created_at, "partition": partition, "is_seen": question.question_id in seen,
-        })
+        rows.append(
+            {
+                "eval_id": eval_id(run_id, dataset, mode, question.question_id),
+                "run_id": run_id,
+                "model_id": model_id,
+                "dataset": dataset,
+                "mode": mode,
+                "question_id": question.question_id,
+                "prediction": outcome.prediction,
+                **scores,
+                "n_retrievals": outcome.n_retrievals,
+                "n_steps": outcome.n_steps,
+                "format_error": outcome.format_error,
+                "llm_call_ids": list(outcome.call_ids),
+                "created_at": created_at,
+                "partition": partition,
+                "is_seen": question.question_id in seen,
+            }
+        )
     return rows
 
 
@@ -126,11 +150,17 @@ def aggregate(rows: Iterable[Mapping]) -> list[dict]:
     summary = []
     for (model_id, dataset, mode), members in sorted(groups.items()):
         means = {col: sum(float(r[col]) for r in members) / len(members) for col in AGGREGATE_COLUMNS}
-        summary.append({
-            "model_id": model_id, "dataset": dataset, "mode": mode, "n_questions": len(members),
-            **means, "n_format_errors": sum(1 for r in members if r.get("format_error")),
-            "n_seen": sum(1 for r in members if r.get("is_seen")),
-        })
+        summary.append(
+            {
+                "model_id": model_id,
+                "dataset": dataset,
+                "mode": mode,
+                "n_questions": len(members),
+                **means,
+                "n_format_errors": sum(1 for r in members if r.get("format_error")),
+                "n_seen": sum(1 for r in members if r.get("is_seen")),
+            }
+        )
     return summary
 
 

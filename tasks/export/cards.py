@@ -81,8 +81,14 @@ def _configs(folder: Path, table: str | None) -> list[dict]:
     if table is not None:
         return [{"config_name": table, "default": True, "data_files": [{"split": "train", "path": "*.parquet"}]}]
     files = sorted(folder.glob("*.parquet"))
-    return [{"config_name": f"{folder.parent.name}-{path.stem}", "data_files": [{"split": "train", "path": path.name}],
-             **({"default": True} if i == 0 else {})} for i, path in enumerate(files)]
+    return [
+        {
+            "config_name": f"{folder.parent.name}-{path.stem}",
+            "data_files": [{"split": "train", "path": path.name}],
+            **({"default": True} if i == 0 else {}),
+        }
+        for i, path in enumerate(files)
+    ]
 
 
 def _run(wh: Warehouse, run_id: str) -> dict:
@@ -91,7 +97,10 @@ def _run(wh: Warehouse, run_id: str) -> dict:
     config = row["config"]
     config = json.loads(config) if isinstance(config, str) and config else (config or {})
     sql = "select distinct q.dataset from nodes n join questions q using (question_id) where n.run_id = $run order by 1"
-    datasets = sorted({i["dataset"] for i in row["inputs"] or []}) or query(wh, sql, {"run": run_id}).column("dataset").to_pylist()
+    datasets = (
+        sorted({i["dataset"] for i in row["inputs"] or []})
+        or query(wh, sql, {"run": run_id}).column("dataset").to_pylist()
+    )
     return {"hash": row["config_hash"], "config": config, "datasets": datasets}
 
 
@@ -123,11 +132,15 @@ def _yield(wh: Warehouse, run_id: str, table: str | None) -> list[dict]:
         kept = "select null as strategy, null as kept where false"
     else:  # verl_prompts keeps its strategy inside extra_info, as verl's files do
         column = "extra_info.strategy" if table == "verl_prompts" else "strategy"
-        kept = (f'select {column} as strategy, count(distinct question_id) as kept from "{table}" '
-                "where run_id = $run group by 1")
-    sql = (f"with kept as ({kept}), expanded as (select strategy, count(distinct question_id) as expanded "
-           "from nodes where run_id = $run group by strategy) "
-           "select strategy, expanded, kept from expanded left join kept using (strategy) order by strategy")
+        kept = (
+            f'select {column} as strategy, count(distinct question_id) as kept from "{table}" '
+            "where run_id = $run group by 1"
+        )
+    sql = (
+        f"with kept as ({kept}), expanded as (select strategy, count(distinct question_id) as expanded "
+        "from nodes where run_id = $run group by strategy) "
+        "select strategy, expanded, kept from expanded left join kept using (strategy) order by strategy"
+    )
     return query(wh, sql, {"run": run_id}).to_pylist()
 
 
@@ -138,24 +151,38 @@ def body(wh: Warehouse, run_id: str, folder: Path, table: str | None, run: dict,
     strategies = search.get("strategies") or []
     params = {name: search.get(name) for name in strategies if search.get(name) is not None}
     cost = query(wh, "select * exclude (run_id) from run_cost where run_id = $run", {"run": run_id}).to_pylist()
-    dirty = query(wh, "select export_table, method, count(*) as rows from contamination where run_id = $run "
-                  "group by all order by all", {"run": run_id}).to_pylist()
+    dirty = query(
+        wh,
+        "select export_table, method, count(*) as rows from contamination where run_id = $run "
+        "group by all order by all",
+        {"run": run_id},
+    ).to_pylist()
     what = f"the `{table}` table" if table else f"the {folder.parent.name} trainer files"
-    return "\n".join([
-        f"# {run_id}: {what}\n",
-        f"Exported by ragfactory from run `{run_id}` (config hash `{run['hash']}`), {rows} rows.\n",
-        f"- **Source datasets:** {', '.join(run['datasets']) or 'unknown'}",
-        f"- **Policy model:** `{(llm.get('policy') or {}).get('model')}`",
-        f"- **Judge model:** `{(llm.get('judge') or llm.get('policy') or {}).get('model')}`",
-        f"- **Strategies:** {', '.join(strategies)}\n",
-        "## Strategy parameters\n", "```json", json.dumps(params, indent=2, sort_keys=True), "```\n",
-        "## Yield (questions expanded, questions kept)\n", _table_md(_yield(wh, run_id, table)),
-        "## Cost (the `run_cost` view)\n", _table_md(cost),
-        "## Contamination\n", _table_md(dirty) if dirty else "No row matched an evaluation question.\n",
-        "## Label sources\n", f"{LABEL_SOURCES.get(table, 'see each table of the run')}\n" if table
-        else "".join(f"- `{t}`: {s}\n" for t, s in LABEL_SOURCES.items()),
-        LOADING.format(folder=folder),
-    ])
+    return "\n".join(
+        [
+            f"# {run_id}: {what}\n",
+            f"Exported by ragfactory from run `{run_id}` (config hash `{run['hash']}`), {rows} rows.\n",
+            f"- **Source datasets:** {', '.join(run['datasets']) or 'unknown'}",
+            f"- **Policy model:** `{(llm.get('policy') or {}).get('model')}`",
+            f"- **Judge model:** `{(llm.get('judge') or llm.get('policy') or {}).get('model')}`",
+            f"- **Strategies:** {', '.join(strategies)}\n",
+            "## Strategy parameters\n",
+            "```json",
+            json.dumps(params, indent=2, sort_keys=True),
+            "```\n",
+            "## Yield (questions expanded, questions kept)\n",
+            _table_md(_yield(wh, run_id, table)),
+            "## Cost (the `run_cost` view)\n",
+            _table_md(cost),
+            "## Contamination\n",
+            _table_md(dirty) if dirty else "No row matched an evaluation question.\n",
+            "## Label sources\n",
+            f"{LABEL_SOURCES.get(table, 'see each table of the run')}\n"
+            if table
+            else "".join(f"- `{t}`: {s}\n" for t, s in LABEL_SOURCES.items()),
+            LOADING.format(folder=folder),
+        ]
+    )
 
 
 def write_cards(wh: Warehouse, run_id: str) -> list[Path]:

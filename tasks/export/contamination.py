@@ -94,8 +94,9 @@ def match_embeddings(train: Sequence[str], evaluation: Sequence[str], cache, cos
 
 def judge_request(first: str, second: str, config: ContaminationConfig) -> Request:
     prompt = render_prompt(JUDGE_PROMPT, first=first, second=second)
-    return Request.chat([{"role": "user", "content": prompt}], role="judge",
-                        max_tokens=config.judge_max_tokens, temperature=0.0)
+    return Request.chat(
+        [{"role": "user", "content": prompt}], role="judge", max_tokens=config.judge_max_tokens, temperature=0.0
+    )
 
 
 def is_yes(text: str) -> bool:
@@ -115,8 +116,9 @@ def confirm_with_judge(pairs: Sequence[tuple[str, str]], judge, config: Contamin
     return asyncio.run(judge.run_all(jobs, config.judge_in_flight)) if jobs else []
 
 
-def find_contamination(train: Sequence[str], eval_set: EvalSet, config: ContaminationConfig,
-                       cache=None, judge=None) -> pl.DataFrame:
+def find_contamination(
+    train: Sequence[str], eval_set: EvalSet, config: ContaminationConfig, cache=None, judge=None
+) -> pl.DataFrame:
     """One row per contaminated training text: train index, eval index, method, score, and the
     judge's verdict (null unless asked). Pass distinct texts; ``cache`` embeds (an
     ``EmbeddingCache``), ``judge`` is a batcher serving the judge role."""
@@ -134,12 +136,16 @@ def find_contamination(train: Sequence[str], eval_set: EvalSet, config: Contamin
     return found.sort("train").cast(EMPTY.schema)
 
 
-def _embedding_stage(train, eval_set: EvalSet, found: pl.DataFrame, config: ContaminationConfig,
-                     cache, judge) -> pl.DataFrame:
+def _embedding_stage(
+    train, eval_set: EvalSet, found: pl.DataFrame, config: ContaminationConfig, cache, judge
+) -> pl.DataFrame:
     open_ = np.setdiff1d(np.arange(len(train), dtype=np.uint32), found["train"].to_numpy())
     near = match_embeddings([train[i] for i in open_], eval_set.questions, cache, config.cosine)
-    near = near.with_columns(train=pl.Series(open_[near["train"].to_numpy()], dtype=pl.UInt32),
-                             method=pl.lit("embedding"), judged=pl.lit(None, dtype=pl.Boolean))
+    near = near.with_columns(
+        train=pl.Series(open_[near["train"].to_numpy()], dtype=pl.UInt32),
+        method=pl.lit("embedding"),
+        judged=pl.lit(None, dtype=pl.Boolean),
+    )
     if not config.judge or not near.height:
         return near
     if judge is None:
@@ -154,8 +160,9 @@ def contamination_id(run_id: str, table: str, row_id: str) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
-def contaminated_rows(table: str, key: str, rows: Sequence[Mapping], questions: Mapping[str, str],
-                      found: Mapping[str, Mapping], mode: str) -> tuple[list[Mapping], list[dict]]:
+def contaminated_rows(
+    table: str, key: str, rows: Sequence[Mapping], questions: Mapping[str, str], found: Mapping[str, Mapping], mode: str
+) -> tuple[list[Mapping], list[dict]]:
     """(rows to export, ``contamination`` rows) of one export table.
 
     ``questions`` maps question id -> text; ``found`` maps a contaminated question id to its
@@ -169,24 +176,38 @@ def contaminated_rows(table: str, key: str, rows: Sequence[Mapping], questions: 
             continue
         if mode == "flag":
             kept.append(row)
-        flagged.append({
-            "contamination_id": contamination_id(row["run_id"], table, row[key]), "run_id": row["run_id"],
-            "strategy": row.get("strategy"), "export_table": table, "row_id": row[key],
-            "question_id": row["question_id"], "question": questions.get(row["question_id"]),
-            **match, "action": "dropped" if mode == "drop" else "flagged",
-        })
+        flagged.append(
+            {
+                "contamination_id": contamination_id(row["run_id"], table, row[key]),
+                "run_id": row["run_id"],
+                "strategy": row.get("strategy"),
+                "export_table": table,
+                "row_id": row[key],
+                "question_id": row["question_id"],
+                "question": questions.get(row["question_id"]),
+                **match,
+                "action": "dropped" if mode == "drop" else "flagged",
+            }
+        )
     return kept, flagged
 
 
-def screen_questions(questions: Mapping[str, str], eval_set: EvalSet, config: ContaminationConfig,
-                     cache=None, judge=None) -> dict[str, dict]:
+def screen_questions(
+    questions: Mapping[str, str], eval_set: EvalSet, config: ContaminationConfig, cache=None, judge=None
+) -> dict[str, dict]:
     """question id -> its match (eval question id and text, source, method, score, judged) for
     each contaminated training question; the texts are checked once each."""
     texts = sorted({text for text in questions.values() if text})
     found = find_contamination(texts, eval_set, config, cache, judge)
     by_text = {
-        texts[t]: {"eval_question_id": eval_set.question_ids[e], "eval_question": eval_set.questions[e],
-                   "eval_source": eval_set.sources[e], "method": method, "score": score, "judged": judged}
+        texts[t]: {
+            "eval_question_id": eval_set.question_ids[e],
+            "eval_question": eval_set.questions[e],
+            "eval_source": eval_set.sources[e],
+            "method": method,
+            "score": score,
+            "judged": judged,
+        }
         for t, e, score, method, judged in found.select("train", "eval", "score", "method", "judged").iter_rows()
     }
     return {qid: by_text[text] for qid, text in questions.items() if text in by_text}

@@ -43,8 +43,9 @@ def chain_recall(node_ids: Sequence[str], found: Mapping[str, Mapping[str, Any]]
     return max(int(r["gold_found"]) for r in rows), int(rows[0]["hops"])
 
 
-def keep_gold_recall(rows: Sequence[Mapping[str, Any]], found: Mapping[str, Mapping[str, Any]],
-                     minimum: float) -> list[Mapping[str, Any]]:
+def keep_gold_recall(
+    rows: Sequence[Mapping[str, Any]], found: Mapping[str, Mapping[str, Any]], minimum: float
+) -> list[Mapping[str, Any]]:
     """The ``sft_examples`` rows whose chain's gold recall is at least ``minimum``; each row left
     out is a skip (inside ``skips.recording``) saying why."""
     kept = []
@@ -54,8 +55,12 @@ def keep_gold_recall(rows: Sequence[Mapping[str, Any]], found: Mapping[str, Mapp
         if hops is None:
             skipped(question, EXPORTER, "require_gold_recall: the question has no gold supporting paragraphs")
         elif hits / hops < minimum:
-            skipped(question, EXPORTER, f"require_gold_recall: searches found {hits} of {hops} gold "
-                                        f"paragraphs (recall {hits / hops:.2f} < {minimum:g})")
+            skipped(
+                question,
+                EXPORTER,
+                f"require_gold_recall: searches found {hits} of {hops} gold "
+                f"paragraphs (recall {hits / hops:.2f} < {minimum:g})",
+            )
         else:
             kept.append(row)
     return kept

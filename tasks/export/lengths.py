@@ -63,8 +63,9 @@ def _parts(table: str, row: Mapping[str, Any], prompt_only: bool) -> Messages:
     return messages[:-1] if prompt_only and table == "sft_examples" else messages
 
 
-def length_warnings(tables: Mapping[str, Iterable[Mapping[str, Any]]],
-                    count: Callable[[Messages], int] | None = None) -> list[str]:
+def length_warnings(
+    tables: Mapping[str, Iterable[Mapping[str, Any]]], count: Callable[[Messages], int] | None = None
+) -> list[str]:
     """One line per trainer default that some exported rows exceed, with the flag to raise."""
     counter = count or estimate_tokens
     about = "" if count else "about "
@@ -74,7 +75,9 @@ def length_warnings(tables: Mapping[str, Iterable[Mapping[str, Any]]],
         lengths = [counter(_parts(limit.table, row, limit.prompt_only)) for row in rows]
         over = [n for n in lengths if n > limit.default - limit.margin]
         if over:
-            lines.append(f"{limit.client} {limit.effect} {len(over)} of {len(rows)} {limit.table} rows at its "
-                         f"default {limit.flag} {limit.default} (longest {about}{max(over)} tokens): "
-                         f"raise {limit.flag}")
+            lines.append(
+                f"{limit.client} {limit.effect} {len(over)} of {len(rows)} {limit.table} rows at its "
+                f"default {limit.flag} {limit.default} (longest {about}{max(over)} tokens): "
+                f"raise {limit.flag}"
+            )
     return lines

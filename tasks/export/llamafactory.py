@@ -30,8 +30,13 @@ from ragfactory.warehouse.store import conform, safe_name
 INFO_FILE = "dataset_info.json"
 LOCK_FILE = ".dataset_info.lock"  # held while one strategy's export rewrites the shared info file
 KINDS = {"sft": "sft_examples", "dpo": "preference_pairs"}  # entry suffix -> warehouse table
-TAGS = {"role_tag": "role", "content_tag": "content", "user_tag": "user",
-        "assistant_tag": "assistant", "system_tag": "system"}
+TAGS = {
+    "role_tag": "role",
+    "content_tag": "content",
+    "user_tag": "user",
+    "assistant_tag": "assistant",
+    "system_tag": "system",
+}
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 
 
@@ -56,8 +61,10 @@ def pair_table(rows: pa.Table | Iterable[Mapping[str, Any]]) -> pa.Table:
         values = table.column(side).to_pylist()
         bad = [i for i, messages in enumerate(values) if len(messages) != 1]
         if bad:
-            raise ValueError(f"preference_pairs row {bad[0]}: {side} holds {len(values[bad[0]])} "
-                             "messages; LLaMA-Factory's ranking data takes one")
+            raise ValueError(
+                f"preference_pairs row {bad[0]}: {side} holds {len(values[bad[0]])} "
+                "messages; LLaMA-Factory's ranking data takes one"
+            )
         singles[side] = pa.array([messages[0] for messages in values], type=MESSAGE)
     table = table.rename_columns(["messages" if n == "prompt" else n for n in table.column_names])
     for side, column in singles.items():
@@ -65,8 +72,9 @@ def pair_table(rows: pa.Table | Iterable[Mapping[str, Any]]) -> pa.Table:
     return table
 
 
-def write_llamafactory(folder: str | Path, strategy: str,
-                       tables: Mapping[str, pa.Table | Iterable[Mapping[str, Any]]]) -> dict[str, Any]:
+def write_llamafactory(
+    folder: str | Path, strategy: str, tables: Mapping[str, pa.Table | Iterable[Mapping[str, Any]]]
+) -> dict[str, Any]:
     """Write one strategy's SFT and DPO shards into ``folder`` and rebuild its ``dataset_info.json``
     (returned). A table with no rows leaves no shard; a table not given is left as it is."""
     folder = Path(folder)

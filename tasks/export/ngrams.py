@@ -58,9 +58,15 @@ class NgramConfig:
 def normalize_questions(texts: Sequence[str] | pl.Series) -> pl.Series:
     """Each text lower-cased, NFKC, punctuation and articles removed, whitespace collapsed."""
     series = texts if isinstance(texts, pl.Series) else pl.Series("text", list(texts), dtype=pl.String)
-    return (series.fill_null("").str.normalize("NFKC").str.to_lowercase()
-            .str.replace_all(PUNCTUATION, "").str.replace_all(ARTICLES, " ")
-            .str.replace_all(r"\s+", " ").str.strip_chars())
+    return (
+        series.fill_null("")
+        .str.normalize("NFKC")
+        .str.to_lowercase()
+        .str.replace_all(PUNCTUATION, "")
+        .str.replace_all(ARTICLES, " ")
+        .str.replace_all(r"\s+", " ")
+        .str.strip_chars()
+    )
 
 
 def match_exact(train: pl.Series, evaluation: pl.Series) -> pl.DataFrame:
@@ -74,11 +80,17 @@ def match_exact(train: pl.Series, evaluation: pl.Series) -> pl.DataFrame:
 
 def tokenize(normalized: pl.Series) -> pl.DataFrame:
     """One (question index, token) row per word of each normalised text, in order."""
-    return (pl.DataFrame({"token": normalized.str.split(" ")}).with_row_index("question")
-            .explode("token").filter(pl.col("token").is_not_null() & (pl.col("token") != "")))
+    return (
+        pl.DataFrame({"token": normalized.str.split(" ")})
+        .with_row_index("question")
+        .explode("token")
+        .filter(pl.col("token").is_not_null() & (pl.col("token") != ""))
+    )
 
 
-def mark_content(train: pl.DataFrame, evaluation: pl.DataFrame, config: NgramConfig) -> tuple[pl.DataFrame, pl.DataFrame]:
+def mark_content(
+    train: pl.DataFrame, evaluation: pl.DataFrame, config: NgramConfig
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Both token frames with ``is_content``: the word is in at most max(common_min, common_share x
     questions) distinct questions, training and evaluation together."""
     n_questions = train["question"].n_unique() + evaluation["question"].n_unique()
@@ -118,10 +130,17 @@ def match_ngrams(train: pl.Series, evaluation: pl.Series, config: NgramConfig = 
     train_grams, eval_grams = ngram_hashes(train_tokens, config), ngram_hashes(eval_tokens, config)
     spread = pl.concat([train_grams, eval_grams]).group_by("hash").agg(pl.len().alias("n_questions"))
     evidence = spread.filter(pl.col("n_questions") <= config.max_questions).select("hash")
-    shared = (train_grams.rename({"question": "train"}).join(evidence, on="hash")
-              .join(eval_grams.rename({"question": "eval"}), on="hash"))
+    shared = (
+        train_grams.rename({"question": "train"})
+        .join(evidence, on="hash")
+        .join(eval_grams.rename({"question": "eval"}), on="hash")
+    )
     counts = shared.group_by("train", "eval").agg(pl.len().alias("shared"))
     totals = train_grams.group_by("question").agg(pl.len().alias("total")).rename({"question": "train"})
-    best = (counts.join(totals, on="train").with_columns(score=pl.col("shared") / pl.col("total"))
-            .sort(["train", "shared", "eval"], descending=[False, True, False]).unique("train", keep="first"))
+    best = (
+        counts.join(totals, on="train")
+        .with_columns(score=pl.col("shared") / pl.col("total"))
+        .sort(["train", "shared", "eval"], descending=[False, True, False])
+        .unique("train", keep="first")
+    )
     return best.select("train", "eval", "score").sort("train").cast(MATCH_COLUMNS)

@@ -59,8 +59,10 @@ class Exporter:
         for table, columns in self.reads.items():
             missing = sorted(set(columns) - set(table_spec(table).schema.names))
             if missing or not columns:
-                raise ValueError(f"exporter of {self.table!r} reads columns {missing or '(none)'} of "
-                                 f"{table!r}, which has {table_spec(table).schema.names}")
+                raise ValueError(
+                    f"exporter of {self.table!r} reads columns {missing or '(none)'} of "
+                    f"{table!r}, which has {table_spec(table).schema.names}"
+                )
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,7 @@ class StrategyExports:
         for exporter in self.exporters:
             for table, columns in exporter.reads.items():
                 wanted.setdefault(table, set()).update(columns)
-        return {t: tuple(c for c in table_spec(t).schema.names if c in wanted[t])
-                for t in EXPORT_INPUTS if t in wanted}
+        return {t: tuple(c for c in table_spec(t).schema.names if c in wanted[t]) for t in EXPORT_INPUTS if t in wanted}
 
     def export(self, inputs: ExportInputs, config: Any, run_seed: int) -> dict[str, Rows]:
         """``{table: rows}`` of every exporter, in declaration order."""

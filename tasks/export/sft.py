@@ -27,9 +27,7 @@ class SftConfig:
 
     def __post_init__(self):
         if self.prefer not in ("most_retrieval", "least_retrieval"):
-            raise ValueError(
-                f"SftConfig.prefer must be most_retrieval or least_retrieval, got {self.prefer!r}"
-            )
+            raise ValueError(f"SftConfig.prefer must be most_retrieval or least_retrieval, got {self.prefer!r}")
 
 
 def question_texts(questions: Iterable[Mapping[str, Any]]) -> dict[str, str]:
@@ -44,7 +42,5 @@ def question_texts(questions: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 
 def question_text(texts: Mapping[str, str], tree: RowTree) -> str:
     if tree.question_id not in texts:
-        raise ValueError(
-            f"question {tree.question_id!r} of run {tree.run_id!r} is not in the questions given"
-        )
+        raise ValueError(f"question {tree.question_id!r} of run {tree.run_id!r} is not in the questions given")
     return texts[tree.question_id]

@@ -32,8 +32,15 @@ def skipped(tree: Any, exporter: str, reason: str) -> None:
     """Record that ``exporter`` (the table it writes) gave ``tree``'s question no row, and why."""
     rows = _RECORDER.get()
     if rows is not None:
-        rows.append({"run_id": tree.run_id, "question_id": tree.question_id, "strategy": tree.strategy,
-                     "exporter": exporter, "reason": reason})
+        rows.append(
+            {
+                "run_id": tree.run_id,
+                "question_id": tree.question_id,
+                "strategy": tree.strategy,
+                "exporter": exporter,
+                "reason": reason,
+            }
+        )
 
 
 def skip_rows(rows: list[dict]) -> list[dict]:

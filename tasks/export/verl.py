@@ -61,8 +61,7 @@ def reward_overrides(data_sources: Iterable[str]) -> list[str]:
     stock = {data_source(name) for name in SEARCH_R1_DATASETS}
     if set(data_sources) <= stock:
         return []
-    return [f"reward.custom_reward_function.path={REWARD_MODULE}",
-            "reward.custom_reward_function.name=compute_score"]
+    return [f"reward.custom_reward_function.path={REWARD_MODULE}", "reward.custom_reward_function.name=compute_score"]
 
 
 def write_verl_parquet(rows: pa.Table | Iterable[Mapping[str, Any]], path: str | os.PathLike) -> Path:

@@ -8,7 +8,8 @@ import importlib.util
 from pathlib import Path
 
 _spec = importlib.util.spec_from_file_location(
-    "ragfactory_verl_reward", Path(__file__).resolve().parents[1] / "rewards" / "verl_reward.py")
+    "ragfactory_verl_reward", Path(__file__).resolve().parents[1] / "rewards" / "verl_reward.py"
+)
 _module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_module)
 compute_score = _module.compute_score

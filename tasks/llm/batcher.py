@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 
 from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.config import MAX_BATCH_TOKENS
-from ragfactory.tasks.llm.scheduler import Ask, Scheduler, Slot
+from ragfactory.tasks.llm.queue_items import Ask, Slot
+from ragfactory.tasks.llm.scheduler import Scheduler
 from ragfactory.tasks.llm.types import Backend, Completion, Request, call_id
 
 T = TypeVar("T")
@@ -135,8 +136,7 @@ class Batcher:
         scheduler = self.scheduler_for(request.role)  # fail in the caller, not in a step
         if request.role in self.free_roles:
             request = replace(request, sampling=request.sampling.free())
-        slots = [Slot(call_id(scheduler.fingerprint, request, i), request, i)
-                 for i in range(request.sampling.n)]
+        slots = [Slot(call_id(scheduler.fingerprint, request, i), request, i) for i in range(request.sampling.n)]
         loop = asyncio.get_running_loop()
         ask = Ask(self, request, slots, loop.create_future(), loop)
         question = _QUESTION.get()

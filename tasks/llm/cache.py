@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -90,9 +90,7 @@ class CallCache:
         self._used: dict[str, dict] = {}
 
     @classmethod
-    def from_warehouse(
-        cls, warehouse: Warehouse, run_id: str, clock: Callable[[], datetime] = utc_now
-    ) -> CallCache:
+    def from_warehouse(cls, warehouse: Warehouse, run_id: str, clock: Callable[[], datetime] = utc_now) -> CallCache:
         return cls(run_id, WarehouseCallStore(warehouse), clock)
 
     def __len__(self) -> int:

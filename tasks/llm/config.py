@@ -51,7 +51,8 @@ class LLMRoleConfig(Section):
     """The engine behind one role (policy or judge)."""
 
     backend: LLMBackendName = Field(
-        default_factory=default_engine, validate_default=True,
+        default_factory=default_engine,
+        validate_default=True,
         description="transformers (embedded, CPU or one GPU), vllm, openai (HTTP), or an engine "
         "registered as '<plugin>:<name>'; default $RAGFACTORY_ENGINE, else transformers",
     )
@@ -69,13 +70,12 @@ class LLMRoleConfig(Section):
         "None keeps the backend's default (32 rows for transformers on CPU, vLLM's 256)",
     )
     base_url: str | None = Field(None, description="OpenAI-compatible server URL, e.g. http://host:8000/v1")
-    api_key_env: str = Field(
-        "OPENAI_API_KEY", description="Name of the environment variable holding the API key"
-    )
+    api_key_env: str = Field("OPENAI_API_KEY", description="Name of the environment variable holding the API key")
     max_concurrency: int = Field(32, ge=1, description="HTTP requests in flight (openai)")
     timeout_s: float = Field(300.0, gt=0, description="Per-request timeout (openai)")
     structured: bool = Field(
-        True, description="Constrain outputs to each prompt's grammar (tags, allowed actions, "
+        True,
+        description="Constrain outputs to each prompt's grammar (tags, allowed actions, "
         "bounded free text); false generates freely, as the papers did, for comparison",
     )
     retries: int = Field(3, ge=0, description="Retries of a failed engine call before the shard fails")
@@ -91,12 +91,11 @@ class LLMConfig(Section):
 
     policy: LLMRoleConfig = Field(default_factory=LLMRoleConfig)  # reads $RAGFACTORY_ENGINE when made
     judge: LLMRoleConfig | None = Field(None, description="Defaults to the policy's engine")
-    max_in_flight: int = Field(
-        16, ge=1, description="Questions of a shard running concurrently; bounds the batch size"
-    )
+    max_in_flight: int = Field(16, ge=1, description="Questions of a shard running concurrently; bounds the batch size")
     max_batch_size: int = Field(64, ge=1, description="Requests per engine call at most")
     max_batch_tokens: int = Field(
-        MAX_BATCH_TOKENS, ge=1,
+        MAX_BATCH_TOKENS,
+        ge=1,
         description="Estimated tokens (n x (prompt + max_tokens)) per engine call at most; a "
         "question whose request does not fit waits. 64 rows of 2,048: the demo's batches fit",
     )

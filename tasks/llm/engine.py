@@ -51,9 +51,7 @@ _ENGINES_LOCK = threading.Lock()
 class RetryingBackend:
     """A backend whose failed engine calls are retried by a ``RetryPolicy``."""
 
-    def __init__(
-        self, backend: Backend, policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep
-    ):
+    def __init__(self, backend: Backend, policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep):
         self.backend = backend
         self.policy = policy
         self.sleep = sleep
@@ -144,8 +142,14 @@ def shared_backend(role: LLMRoleConfig, cache_dir: str | Path | None) -> Backend
     if not entry.shared:
         return make_backend(role, cache_dir)
     engine = role.model_dump(mode="json", exclude={"structured"})
-    key = json.dumps({"engine": engine, "registration": entry.serial,
-                      "cache": str(Path(cache_dir).resolve()) if cache_dir else None}, sort_keys=True)
+    key = json.dumps(
+        {
+            "engine": engine,
+            "registration": entry.serial,
+            "cache": str(Path(cache_dir).resolve()) if cache_dir else None,
+        },
+        sort_keys=True,
+    )
     with _ENGINES_LOCK:
         if key not in _ENGINES:
             _ENGINES[key] = scheduled(make_backend(role, cache_dir))
@@ -186,10 +190,7 @@ def _build(config_cls: type, fields: Mapping[str, Any], options: Mapping[str, An
     kwargs = {k: v for k, v in fields.items() if k in accepted and v is not None}
     unknown = sorted(set(options) - accepted)
     if unknown:
-        raise ValueError(
-            f"llm options {unknown} are not settings of the {name} backend; "
-            f"known: {sorted(accepted)}"
-        )
+        raise ValueError(f"llm options {unknown} are not settings of the {name} backend; known: {sorted(accepted)}")
     return config_cls(**{**kwargs, **options})
 
 

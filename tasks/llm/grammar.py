@@ -62,8 +62,9 @@ def parse_rules(text: str) -> dict[str, _Rule]:
             continue
         if line.lstrip().startswith("|") and current is not None:
             rule = rules[current]
-            rules[current] = _Rule(rule.name, rule.body + [("op", "|")] + _tokens(line.lstrip()[1:], number),
-                                   rule.max_tokens)
+            rules[current] = _Rule(
+                rule.name, rule.body + [("op", "|")] + _tokens(line.lstrip()[1:], number), rule.max_tokens
+            )
             continue
         if line.lstrip().startswith("%"):
             raise GrammarError(f"line {number}: directive {line.strip()!r} is not supported here")
@@ -185,8 +186,9 @@ def render_grammar(template: str, max_tokens: int, **params: object) -> tuple[st
         return token_bound(fill(template, {**params, BUDGET: budget}))
 
     if bound_for(MIN_BUDGET) > max_tokens:
-        raise GrammarError(f"needs max_tokens >= {bound_for(MIN_BUDGET)} for free text of "
-                           f"{MIN_BUDGET} tokens, got {max_tokens}")
+        raise GrammarError(
+            f"needs max_tokens >= {bound_for(MIN_BUDGET)} for free text of {MIN_BUDGET} tokens, got {max_tokens}"
+        )
     low, high = MIN_BUDGET, max_tokens  # the bound grows with the budget: bisect the largest fit
     while low < high:
         middle = (low + high + 1) // 2

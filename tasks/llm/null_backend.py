@@ -86,15 +86,23 @@ class NullBackend:
     def _answer(self, index: int, request: Request) -> list[Completion]:
         sampling = request.sampling
         if sampling.n < 1 or sampling.max_tokens < 1:
-            raise ValueError(f"request {index}: n and max_tokens must be >= 1, got n={sampling.n}, "
-                             f"max_tokens={sampling.max_tokens}")
+            raise ValueError(
+                f"request {index}: n and max_tokens must be >= 1, got n={sampling.n}, max_tokens={sampling.max_tokens}"
+            )
         digest = hashlib.sha256(json.dumps(request.messages_json(), sort_keys=True).encode()).digest()
         prompt = "".join(f"{m.role}: {m.content}\n" for m in request.messages) + "assistant: "
         prompt_ids = tuple(self._masks.tokenizer.tokenize_str(prompt))
         stop = tuple(s for s in sampling.stop if s)
-        return [self._walker.sample(random.Random(digest + str(sampling.seed + i).encode()),
-                                    sampling.grammar, sampling.max_tokens, stop, prompt_ids)
-                for i in range(sampling.n)]
+        return [
+            self._walker.sample(
+                random.Random(digest + str(sampling.seed + i).encode()),
+                sampling.grammar,
+                sampling.max_tokens,
+                stop,
+                prompt_ids,
+            )
+            for i in range(sampling.n)
+        ]
 
 
 _WALKERS: dict[tuple[Path, NullSettings], _Walker] = {}
@@ -110,7 +118,6 @@ def _walker(tokenizer_dir: Path, settings: NullSettings) -> _Walker:
             from transformers import AutoTokenizer
 
             from ragfactory.tasks.llm.structured import GrammarMasks
-
             from ragfactory.tasks.llm.tokenizer_id import tokenizer_fingerprint
 
             tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
@@ -131,8 +138,14 @@ class _Walker:
         # one token per closing character: the grammar accepts any tokenization of a literal
         self.closing = [self.eos] + [t for c in CLOSING_CHARS for t in tokenizer.tokenize_str(c)[:1]]
 
-    def sample(self, rng: random.Random, grammar: Grammar | None, max_tokens: int,
-               stop: tuple[str, ...], prompt_ids: tuple[int, ...]) -> Completion:
+    def sample(
+        self,
+        rng: random.Random,
+        grammar: Grammar | None,
+        max_tokens: int,
+        stop: tuple[str, ...],
+        prompt_ids: tuple[int, ...],
+    ) -> Completion:
         if grammar is None:
             tokens, finish = self._free(rng, max_tokens)
         else:
@@ -141,9 +154,15 @@ class _Walker:
         cuts = [text.find(s) for s in stop if s in text]
         if cuts:
             text, finish = text[: min(cuts)], "stop"
-        return Completion(text=text, finish_reason=finish, prompt_tokens=len(prompt_ids),
-                          completion_tokens=len(tokens), prompt_token_ids=prompt_ids,
-                          completion_token_ids=tuple(tokens), tokenizer_fingerprint=self.tokenizer_id)
+        return Completion(
+            text=text,
+            finish_reason=finish,
+            prompt_tokens=len(prompt_ids),
+            completion_tokens=len(tokens),
+            prompt_token_ids=prompt_ids,
+            completion_token_ids=tuple(tokens),
+            tokenizer_fingerprint=self.tokenizer_id,
+        )
 
     def _free(self, rng: random.Random, max_tokens: int) -> tuple[list[int], str]:
         tokens: list[int] = []
@@ -159,8 +178,9 @@ class _Walker:
         while len(tokens) < max_tokens and not matcher.is_stopped():
             step = matcher.compute_ff_tokens()[: max_tokens - len(tokens)] or [self._draw(rng, matcher)]
             if not matcher.consume_tokens(step):
-                raise RuntimeError(f"grammar {grammar.name!r} refused a token its own mask allowed: "
-                                   f"{matcher.get_error()}")
+                raise RuntimeError(
+                    f"grammar {grammar.name!r} refused a token its own mask allowed: {matcher.get_error()}"
+                )
             tokens += step
         return tokens, "stop" if matcher.is_stopped() else "length"
 
@@ -219,6 +239,8 @@ def make_null_backend(role, cache_dir: Path | None) -> NullBackend:
 
     unknown = sorted(set(role.options) - set(NullSettings.__dataclass_fields__))
     if unknown:
-        raise ValueError(f"llm options {unknown} are not settings of the null backend; "
-                         f"known: {sorted(NullSettings.__dataclass_fields__)}")
+        raise ValueError(
+            f"llm options {unknown} are not settings of the null backend; "
+            f"known: {sorted(NullSettings.__dataclass_fields__)}"
+        )
     return NullBackend(resolve_model(role.model, cache_dir), NullSettings(**role.options))

@@ -29,12 +29,12 @@ that serve the same model share a cache. A remote server cannot promise identica
 from __future__ import annotations
 
 import asyncio
-import weakref
 import hashlib
 import json
 import os
 import random
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -89,8 +89,12 @@ def openai_fingerprint(model: str, revision: str = "") -> str:
 
 
 def request_body(
-    model: str, request: Request, n: int | None = None, seed: int | None = None,
-    logprobs: bool = False, token_ids: bool = False,
+    model: str,
+    request: Request,
+    n: int | None = None,
+    seed: int | None = None,
+    logprobs: bool = False,
+    token_ids: bool = False,
 ) -> dict:
     """The chat-completions JSON body of one request (``n`` / ``seed`` override the request's;
     ``logprobs`` / ``token_ids`` ask for the sampled tokens' log-probs and the token ids)."""
@@ -220,10 +224,7 @@ class OpenAIBackend:
         try:
             # A TaskGroup cancels the rest of the batch as soon as one request gives up.
             async with self._client() as client, asyncio.TaskGroup() as group:
-                tasks = [
-                    group.create_task(self._generate(client, semaphore, i, r))
-                    for i, r in enumerate(requests)
-                ]
+                tasks = [group.create_task(self._generate(client, semaphore, i, r)) for i, r in enumerate(requests)]
         except ExceptionGroup as failed:
             raise failed.exceptions[0] from None
         return [t.result() for t in tasks]
@@ -239,9 +240,7 @@ class OpenAIBackend:
     def _client(self) -> httpx.AsyncClient:
         c = self.config
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        limits = httpx.Limits(
-            max_connections=c.max_concurrency, max_keepalive_connections=c.max_concurrency
-        )
+        limits = httpx.Limits(max_connections=c.max_concurrency, max_keepalive_connections=c.max_concurrency)
         return httpx.AsyncClient(
             base_url=c.base_url.rstrip("/"),
             headers=headers,
@@ -288,9 +287,7 @@ class OpenAIBackend:
                 retry_after = _retry_after(response)
             if attempt + 1 < attempts:
                 await asyncio.sleep(self._delay(attempt, retry_after))
-        raise OpenAIBackendError(
-            self._scrub(f"request {index}: gave up after {attempts} attempts; last: {cause}")
-        )
+        raise OpenAIBackendError(self._scrub(f"request {index}: gave up after {attempts} attempts; last: {cause}"))
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         c = self.config
@@ -303,8 +300,10 @@ class OpenAIBackend:
     def _hint(self, body: dict) -> str:
         if "structured_outputs" not in body:
             return ""
-        return (f" (the server at {self.config.base_url} may not accept output grammars "
-                "(structured_outputs); set llm.<role>.structured: false to generate freely)")
+        return (
+            f" (the server at {self.config.base_url} may not accept output grammars "
+            "(structured_outputs); set llm.<role>.structured: false to generate freely)"
+        )
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._api_key, "***") if self._api_key else text
@@ -316,9 +315,7 @@ def _payload(response: httpx.Response, index: int) -> dict:
     except ValueError:
         payload = None
     if not isinstance(payload, dict):
-        raise OpenAIBackendError(
-            f"request {index}: HTTP 200 without a JSON object: {response.text[:200]!r}"
-        )
+        raise OpenAIBackendError(f"request {index}: HTTP 200 without a JSON object: {response.text[:200]!r}")
     return payload
 
 

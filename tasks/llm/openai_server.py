@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request as HttpRequest
+from fastapi import FastAPI
+from fastapi import Request as HttpRequest
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -85,8 +86,10 @@ class ChatCompletionBody(BaseModel):
         unknown = sorted(set(self.structured_outputs) - {"grammar"})
         text = self.structured_outputs.get("grammar")
         if unknown or not isinstance(text, str) or not text.strip():
-            raise ValueError(f"structured_outputs: only a non-empty 'grammar' (llguidance Lark) is "
-                             f"supported, got {sorted(self.structured_outputs)}")
+            raise ValueError(
+                f"structured_outputs: only a non-empty 'grammar' (llguidance Lark) is "
+                f"supported, got {sorted(self.structured_outputs)}"
+            )
         grammar = Grammar("request", text)
         check_grammar(grammar)
         return grammar
@@ -134,9 +137,7 @@ class BatchQueue:
             while not self._queue.empty() and len(batch) < self.max_batch:
                 batch.append(self._queue.get_nowait())
             try:
-                results = await asyncio.to_thread(
-                    self.backend.generate_batch, [r for r, _ in batch]
-                )
+                results = await asyncio.to_thread(self.backend.generate_batch, [r for r, _ in batch])
                 if len(results) != len(batch):
                     raise RuntimeError(f"backend answered {len(results)} of {len(batch)} requests")
             except Exception as exc:  # every waiter of the failed batch gets the error
@@ -167,9 +168,7 @@ def create_app(backend: Backend, config: ServerConfig) -> FastAPI:
         if (denied := _check_key(http, config)) is not None:
             return denied
         if body.model != config.model_name:
-            return error_response(
-                404, f"model {body.model!r} does not exist; serving {config.model_name!r}"
-            )
+            return error_response(404, f"model {body.model!r} does not exist; serving {config.model_name!r}")
         if body.stream:
             return error_response(400, "streaming is not supported")
         try:
@@ -246,25 +245,20 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     """The server's command line; a wrapper adds its own options to it."""
     parser = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0])
     parser.add_argument("--model", default="embedded", help="embedded or a checkpoint folder")
-    parser.add_argument(
-        "--served-name", default=None, help="model id clients send (default: --model)"
-    )
+    parser.add_argument("--served-name", default=None, help="model id clients send (default: --model)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument(
-        "--cache-dir", type=Path, default=None, help="where the embedded model is converted"
-    )
+    parser.add_argument("--cache-dir", type=Path, default=None, help="where the embedded model is converted")
     parser.add_argument("--max-batch", type=int, default=64)
-    parser.add_argument(
-        "--api-key-env", default=None, help="require this variable's value as bearer key"
-    )
+    parser.add_argument("--api-key-env", default=None, help="require this variable's value as bearer key")
     return parser
 
 
 def server_config(args: argparse.Namespace) -> ServerConfig:
     """The ``ServerConfig`` of parsed command-line ``args``."""
-    return ServerConfig(model_name=args.served_name or args.model, max_batch=args.max_batch,
-                        api_key_env=args.api_key_env)
+    return ServerConfig(
+        model_name=args.served_name or args.model, max_batch=args.max_batch, api_key_env=args.api_key_env
+    )
 
 
 def serve(app, host: str, port: int) -> None:

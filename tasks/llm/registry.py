@@ -65,8 +65,7 @@ _LOCK = threading.Lock()
 _SERIALS = itertools.count(1)
 
 
-def register_backend(name: str, factory: BackendFactory, *, shared: bool = True,
-                     replace: bool = False) -> None:
+def register_backend(name: str, factory: BackendFactory, *, shared: bool = True, replace: bool = False) -> None:
     """Make ``name`` a backend a role config can name; ``factory(role, cache_dir)`` builds it.
 
     ``name`` is a built-in name or ``<plugin>:<name>``. Registering a taken name is an error
@@ -103,4 +102,3 @@ def registered_backends() -> list[str]:
     """The names registered in this process, sorted."""
     with _LOCK:
         return sorted(_BACKENDS)
-

@@ -52,8 +52,6 @@ def _invert_cdf(probs, draws, top_p):
     return pick.squeeze(-1) if ids is None else ids.gather(-1, pick).squeeze(-1)
 
 
-
-
 def sampled_logprobs(logits, tokens, temperatures: list[float], top_ps: list[float]):
     """log p(token) per row under the distribution ``sample_tokens`` drew it from (module
     docstring); ``logits`` already masked by the row's grammar."""

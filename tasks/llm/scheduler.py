@@ -50,78 +50,34 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
+from ragfactory.tasks.llm.queue_items import Ask, Entry, SchedulerStats, Slot, estimate_tokens
 from ragfactory.tasks.llm.types import (
-    Backend, Completion, Request, RetryPolicy, check_answers, generate_checked, is_continuous,
+    Backend,
+    Completion,
+    Request,
+    RetryPolicy,
+    check_answers,
+    generate_checked,
+    is_continuous,
 )
 
 NO_RETRY = RetryPolicy(attempts=1)
 _STATS = threading.Lock()  # a shard's stats are updated from the engine thread and its loop
 
 
-@dataclass(frozen=True)
-class Slot:
-    """One sample of one request: the unit the call cache stores."""
-
-    cid: str
-    request: Request
-    sample_index: int
-
-
-@dataclass(eq=False)
-class Ask:
-    """One ``generate`` call: the samples it needs and the future its question awaits."""
-
-    client: Any  # the Batcher that asked; its cache, stats and limits
-    request: Request
-    slots: list[Slot]
-    future: asyncio.Future
-    loop: asyncio.AbstractEventLoop
-    hits: frozenset[str] = frozenset()  # call ids the cache knew at lookup
-    entries: list[Entry] = field(default_factory=list)  # engine entries it waits on
-
-
-@dataclass(eq=False)
-class Entry:
-    """One engine request in the queue: a whole request, or one missing sample of one."""
-
-    request: Request
-    slots: list[Slot]
-    tokens: int  # estimated n * (prompt tokens + max_tokens): what it may hold in the engine
-    owner: Any  # the shard that asked first: its stats count the engine work
-    loop: asyncio.AbstractEventLoop
-    asks: list[Ask] = field(default_factory=list)
-
-
-@dataclass
-class SchedulerStats:
-    """What one engine's scheduler did: for tests, logs and the batching benchmark."""
-
-    engine_calls: int = 0
-    batch_sizes: list[int] = field(default_factory=list)  # requests per engine call
-    batch_tokens: list[int] = field(default_factory=list)  # estimated tokens per engine call
-    merged: int = 0  # engine calls that carried the requests of more than one shard
-    split: int = 0  # merged calls that failed and were run again shard by shard
-    peak_tokens: int = 0  # most estimated tokens admitted at once
-
-
-def estimate_tokens(backend: object, request: Request) -> int:
-    """What a request may hold in the engine: ``n`` rows of prompt + ``max_tokens``."""
-    count = getattr(backend, "count_tokens", None)
-    if callable(count):
-        prompt = int(count(request))
-    else:  # ~3 characters per token over-counts English for small tokenizers: a safe side
-        prompt = -(-sum(len(m.content) for m in request.messages) // 3)
-    return request.sampling.n * (prompt + request.sampling.max_tokens)
-
-
 class Scheduler:
     """The queue in front of one engine; ``Batcher`` objects (shards) attach and submit."""
 
-    def __init__(self, backend: Backend, retry: RetryPolicy = NO_RETRY, gather_s: float = 0.05,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        backend: Backend,
+        retry: RetryPolicy = NO_RETRY,
+        gather_s: float = 0.05,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.backend = backend
         self.fingerprint = backend.fingerprint
         self.continuous = is_continuous(backend)
@@ -186,11 +142,11 @@ class Scheduler:
             work = [(ask.request, new)]
         else:  # sample i of seed s is sample 0 of seed s + i
             base = ask.request.sampling
-            work = [(replace(ask.request, sampling=replace(base, n=1, seed=base.seed + s.sample_index)), [s])
-                    for s in new]
+            work = [
+                (replace(ask.request, sampling=replace(base, n=1, seed=base.seed + s.sample_index)), [s]) for s in new
+            ]
         for request, slots in work:
-            entry = Entry(request, slots, estimate_tokens(self.backend, request), ask.client,
-                          ask.loop, [ask])
+            entry = Entry(request, slots, estimate_tokens(self.backend, request), ask.client, ask.loop, [ask])
             ask.entries.append(entry)
             self._by_cid.update((s.cid, entry) for s in slots)
             self._queue.append(entry)
@@ -216,8 +172,10 @@ class Scheduler:
     def limits(self) -> tuple[int, int]:
         """(requests, tokens) per engine call: the smallest any attached shard asks for."""
         configs = [client.config for client in list(self._clients)]
-        return (min((c.max_batch_size for c in configs), default=1 << 30),
-                min((c.max_batch_tokens for c in configs), default=1 << 62))
+        return (
+            min((c.max_batch_size for c in configs), default=1 << 30),
+            min((c.max_batch_tokens for c in configs), default=1 << 62),
+        )
 
     def _admit(self) -> list[Entry]:
         """Entries from the head of the queue that fit beside what runs (called locked)."""

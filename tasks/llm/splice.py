@@ -26,10 +26,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 # the llm_calls columns an exporter reads to splice token ids
-CALL_COLUMNS = ("call_id", "prompt_token_ids", "completion_token_ids", "completion_logprobs",
-                "tokenizer_fingerprint")
-TRAJECTORY_TOKEN_COLUMNS = ("prompt_token_ids", "completion_token_ids", "loss_mask", "behaviour_logprobs",
-                            "step_token_spans", "dropped_sampled_tokens", "tokenizer_fingerprint")
+CALL_COLUMNS = ("call_id", "prompt_token_ids", "completion_token_ids", "completion_logprobs", "tokenizer_fingerprint")
+TRAJECTORY_TOKEN_COLUMNS = (
+    "prompt_token_ids",
+    "completion_token_ids",
+    "loss_mask",
+    "behaviour_logprobs",
+    "step_token_spans",
+    "dropped_sampled_tokens",
+    "tokenizer_fingerprint",
+)
 
 
 def calls_by_id(rows: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
@@ -51,8 +57,9 @@ def path_calls(call_ids: Sequence[str | None], calls: Mapping[str, Mapping[str, 
     """The calls of a path's steps, in order; None when one is unknown or has no token ids, or
     when they came from different tokenizers."""
     rows = [calls.get(cid) if cid else None for cid in call_ids]
-    if not rows or any(r is None or r.get("prompt_token_ids") is None or r.get("completion_token_ids") is None
-                       for r in rows):
+    if not rows or any(
+        r is None or r.get("prompt_token_ids") is None or r.get("completion_token_ids") is None for r in rows
+    ):
         return None
     if len({r.get("tokenizer_fingerprint") for r in rows}) > 1:
         return None
@@ -72,7 +79,7 @@ def splice(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             following = list(rows[k + 1]["prompt_token_ids"])
             if following[: len(prompt)] != prompt:
                 return no_tokens()
-            rest = following[len(prompt):]
+            rest = following[len(prompt) :]
             kept = common_prefix(sampled, rest)
             gap = rest[kept:]
         else:
@@ -82,7 +89,7 @@ def splice(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         sampled_logprobs = row.get("completion_logprobs")
         ids += sampled[:kept] + gap
         mask += [1] * kept + [0] * len(gap)
-        logprobs += (list(sampled_logprobs[:kept]) if sampled_logprobs is not None else [None] * kept)
+        logprobs += list(sampled_logprobs[:kept]) if sampled_logprobs is not None else [None] * kept
         logprobs += [None] * len(gap)
     has_logprobs = all(r.get("completion_logprobs") is not None for r in rows)
     return {
@@ -108,6 +115,8 @@ def prompt_tokens(call_ids: Iterable[str | None], calls: Mapping[str, Mapping[st
     for cid in call_ids:
         row = calls.get(cid) if cid else None
         if row is not None and row.get("prompt_token_ids") is not None:
-            return {"prompt_token_ids": list(row["prompt_token_ids"]),
-                    "tokenizer_fingerprint": row.get("tokenizer_fingerprint")}
+            return {
+                "prompt_token_ids": list(row["prompt_token_ids"]),
+                "tokenizer_fingerprint": row.get("tokenizer_fingerprint"),
+            }
     return {"prompt_token_ids": None, "tokenizer_fingerprint": None}

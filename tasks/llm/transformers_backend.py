@@ -72,8 +72,10 @@ class TransformersSettings:
 
     def __post_init__(self):
         if not self.kv_cache_mb > 0 or self.prefill_tokens < 1:
-            raise ValueError(f"transformers options kv_cache_mb must be > 0 and prefill_tokens >= 1, "
-                             f"got {self.kv_cache_mb} and {self.prefill_tokens}")
+            raise ValueError(
+                f"transformers options kv_cache_mb must be > 0 and prefill_tokens >= 1, "
+                f"got {self.kv_cache_mb} and {self.prefill_tokens}"
+            )
 
 
 @dataclass
@@ -115,9 +117,7 @@ class TransformersBackend:
         self._lock = threading.Lock()  # one model, called from batcher threads of several roles
 
     def __repr__(self) -> str:
-        return (
-            f"TransformersBackend({self.model_ref!r}, device={self.device!r}, dtype={self.dtype!r})"
-        )
+        return f"TransformersBackend({self.model_ref!r}, device={self.device!r}, dtype={self.dtype!r})"
 
     def load(self) -> None:
         """Load tokenizer and model now (otherwise the first batch does)."""
@@ -177,9 +177,7 @@ class TransformersBackend:
         tokenizer = self._tokenizer
         messages = request.messages_json()
         if getattr(tokenizer, "chat_template", None):
-            text = tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False
-            )
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         else:  # a base model: plain role-prefixed lines
             text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -199,8 +197,9 @@ class TransformersBackend:
             scores, temperatures, top_ps = logits.float(), [r.temperature for r in live], [r.top_p for r in live]
             tokens = sample_tokens(scores, temperatures, top_ps, [generators[i] for i in active])
             logprobs = sampled_logprobs(scores, tokens, temperatures, top_ps).tolist()
-            done = [self._advance(row, int(token), logprob, started)
-                    for row, token, logprob in zip(live, tokens, logprobs)]
+            done = [
+                self._advance(row, int(token), logprob, started) for row, token, logprob in zip(live, tokens, logprobs)
+            ]
             keep = [k for k, finished in enumerate(done) if not finished]
             if not keep:
                 return
@@ -211,8 +210,10 @@ class TransformersBackend:
                 active = [active[k] for k in keep]
             mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)
             logits = self._model(
-                input_ids=tokens[:, None], attention_mask=mask,
-                position_ids=mask.sum(-1, keepdim=True) - 1, use_cache=True,
+                input_ids=tokens[:, None],
+                attention_mask=mask,
+                position_ids=mask.sum(-1, keepdim=True) - 1,
+                use_cache=True,
                 **{self._cache_arg: cache},
             ).logits[:, -1, :]
 
@@ -238,8 +239,7 @@ class TransformersBackend:
             mask[b, width - len(prompt) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         group = max(1, self.settings.prefill_tokens // width)
-        parts = [self._prefill_group(ids[g : g + group], mask[g : g + group])
-                 for g in range(0, len(prompts), group)]
+        parts = [self._prefill_group(ids[g : g + group], mask[g : g + group]) for g in range(0, len(prompts), group)]
         logits, cache = torch.cat([p[0] for p in parts]), joined_cache([p[1] for p in parts])
         del parts
         if len(prompts) < len(rows):
@@ -253,8 +253,12 @@ class TransformersBackend:
 
         cache = DynamicCache(config=self._model.config)
         logits = self._model(
-            input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-            use_cache=True, logits_to_keep=1, **{self._cache_arg: cache},
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_arg: cache},
         ).logits[:, -1, :]
         return logits, cache
 
@@ -277,8 +281,9 @@ class TransformersBackend:
         row.tokens.append(token)
         row.logprobs.append(logprob)
         if row.matcher is not None and not row.matcher.consume_token(token):
-            raise RuntimeError(f"grammar {row.grammar.name!r} refused a token its own mask allowed: "
-                               f"{row.matcher.get_error()}")
+            raise RuntimeError(
+                f"grammar {row.grammar.name!r} refused a token its own mask allowed: {row.matcher.get_error()}"
+            )
         if token in self._eos_ids or (row.matcher is not None and row.matcher.is_stopped()):
             row.finish_reason = "stop"
         elif row.stop and self._tail_has_stop(row):
@@ -315,9 +320,7 @@ class TransformersBackend:
         )
 
 
-def checkpoint_fingerprint(
-    model_ref: str, dtype: str, chunks: int = 16, chunk_bytes: int = 1 << 16
-) -> str:
+def checkpoint_fingerprint(model_ref: str, dtype: str, chunks: int = 16, chunk_bytes: int = 1 << 16) -> str:
     """An id of the weights and settings that shape outputs, cheap for any checkpoint size."""
     digest = hashlib.sha256(json.dumps({"decode": DECODE_VERSION, "dtype": dtype}).encode())
     folder = _local_folder(model_ref)
@@ -341,13 +344,21 @@ def _rows(index: int, request: Request, backend: TransformersBackend) -> list[_R
     sampling = request.sampling
     if sampling.n < 1 or sampling.max_tokens < 1:
         raise ValueError(
-            f"request {index}: n and max_tokens must be >= 1, got n={sampling.n}, "
-            f"max_tokens={sampling.max_tokens}"
+            f"request {index}: n and max_tokens must be >= 1, got n={sampling.n}, max_tokens={sampling.max_tokens}"
         )
     prompt = backend.encode_prompt(request)
     return [
-        _Row(index, i, prompt, sampling.seed + i, sampling.temperature, sampling.top_p,
-             sampling.max_tokens, tuple(s for s in sampling.stop if s), sampling.grammar)
+        _Row(
+            index,
+            i,
+            prompt,
+            sampling.seed + i,
+            sampling.temperature,
+            sampling.top_p,
+            sampling.max_tokens,
+            tuple(s for s in sampling.stop if s),
+            sampling.grammar,
+        )
         for i in range(sampling.n)
     ]
 

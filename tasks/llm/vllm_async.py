@@ -17,7 +17,13 @@ from typing import Any
 
 from ragfactory.tasks.llm.types import Completion, Request
 from ragfactory.tasks.llm.vllm_backend import (
-    VLLMConfig, engine_args, engine_tokenizer_id, import_vllm, sampling_kwargs, sampling_params, to_completions,
+    VLLMConfig,
+    engine_args,
+    engine_tokenizer_id,
+    import_vllm,
+    sampling_kwargs,
+    sampling_params,
+    to_completions,
     vllm_fingerprint,
 )
 
@@ -37,9 +43,7 @@ class VLLMAsyncBackend:
 
     continuous = True
 
-    def __init__(
-        self, config: VLLMConfig, engine: Any = None, make_params: Callable[..., Any] | None = None
-    ):
+    def __init__(self, config: VLLMConfig, engine: Any = None, make_params: Callable[..., Any] | None = None):
         self.config = config
         self.fingerprint = vllm_fingerprint(config)
         self._engine = engine
@@ -117,9 +121,7 @@ def chat_prompt_ids(engine: Any, request: Request) -> list[int]:
     """The token ids ``LLM.chat`` would send: the chat template with the generation prompt,
     rendered as text and tokenised without adding special tokens again."""
     tokenizer = engine.get_tokenizer()
-    text = tokenizer.apply_chat_template(
-        request.messages_json(), tokenize=False, add_generation_prompt=True
-    )
+    text = tokenizer.apply_chat_template(request.messages_json(), tokenize=False, add_generation_prompt=True)
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 

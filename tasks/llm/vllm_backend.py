@@ -70,9 +70,7 @@ class VLLMConfig:
         if not self.model:
             raise ValueError("VLLMConfig.model: empty model path")
         if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(
-                f"VLLMConfig.gpu_memory_utilization: {self.gpu_memory_utilization} not in (0, 1]"
-            )
+            raise ValueError(f"VLLMConfig.gpu_memory_utilization: {self.gpu_memory_utilization} not in (0, 1]")
 
 
 def vllm_fingerprint(config: VLLMConfig) -> str:
@@ -149,9 +147,7 @@ class VLLMBackend:
     ``make_params`` what builds its sampling parameters (default ``vllm.SamplingParams``).
     """
 
-    def __init__(
-        self, config: VLLMConfig, llm: Any = None, make_params: Callable[..., Any] | None = None
-    ):
+    def __init__(self, config: VLLMConfig, llm: Any = None, make_params: Callable[..., Any] | None = None):
         self.config = config
         self.fingerprint = vllm_fingerprint(config)
         self._llm = llm
@@ -265,21 +261,16 @@ def request_from_json(data: dict, where: str = "request") -> Request:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Generate a JSONL file of requests with vllm.")
     parser.add_argument("--model", required=True, help="checkpoint folder")
-    parser.add_argument(
-        "--requests", type=Path, required=True, help="JSONL, one request_to_json a line"
-    )
+    parser.add_argument("--requests", type=Path, required=True, help="JSONL, one request_to_json a line")
     parser.add_argument("--out", type=Path, required=True, help="JSON results file")
-    parser.add_argument(
-        "--passes", type=int, default=1, help="generate the whole batch this many times"
-    )
+    parser.add_argument("--passes", type=int, default=1, help="generate the whole batch this many times")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--max-model-len", type=int, default=VLLMConfig.max_model_len)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.3)
+    parser.add_argument("--enforce-eager", action="store_true", help="skip torch.compile (faster start)")
     parser.add_argument(
-        "--enforce-eager", action="store_true", help="skip torch.compile (faster start)"
-    )
-    parser.add_argument(
-        "--continuous", action="store_true",
+        "--continuous",
+        action="store_true",
         help="the async engine, each request submitted on its own as the scheduler streams them",
     )
     return parser.parse_args(argv)
@@ -325,9 +316,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             results = backend.generate_batch(requests)
         elapsed = time.perf_counter() - started
-        report["passes"].append(
-            {"generate_s": elapsed, "results": [[asdict(c) for c in r] for r in results]}
-        )
+        report["passes"].append({"generate_s": elapsed, "results": [[asdict(c) for c in r] for r in results]})
     if args.continuous:
         backend.close()
     args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")

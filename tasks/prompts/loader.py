@@ -45,9 +45,7 @@ def render_prompt(name: str, **values: str) -> str:
     template = load_prompt(name)
     fields = prompt_fields(template)
     if set(values) != fields:
-        raise ValueError(
-            f"prompt {name!r} takes {sorted(fields)}; got {sorted(values)}"
-        )
+        raise ValueError(f"prompt {name!r} takes {sorted(fields)}; got {sorted(values)}")
     return template.format(**values)
 
 

@@ -105,7 +105,8 @@ class BM25Retriever:
     def __init__(self, folder: Path, params: BM25Params, mmap: bool = True):
         mode = "r" if mmap else None
         self.data, self.indices, self.indptr = (
-            np.load(folder / "bm25" / name, mmap_mode=mode) for name in (DATA_FILE, INDICES_FILE, INDPTR_FILE))
+            np.load(folder / "bm25" / name, mmap_mode=mode) for name in (DATA_FILE, INDICES_FILE, INDPTR_FILE)
+        )
         vocab_file = pa.memory_map(str(folder / "bm25" / VOCAB_FILE))
         self.vocab = Vocabulary(pa.ipc.open_file(vocab_file).read_all().column("token").combine_chunks())
         self.passages = read_passages(folder)
@@ -117,8 +118,9 @@ class BM25Retriever:
         self.index_dir: Path | None = None
 
     @classmethod
-    def build(cls, passages: pa.Table | PassageSource, params: BM25Params = BM25Params(),
-              limits: BuildLimits = BuildLimits()) -> BM25Retriever:
+    def build(
+        cls, passages: pa.Table | PassageSource, params: BM25Params = BM25Params(), limits: BuildLimits = BuildLimits()
+    ) -> BM25Retriever:
         """An index over ``passages`` in a scratch folder, removed once mapped (Linux keeps a
         mapped file readable after its name is gone)."""
         scratch = Path(tempfile.mkdtemp(prefix="bm25-"))
@@ -145,8 +147,13 @@ class BM25Retriever:
         for q, ids in enumerate(self._query_token_ids(queries)):
             if ids:
                 summed = bm25s.BM25._compute_relevance_from_scores(
-                    self.data, self.indptr, self.indices, self.passages.num_rows,
-                    np.asarray(ids, dtype=INT_DTYPE), np.dtype(SCORE_DTYPE))
+                    self.data,
+                    self.indptr,
+                    self.indices,
+                    self.passages.num_rows,
+                    np.asarray(ids, dtype=INT_DTYPE),
+                    np.dtype(SCORE_DTYPE),
+                )
                 scores[q], rows[q] = top_k(summed, k)
         # Lucene BM25 gives every matching passage a positive score, so 0 means no shared word.
         rows[scores <= 0] = -1
@@ -157,16 +164,22 @@ class BM25Retriever:
             return []
         with self._stemming:  # a stemmer keeps the word it works on in itself
             tokens = bm25s.tokenize(
-                list(queries), stopwords=self.params.stopwords, stemmer=self.stemmer,
-                return_ids=False, show_progress=False,
+                list(queries),
+                stopwords=self.params.stopwords,
+                stemmer=self.stemmer,
+                return_ids=False,
+                show_progress=False,
             )
         found = [[self.vocab.get(t) if t else None for t in words] for words in tokens]
         return [[i for i in ids if i is not None] for ids in found]
 
     def memory(self) -> dict:
         """Bytes this index maps from disk (shared between processes) by part."""
-        return {"scores": self.data.nbytes + self.indices.nbytes + self.indptr.nbytes,
-                "vocabulary": self.vocab.tokens.nbytes, "passages": self.passages.nbytes}
+        return {
+            "scores": self.data.nbytes + self.indices.nbytes + self.indptr.nbytes,
+            "vocabulary": self.vocab.tokens.nbytes,
+            "passages": self.passages.nbytes,
+        }
 
 
 def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -183,8 +196,7 @@ def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     values = scores[found]
     best = np.argpartition(values, -k)[-k:] if len(found) > k else np.arange(len(found))
     top = values[best]
-    ties = len(np.unique(top)) < len(top) or (
-        len(found) > k and np.count_nonzero(values >= top.min()) > k)
+    ties = len(np.unique(top)) < len(top) or (len(found) > k and np.count_nonzero(values >= top.min()) > k)
     if ties:
         return topk(scores, k=k, sorted=True, backend="numpy")
     order = np.argsort(-top)
@@ -193,14 +205,12 @@ def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return out, rows
 
 
-def write_index(source: PassageSource, folder: Path, params: BM25Params,
-                limits: BuildLimits = BuildLimits()) -> dict:
+def write_index(source: PassageSource, folder: Path, params: BM25Params, limits: BuildLimits = BuildLimits()) -> dict:
     """The passages, BM25 arrays and parameters written into ``folder`` from one read of
     ``source``; returns the manifest fields known once written."""
     stemmer, _ = load_stemmer(params.stemmer)
     (folder / "bm25").mkdir()
-    rows = write_passages(build_bm25_files(source.batches(), folder / "bm25", params, stemmer, limits),
-                          folder)
+    rows = write_passages(build_bm25_files(source.batches(), folder / "bm25", params, stemmer, limits), folder)
     (folder / PARAMS_FILE).write_text(json.dumps(asdict(params)), encoding="utf-8")
     return {"n_passages": rows}
 
@@ -208,12 +218,13 @@ def write_index(source: PassageSource, folder: Path, params: BM25Params,
 def bm25_settings(params: BM25Params) -> dict:
     """What shapes a BM25 index: its parameters, the stemmer implementation, the bm25s version."""
     _, stemmer_name = load_stemmer(params.stemmer)
-    return {"kind": "bm25", **asdict(params), "stemmer_impl": stemmer_name,
-            "bm25s": bm25s.__version__}
+    return {"kind": "bm25", **asdict(params), "stemmer_impl": stemmer_name, "bm25s": bm25s.__version__}
 
 
 def load_or_build_bm25(
-    passages: pa.Table | PassageSource, root: str | Path, config: Any = None,
+    passages: pa.Table | PassageSource,
+    root: str | Path,
+    config: Any = None,
     limits: BuildLimits = BuildLimits(),
 ) -> BM25Retriever:
     """A BM25 retriever, loaded from ``root`` when an index of the same content exists there.

@@ -48,8 +48,9 @@ class BuildLimits:
 
 def passage_texts(batch: pa.Table) -> list[str]:
     """Title and text of each passage, indexed together as one document."""
-    return [f"{title}\n{text}" for title, text in zip(
-        batch.column("title").to_pylist(), batch.column("text").to_pylist())]
+    return [
+        f"{title}\n{text}" for title, text in zip(batch.column("title").to_pylist(), batch.column("text").to_pylist())
+    ]
 
 
 class Counter:
@@ -80,8 +81,9 @@ class Counter:
 
     def count(self, batch: pa.Table) -> None:
         # Split and drop stopwords as bm25s.tokenize does, then stem each word as it would.
-        tokens = bm25s.tokenize(passage_texts(batch), stopwords=self.params.stopwords,
-                                stemmer=None, return_ids=True, show_progress=False)
+        tokens = bm25s.tokenize(
+            passage_texts(batch), stopwords=self.params.stopwords, stemmer=None, return_ids=True, show_progress=False
+        )
         local_to_global = np.empty(len(tokens.vocab), dtype=np.int64)
         for word, stem in zip(tokens.vocab, self._stem(list(tokens.vocab))):
             local_to_global[tokens.vocab[word]] = self.vocab.setdefault(stem, len(self.vocab))
@@ -93,8 +95,13 @@ class Counter:
         if len(self.df) < len(self.vocab):
             self.df = np.concatenate([self.df, np.zeros(len(self.vocab) - len(self.df), np.int64)])
         self.df += np.bincount(token, minlength=len(self.df))
-        np.savez(self.work / f"counts-{self.n_batches:06d}.npz", doc=doc.astype(INT_DTYPE),
-                 token=token.astype(INT_DTYPE), tf=tf.astype(INT_DTYPE), lengths=lengths)
+        np.savez(
+            self.work / f"counts-{self.n_batches:06d}.npz",
+            doc=doc.astype(INT_DTYPE),
+            token=token.astype(INT_DTYPE),
+            tf=tf.astype(INT_DTYPE),
+            lengths=lengths,
+        )
         self.n_docs += len(lengths)
         self.total_len += int(lengths.sum())
         self.n_batches += 1
@@ -117,8 +124,7 @@ def token_groups(df_by_rank: np.ndarray, group_entries: int) -> np.ndarray:
     return before // max(1, group_entries)
 
 
-def score_batches(counter: Counter, rank: np.ndarray, groups: np.ndarray, idf: np.ndarray,
-                  params: Any) -> None:
+def score_batches(counter: Counter, rank: np.ndarray, groups: np.ndarray, idf: np.ndarray, params: Any) -> None:
     """Pass 2: each spilled batch scored and its entries appended to their group's files."""
     tfc = _select_tfc_scorer(params.method)
     avg_len = np.float64(counter.total_len) / counter.n_docs  # what bm25s's np.mean gives
@@ -127,18 +133,18 @@ def score_batches(counter: Counter, rank: np.ndarray, groups: np.ndarray, idf: n
         spill = counter.work / f"counts-{b:06d}.npz"
         with np.load(spill) as counts:
             doc, token, tf, lengths = counts["doc"], counts["token"], counts["tf"], counts["lengths"]
-        tfc_values = tfc(tf_array=tf.astype(SCORE_DTYPE), l_d=lengths[doc], l_avg=avg_len,
-                         k1=params.k1, b=params.b)
+        tfc_values = tfc(tf_array=tf.astype(SCORE_DTYPE), l_d=lengths[doc], l_avg=avg_len, k1=params.k1, b=params.b)
         scores = (idf[token] * tfc_values).astype(SCORE_DTYPE)
         ranks = rank[token].astype(INT_DTYPE)
         group = groups[ranks]
         order = np.argsort(group, kind="stable")
         bounds = np.searchsorted(group[order], np.arange(int(groups[-1]) + 2))
         for g in np.unique(group):
-            part = order[bounds[g]:bounds[g + 1]]
+            part = order[bounds[g] : bounds[g + 1]]
             with open(counter.work / f"group-{g:06d}.bin", "ab") as sink:
-                np.rec.fromarrays([ranks[part], (doc[part] + offset).astype(INT_DTYPE),
-                                   scores[part]], names="rank,doc,score").tofile(sink)
+                np.rec.fromarrays(
+                    [ranks[part], (doc[part] + offset).astype(INT_DTYPE), scores[part]], names="rank,doc,score"
+                ).tofile(sink)
         offset += len(lengths)
         spill.unlink()
 
@@ -149,8 +155,11 @@ class NpyAppender:
 
     def __init__(self, path: Path, dtype: Any, length: int):
         self.sink = open(path, "wb")
-        header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
-                  "fortran_order": False, "shape": (int(length),)}
+        header = {
+            "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+            "fortran_order": False,
+            "shape": (int(length),),
+        }
         np.lib.format.write_array_header_2_0(self.sink, header)
         self.dtype = dtype
 
@@ -183,8 +192,9 @@ def write_columns(work: Path, folder: Path, df_by_rank: np.ndarray, groups: np.n
     np.save(folder / INDPTR_FILE, indptr)
 
 
-def build_bm25_files(batches: Iterable[pa.Table], folder: Path, params: Any, stemmer: Any,
-                     limits: BuildLimits = BuildLimits()) -> Iterator[pa.Table]:
+def build_bm25_files(
+    batches: Iterable[pa.Table], folder: Path, params: Any, stemmer: Any, limits: BuildLimits = BuildLimits()
+) -> Iterator[pa.Table]:
     """Yield ``batches`` back (for the passages writer) while counting them, then write the
     index files into ``folder``. A generator, so one read of the corpus feeds both."""
     if params.method not in SPARSE_METHODS:
@@ -207,7 +217,11 @@ def build_bm25_files(batches: Iterable[pa.Table], folder: Path, params: Any, ste
     vocab = pa.table({"token": pa.array([tokens[i] for i in order.tolist()], pa.large_string())})
     with pa.OSFile(str(folder / VOCAB_FILE), "wb") as sink, pa.ipc.new_file(sink, vocab.schema) as out:
         out.write_table(vocab)
-    stats = {"n_docs": counter.n_docs, "n_tokens": len(tokens), "n_entries": int(df_by_rank.sum()),
-             "avg_len": counter.total_len / counter.n_docs}
+    stats = {
+        "n_docs": counter.n_docs,
+        "n_tokens": len(tokens),
+        "n_entries": int(df_by_rank.sum()),
+        "avg_len": counter.total_len / counter.n_docs,
+    }
     (folder / STATS_FILE).write_text(json.dumps(stats), encoding="utf-8")
     shutil.rmtree(work)

@@ -75,16 +75,12 @@ class HttpRetriever:
                 problem = f"HTTP {response.status_code}: {response.text[:200]}"
                 continue
             if response.is_error:
-                raise RetrievalError(
-                    f"{self.url}: HTTP {response.status_code}: {response.text[:500]}"
-                )
+                raise RetrievalError(f"{self.url}: HTTP {response.status_code}: {response.text[:500]}")
             try:
                 return response.json()
             except ValueError as exc:
                 raise RetrievalError(f"{self.url}: reply is not JSON: {exc}") from exc
-        raise RetrievalError(
-            f"{self.url}: no answer after {self.max_retries + 1} attempt(s); last error {problem}"
-        )
+        raise RetrievalError(f"{self.url}: no answer after {self.max_retries + 1} attempt(s); last error {problem}")
 
     def _parse(self, reply: Any, n_queries: int) -> list[list[Hit]]:
         rows = reply.get("result") if isinstance(reply, dict) else None

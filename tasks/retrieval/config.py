@@ -31,9 +31,7 @@ class DenseConfig(Section):
         description="sentence-transformers model: a local path, or all-MiniLM-L6-v2 (shipped offline)",
     )
     batch_size: int = Field(64, ge=1)
-    ivf_threshold: int = Field(
-        200_000, description="Above this many passages use an IVF index instead of flat IP"
-    )
+    ivf_threshold: int = Field(200_000, description="Above this many passages use an IVF index instead of flat IP")
     device: str | None = Field(None, description="cpu, cuda, or None to pick automatically")
 
 

@@ -23,12 +23,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ragfactory.atomic import atomic_write_text
-from ragfactory.tasks.retrieval.config import RetrievalConfig
 from ragfactory.tasks.data.corpus import SeenIds
+from ragfactory.tasks.retrieval.config import RetrievalConfig
 from ragfactory.tasks.retrieval.index_store import BATCH_ROWS, PASSAGE_COLUMNS, digest_batches, select_passages
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.integrity import read_entry
 from ragfactory.warehouse.store import Warehouse
+
 
 @dataclass(frozen=True)
 class CorpusRead:
@@ -86,7 +87,10 @@ class WarehousePassages:
 
 
 def open_retriever(
-    warehouse: Warehouse, sources: list[str], config: RetrievalConfig, kind: str | None = None,
+    warehouse: Warehouse,
+    sources: list[str],
+    config: RetrievalConfig,
+    kind: str | None = None,
     passages: pa.Table | WarehousePassages | None = None,
 ):
     """The retriever of ``kind`` (default: the config's) over the sources' passages.
@@ -102,6 +106,9 @@ def open_retriever(
     if passages is None:
         passages = WarehousePassages(warehouse, sources)
     return make_retriever(
-        kind or config.default, passages=passages,
-        index_root=warehouse.artifacts_dir("indexes"), bm25=config.bm25, dense=config.dense,
+        kind or config.default,
+        passages=passages,
+        index_root=warehouse.artifacts_dir("indexes"),
+        bm25=config.bm25,
+        dense=config.dense,
     )

@@ -76,18 +76,23 @@ class DenseParams:
         if config is None or isinstance(config, cls):
             return config or cls()
         return cls(
-            model=config.model, batch_size=int(config.batch_size),
-            ivf_threshold=int(config.ivf_threshold), device=config.device,
+            model=config.model,
+            batch_size=int(config.batch_size),
+            ivf_threshold=int(config.ivf_threshold),
+            device=config.device,
             pq_threshold=int(getattr(config, "pq_threshold", cls.pq_threshold)),
         )
 
     def index_settings(self) -> dict:
         """The fields that change the index contents (batch size and device do not)."""
         return {
-            "kind": "dense", "model": self.model, "ivf_threshold": self.ivf_threshold,
+            "kind": "dense",
+            "model": self.model,
+            "ivf_threshold": self.ivf_threshold,
             "lists_per_sqrt_n": self.lists_per_sqrt_n,
             "min_points_per_list": self.min_points_per_list,
-            "pq_threshold": self.pq_threshold, "pq_bytes": self.pq_bytes,
+            "pq_threshold": self.pq_threshold,
+            "pq_bytes": self.pq_bytes,
         }
 
 
@@ -141,15 +146,16 @@ class SentenceEmbedder:
     def _encode(self, encode, texts: list[str]) -> np.ndarray:
         with self._lock:
             vectors = encode(
-                list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                convert_to_numpy=True, show_progress_bar=False,
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
             )
         return np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
 
 
-def load_embedder(
-    model: str = BUNDLED_MODEL, device: str | None = None, batch_size: int = 64
-) -> SentenceEmbedder:
+def load_embedder(model: str = BUNDLED_MODEL, device: str | None = None, batch_size: int = 64) -> SentenceEmbedder:
     """Load a sentence-transformers model from local files only (never from a hub).
 
     ``local_files_only`` is the per-call form of HF_HUB_OFFLINE: a model id not already in
@@ -161,9 +167,7 @@ def load_embedder(
     try:
         st = SentenceTransformer(path, device=pick_device(device), local_files_only=True)
     except (OSError, ValueError) as exc:
-        raise RetrievalError(
-            f"dense model {model!r} ({path}) is not available locally: {exc}"
-        ) from exc
+        raise RetrievalError(f"dense model {model!r} ({path}) is not available locally: {exc}") from exc
     return SentenceEmbedder(st, name=model, batch_size=batch_size)
 
 
@@ -240,7 +244,7 @@ def build_index(vectors: np.ndarray, params: DenseParams, slice_rows: int = 100_
         step = max(1, n // (params.train_per_list * count_lists(n, params)))
         index.train(np.ascontiguousarray(vectors[::step]))
     for start in range(0, n, slice_rows):
-        index.add(np.ascontiguousarray(vectors[start:start + slice_rows]))
+        index.add(np.ascontiguousarray(vectors[start : start + slice_rows]))
     set_nprobe(index, params)
     return index
 
@@ -269,8 +273,9 @@ def embed_passages(passages: pa.Table, embedder: Embedder) -> np.ndarray:
     return out
 
 
-def embedding(batches: Iterable[pa.Table], embedder: Embedder, sink: BinaryIO,
-              quiet: bool = False) -> Iterator[pa.Table]:
+def embedding(
+    batches: Iterable[pa.Table], embedder: Embedder, sink: BinaryIO, quiet: bool = False
+) -> Iterator[pa.Table]:
     """Each batch passed on after its vectors are appended to ``sink`` (float32, row order).
 
     Shows a progress bar by passages embedded (minutes per 100k passages on a CPU) unless quiet.
@@ -301,17 +306,11 @@ def write_dense(source: PassageSource, folder: Path, embedder: Embedder, params:
 class DenseRetriever:
     """A faiss index over passage embeddings, the passages, and the embedder for queries."""
 
-    def __init__(
-        self, index: faiss.Index, passages: pa.Table, embedder: Embedder, params: DenseParams
-    ):
+    def __init__(self, index: faiss.Index, passages: pa.Table, embedder: Embedder, params: DenseParams):
         if index.d != embedder.dim:
-            raise RetrievalError(
-                f"index has {index.d}-d vectors but {embedder.name} makes {embedder.dim}-d"
-            )
+            raise RetrievalError(f"index has {index.d}-d vectors but {embedder.name} makes {embedder.dim}-d")
         if index.ntotal != passages.num_rows:
-            raise RetrievalError(
-                f"index holds {index.ntotal} vectors for {passages.num_rows} passages"
-            )
+            raise RetrievalError(f"index holds {index.ntotal} vectors for {passages.num_rows} passages")
         self.index = index
         self.passages = passages
         self.embedder = embedder
@@ -336,9 +335,7 @@ class DenseRetriever:
             shutil.rmtree(scratch, ignore_errors=True)
 
     @classmethod
-    def load(
-        cls, folder: str | Path, embedder: Embedder, params: DenseParams = DenseParams()
-    ) -> DenseRetriever:
+    def load(cls, folder: str | Path, embedder: Embedder, params: DenseParams = DenseParams()) -> DenseRetriever:
         folder = Path(folder)
         manifest = folder / MANIFEST_FILE
         saved = read_manifest(folder).get("model") if manifest.is_file() else None
@@ -358,7 +355,9 @@ class DenseRetriever:
 
 
 def load_or_build_dense(
-    passages: pa.Table | PassageSource, root: str | Path, config: Any = None,
+    passages: pa.Table | PassageSource,
+    root: str | Path,
+    config: Any = None,
     embedder: Embedder | None = None,
 ) -> DenseRetriever:
     """A dense retriever, loaded from ``root`` when an index of the same content exists there.

@@ -71,8 +71,9 @@ def make_retriever(
     ``bm25`` / ``dense`` take the params dataclasses or the build-config sections (None for
     defaults); ``embedder`` replaces the dense model; ``http`` holds ``HttpRetriever`` options.
     """
-    return retriever_factory(kind)(passages=passages, index_root=index_root, bm25=bm25, dense=dense,
-                                   embedder=embedder, url=url, http=http)
+    return retriever_factory(kind)(
+        passages=passages, index_root=index_root, bm25=bm25, dense=dense, embedder=embedder, url=url, http=http
+    )
 
 
 def http_retriever(*, url: str | None = None, http: Mapping[str, Any] | None = None, **_) -> Retriever:
@@ -84,8 +85,9 @@ def http_retriever(*, url: str | None = None, http: Mapping[str, Any] | None = N
     return HttpRetriever(url, **dict(http or {}))
 
 
-def bm25_retriever(*, passages: pa.Table | None = None, index_root: str | Path | None = None,
-                   bm25: Any = None, **_) -> Retriever:
+def bm25_retriever(
+    *, passages: pa.Table | None = None, index_root: str | Path | None = None, bm25: Any = None, **_
+) -> Retriever:
     """A BM25 index over ``passages``, loaded from or saved to ``index_root`` when given."""
     from ragfactory.tasks.retrieval import bm25 as sparse
 
@@ -95,8 +97,14 @@ def bm25_retriever(*, passages: pa.Table | None = None, index_root: str | Path |
     return sparse.load_or_build_bm25(_needed(passages, "bm25"), index_root, params)
 
 
-def dense_retriever(*, passages: pa.Table | None = None, index_root: str | Path | None = None,
-                    dense: Any = None, embedder: Any = None, **_) -> Retriever:
+def dense_retriever(
+    *,
+    passages: pa.Table | None = None,
+    index_root: str | Path | None = None,
+    dense: Any = None,
+    embedder: Any = None,
+    **_,
+) -> Retriever:
     """A dense (faiss) index over ``passages``; ``embedder`` replaces the configured model."""
     return _make_dense(_needed(passages, "dense"), index_root, dense, embedder)
 
@@ -107,9 +115,7 @@ def _needed(passages: pa.Table | None, kind: str) -> pa.Table:
     return passages
 
 
-def _make_dense(
-    passages: pa.Table, index_root: str | Path | None, dense: Any, embedder: Any
-) -> Retriever:
+def _make_dense(passages: pa.Table, index_root: str | Path | None, dense: Any, embedder: Any) -> Retriever:
     from ragfactory.tasks.retrieval import dense as vectors
 
     params = vectors.DenseParams.from_config(dense)
@@ -126,8 +132,11 @@ def make_retriever_from_config(
     if config.server_url:
         return make_retriever("http", url=config.server_url)
     return make_retriever(
-        config.default, passages=passages, index_root=index_root,
-        bm25=config.bm25, dense=config.dense,
+        config.default,
+        passages=passages,
+        index_root=index_root,
+        bm25=config.bm25,
+        dense=config.dense,
     )
 
 

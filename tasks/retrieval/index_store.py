@@ -145,8 +145,9 @@ class ParquetPassages:
         self._digest: str | None = None
 
     def batches(self) -> Iterator[pa.Table]:
-        for batch in self.files.to_batches(columns=list(PASSAGE_COLUMNS), batch_size=self.batch_rows,
-                                           use_threads=False):  # one order, every read
+        for batch in self.files.to_batches(
+            columns=list(PASSAGE_COLUMNS), batch_size=self.batch_rows, use_threads=False
+        ):  # one order, every read
             if batch.num_rows:
                 yield select_passages(pa.Table.from_batches([batch]))
 
@@ -204,10 +205,13 @@ def hits_from_rows(passages: pa.Table, rows: np.ndarray, scores: np.ndarray) -> 
     out: list[list[Hit]] = []
     for q in range(rows.shape[0]):
         base = q * width
-        out.append([
-            Hit(ids[base + j], titles[base + j], texts[base + j], float(scores[q, j]))
-            for j in range(width) if rows[q, j] >= 0
-        ])
+        out.append(
+            [
+                Hit(ids[base + j], titles[base + j], texts[base + j], float(scores[q, j]))
+                for j in range(width)
+                if rows[q, j] >= 0
+            ]
+        )
     return out
 
 
@@ -300,8 +304,7 @@ def load_saved(folder: Path) -> Path | None:
     if damage is None:
         return folder
     aside = set_aside(folder)
-    logging.getLogger(__name__).warning("index %s is damaged (%s): moved to %s and built again",
-                                        folder, damage, aside)
+    logging.getLogger(__name__).warning("index %s is damaged (%s): moved to %s and built again", folder, damage, aside)
     return None
 
 
@@ -310,7 +313,11 @@ def write_folder(folder: Path, write: Callable[[Path], Mapping], manifest: Mappi
     with atomic_dir(folder, finished=lambda f: (f / MANIFEST_FILE).is_file()) as tmp:
         tmp.mkdir()
         extra = write(tmp)
-        stamp = {**manifest, **extra, "created_at": datetime.now(UTC).isoformat(),
-                 "files": folder_files(tmp, exclude=(MANIFEST_FILE,))}
+        stamp = {
+            **manifest,
+            **extra,
+            "created_at": datetime.now(UTC).isoformat(),
+            "files": folder_files(tmp, exclude=(MANIFEST_FILE,)),
+        }
         text = json.dumps(stamp, indent=2, sort_keys=True)
         (tmp / MANIFEST_FILE).write_text(text, encoding="utf-8")

@@ -106,8 +106,15 @@ class WarehouseRetrievalStore:
 class LedgerRetriever:
     """A ``Retriever`` that answers from the cache when it can and records every query it answers."""
 
-    def __init__(self, inner: Retriever, kind: str, fingerprint: str, run_id: str, strategy: str,
-                 store: WarehouseRetrievalStore | None = None):
+    def __init__(
+        self,
+        inner: Retriever,
+        kind: str,
+        fingerprint: str,
+        run_id: str,
+        strategy: str,
+        store: WarehouseRetrievalStore | None = None,
+    ):
         self.inner, self.kind, self.fingerprint = inner, kind, fingerprint
         self.run_id, self.strategy, self.store = run_id, strategy, store
         self.calls = 0  # searches that reached the wrapped retriever
@@ -150,10 +157,18 @@ class LedgerRetriever:
 
     def _fresh(self, query: str, key: str, k: int, hits: list[Hit], latency: float) -> dict:
         return {
-            "run_id": self.run_id, "query": query, "retriever": self.kind, "index_fingerprint": self.fingerprint,
-            "k": int(k), "passage_ids": [h.passage_id for h in hits], "scores": [float(h.score) for h in hits],
-            "titles": [h.title for h in hits], "texts": [h.text for h in hits],
-            "latency_s": latency, "cached": False, "cache_key": key,
+            "run_id": self.run_id,
+            "query": query,
+            "retriever": self.kind,
+            "index_fingerprint": self.fingerprint,
+            "k": int(k),
+            "passage_ids": [h.passage_id for h in hits],
+            "scores": [float(h.score) for h in hits],
+            "titles": [h.title for h in hits],
+            "texts": [h.text for h in hits],
+            "latency_s": latency,
+            "cached": False,
+            "cache_key": key,
         }
 
     def rows(self, node_of: Mapping[tuple[str, tuple[str, ...]], str] | None = None) -> list[dict]:
@@ -166,17 +181,23 @@ class LedgerRetriever:
         for question, key in sorted(self._asks, key=lambda a: (a[0], self._known[a[1]]["query"], a[1])):
             nth = seen[(question, key)] = seen.get((question, key), -1) + 1
             row = self._known[key]
-            out.append({
-                **row, "retrieval_id": _digest([self.run_id, self.strategy, question, key, nth]),
-                "strategy": self.strategy, "question_id": question or None,
-                "node_id": node_of.get((question, tuple(row["passage_ids"]))),
-            })
+            out.append(
+                {
+                    **row,
+                    "retrieval_id": _digest([self.run_id, self.strategy, question, key, nth]),
+                    "strategy": self.strategy,
+                    "question_id": question or None,
+                    "node_id": node_of.get((question, tuple(row["passage_ids"]))),
+                }
+            )
         return out
 
 
 def _hits(row: Mapping) -> list[Hit]:
-    return [Hit(pid, title, text, float(score))
-            for pid, title, text, score in zip(row["passage_ids"], row["titles"], row["texts"], row["scores"])]
+    return [
+        Hit(pid, title, text, float(score))
+        for pid, title, text, score in zip(row["passage_ids"], row["titles"], row["texts"], row["scores"])
+    ]
 
 
 def nodes_by_passages(nodes: Sequence[Mapping]) -> dict[tuple[str, tuple[str, ...]], str]:
@@ -188,8 +209,9 @@ def nodes_by_passages(nodes: Sequence[Mapping]) -> dict[tuple[str, tuple[str, ..
     return found
 
 
-def open_ledger(warehouse: Warehouse, sources: list[str], config: Any, run_id: str, strategy: str,
-                shard: str | None = None) -> LedgerRetriever:
+def open_ledger(
+    warehouse: Warehouse, sources: list[str], config: Any, run_id: str, strategy: str, shard: str | None = None
+) -> LedgerRetriever:
     """The build config's retriever over ``sources``, wrapped in a ledger backed by the
     warehouse's ``retrievals`` rows. The index fingerprint names the kind, the corpus (the
     passages' content digest, or the server's URL) and the parameters that change results."""
@@ -199,16 +221,24 @@ def open_ledger(warehouse: Warehouse, sources: list[str], config: Any, run_id: s
     return ledgered(warehouse, sources, passages, config, run_id, strategy, shard)
 
 
-def ledgered(warehouse: Warehouse, sources: list[str], passages: Any, config: Any, run_id: str, strategy: str,
-             shard: str | None = None) -> LedgerRetriever:
+def ledgered(
+    warehouse: Warehouse,
+    sources: list[str],
+    passages: Any,
+    config: Any,
+    run_id: str,
+    strategy: str,
+    shard: str | None = None,
+) -> LedgerRetriever:
     """``open_ledger`` over passages the caller already opened (None: the configured server)."""
     from ragfactory.tasks.retrieval.corpus import open_retriever
 
     inner = open_retriever(warehouse, sources, config, passages=passages)
     kind = "http" if config.server_url else config.default
     corpus = config.server_url if passages is None else passages.digest()
-    params = {"bm25": config.bm25.model_dump(),
-              "dense": config.dense.model_dump(exclude={"device", "batch_size"})}.get(kind, {})
+    params = {"bm25": config.bm25.model_dump(), "dense": config.dense.model_dump(exclude={"device", "batch_size"})}.get(
+        kind, {}
+    )
     fingerprint = index_fingerprint(kind, corpus, params)
     own = warehouse.shard_path(TABLE, {"run_id": run_id}, shard) if shard else None
     return LedgerRetriever(inner, kind, fingerprint, run_id, strategy, WarehouseRetrievalStore(warehouse, own))

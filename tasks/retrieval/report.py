@@ -27,9 +27,15 @@ def index_report(folder: Path) -> dict:
     n = int(manifest.get("n_passages") or 0)
     kind = manifest.get("kind", folder.name.split("-", 1)[0])
     per_query = n * BM25_QUERY_BYTES_PER_PASSAGE if kind == "bm25" else 0
-    return {"index": folder.name, "kind": kind, "passages": n, "disk_bytes": disk,
-            "mapped_bytes": disk, "private_bytes_per_query": per_query,
-            "created_at": manifest.get("created_at")}
+    return {
+        "index": folder.name,
+        "kind": kind,
+        "passages": n,
+        "disk_bytes": disk,
+        "mapped_bytes": disk,
+        "private_bytes_per_query": per_query,
+        "created_at": manifest.get("created_at"),
+    }
 
 
 def index_reports(root: Path) -> list[dict]:

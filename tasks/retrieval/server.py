@@ -74,11 +74,13 @@ def serve(
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Serve a passages table over the Search-R1 API.")
-    parser.add_argument("--passages", required=True, type=Path,
-                        help="Parquet file or folder with passage_id, title, text columns")
+    parser.add_argument(
+        "--passages", required=True, type=Path, help="Parquet file or folder with passage_id, title, text columns"
+    )
     parser.add_argument("--kind", choices=("bm25", "dense"), default="bm25")
-    parser.add_argument("--index-root", type=Path, default=None,
-                        help="Folder to load a saved index from or save a new one to")
+    parser.add_argument(
+        "--index-root", type=Path, default=None, help="Folder to load a saved index from or save a new one to"
+    )
     parser.add_argument("--model", default=None, help="Dense model (default all-MiniLM-L6-v2)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
@@ -95,11 +97,10 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     passages = ParquetPassages(args.passages)  # read in batches: the corpus is never held whole
     dense = DenseParams(model=args.model) if args.model else None
-    retriever = make_retriever(
-        args.kind, passages=passages, index_root=args.index_root, dense=dense
+    retriever = make_retriever(args.kind, passages=passages, index_root=args.index_root, dense=dense)
+    log.info(
+        "%s retriever over %d passages on http://%s:%d/retrieve", args.kind, passages.num_rows, args.host, args.port
     )
-    log.info("%s retriever over %d passages on http://%s:%d/retrieve",
-             args.kind, passages.num_rows, args.host, args.port)
     serve(retriever, host=args.host, port=args.port, default_topk=args.topk)
 
 

@@ -134,16 +134,16 @@ def cover_exact_match(prediction: str | None, golden_answers: GoldenAnswers) -> 
         return 0.0
     normalized = normalize_answer(_checked_prediction(prediction))
     tokens, words = normalized.split(), _words(prediction)
-    return float(any(
-        normalize_answer(gold) in normalized
-        and (_contains_span(tokens, normalize_answer(gold).split()) or _contains_span(words, _words(gold)))
-        for gold in golds
-    ))
+    return float(
+        any(
+            normalize_answer(gold) in normalized
+            and (_contains_span(tokens, normalize_answer(gold).split()) or _contains_span(words, _words(gold)))
+            for gold in golds
+        )
+    )
 
 
-METRICS: Mapping[str, Metric] = MappingProxyType(
-    {"em": exact_match, "f1": f1_score, "cover_em": cover_exact_match}
-)
+METRICS: Mapping[str, Metric] = MappingProxyType({"em": exact_match, "f1": f1_score, "cover_em": cover_exact_match})
 
 
 def score(metric: str, prediction: str | None, golden_answers: GoldenAnswers) -> float:

@@ -128,8 +128,7 @@ class EmbeddingCache:
         vectors = np.asarray(self.embedder.embed_queries(list(missing.values())), dtype=np.float32)
         if vectors.shape != (len(missing), self.dim):
             raise ValueError(
-                f"embedder {self.name!r} returned shape {vectors.shape} "
-                f"for {len(missing)} texts of dim {self.dim}"
+                f"embedder {self.name!r} returned shape {vectors.shape} for {len(missing)} texts of dim {self.dim}"
             )
         for key, vector in zip(missing, vectors):
             self._vectors[key] = vector
@@ -149,9 +148,7 @@ class EmbeddingCache:
             flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
             matrix = flat.astype(np.float32).reshape(len(keys), -1)
             if matrix.shape[1] != self.dim:
-                raise ValueError(
-                    f"{path}: vectors have dim {matrix.shape[1]}, {self.name!r} makes {self.dim}"
-                )
+                raise ValueError(f"{path}: vectors have dim {matrix.shape[1]}, {self.name!r} makes {self.dim}")
             for name, key, vector in zip(model, keys, matrix):
                 if name == self.name:
                     self._vectors.setdefault(key, vector)

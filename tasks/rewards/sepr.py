@@ -87,8 +87,7 @@ def match_vectors(predicted: np.ndarray, gold: np.ndarray, tau: float) -> PlanMa
     similarity = predicted @ gold.T
     rows, cols = linear_sum_assignment(1.0 - similarity)
     kept = tuple(
-        (int(i) + 1, int(j) + 1, float(similarity[i, j]))
-        for i, j in zip(rows, cols) if similarity[i, j] >= tau
+        (int(i) + 1, int(j) + 1, float(similarity[i, j])) for i, j in zip(rows, cols) if similarity[i, j] >= tau
     )
     if not kept:
         return PlanMatch(0.0, 0.0, 0.0, tau)
@@ -120,10 +119,12 @@ class PlanScorer:
         index: dict[str, int] = {}
         rows = []
         for predicted, gold in pairs:
-            rows.append(tuple(
-                [index.setdefault(normalize_sub_question(t, placeholder), len(index)) for t in side]
-                for side in (predicted, gold)
-            ))
+            rows.append(
+                tuple(
+                    [index.setdefault(normalize_sub_question(t, placeholder), len(index)) for t in side]
+                    for side in (predicted, gold)
+                )
+            )
         vectors = self.cache.vectors(list(index)) if index else np.zeros((0, self.cache.dim), np.float32)
         return [match_vectors(vectors[p], vectors[g], self.config.tau) for p, g in rows]
 
@@ -143,7 +144,14 @@ def plan_score_row(
 ) -> dict[str, Any]:
     """A ``plan_scores`` row."""
     return {
-        "plan_id": plan_id, "run_id": run_id, "question_id": question_id,
-        "gold_plan_id": gold_plan_id, "precision": match.precision, "recall": match.recall,
-        "f1": match.f1, "tau": match.tau, "matched": match.matched_rows(), "embedder": embedder,
+        "plan_id": plan_id,
+        "run_id": run_id,
+        "question_id": question_id,
+        "gold_plan_id": gold_plan_id,
+        "precision": match.precision,
+        "recall": match.recall,
+        "f1": match.f1,
+        "tau": match.tau,
+        "matched": match.matched_rows(),
+        "embedder": embedder,
     }

@@ -17,8 +17,9 @@ from typing import Any
 PREFIX = "searchR1_"
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,
-                  **kwargs: Any) -> float | dict:
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None, **kwargs: Any
+) -> float | dict:
     """The score verl's reward manager asks for: 1.0 when the last ``<answer>`` matches a target."""
     if str(data_source).startswith(PREFIX):
         from verl.utils.reward_score import search_r1_like_qa_em

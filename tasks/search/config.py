@@ -25,40 +25,48 @@ class SearchSettings(Section):
     strategies' own sections, which ``SearchConfig`` adds)."""
 
     strategies: list[str] = Field(
-        default_factory=list, description="Search strategies to run, by registered name (" +
-        ", ".join(s.name for s in STRATEGIES) + "; tasks/search/registry.py); none: ingest and index only",
+        default_factory=list,
+        description="Search strategies to run, by registered name ("
+        + ", ".join(s.name for s in STRATEGIES)
+        + "; tasks/search/registry.py); none: ingest and index only",
     )
     datasets: list[str] | None = Field(
         None, description="Datasets whose questions are expanded; default: every dataset built"
     )
     partition: Partition = Field(
-        "train", description="Partition whose questions are expanded; anything but train overlaps "
+        "train",
+        description="Partition whose questions are expanded; anything but train overlaps "
         "the questions evaluations hold out (warned about and recorded in runs.warnings)",
     )
     questions_per_dataset: int | None = Field(
-        None, ge=1, description="Expand the first N questions of each dataset's partition, in "
+        None,
+        ge=1,
+        description="Expand the first N questions of each dataset's partition, in "
         "sample_key (hash) order: a uniform sample that a larger N extends",
     )
     question_ids: list[str] | dict[str, list[str]] | None = Field(
-        None, description="Expand exactly these questions, in this order, instead of a sample "
+        None,
+        description="Expand exactly these questions, in this order, instead of a sample "
         "(questions_per_dataset): one list for every strategy, or a list per strategy name (a "
         "strategy not named takes the sample); each must be ingested and in `partition`",
     )
     select: Literal["sample", "frontier"] = Field(
-        "sample", description="sample: questions_per_dataset (or question_ids) every run; frontier: "
+        "sample",
+        description="sample: questions_per_dataset (or question_ids) every run; frontier: "
         "the next questions_per_night questions in sample_key order that no earlier run of the "
         "strategy with the same policy model expanded, so each night extends the last",
     )
     questions_per_night: int | None = Field(
         None, ge=1, description="With select: frontier, how many new questions each strategy expands per run"
     )
-    shard_size: int = Field(
-        16, ge=1, description="Questions per shard task: the unit of retries and of failure"
-    )
+    shard_size: int = Field(16, ge=1, description="Questions per shard task: the unit of retries and of failure")
     max_concurrent_shards: int = Field(
-        4, ge=1, description="Shards a worker expands at once; their engine calls merge into shared "
+        4,
+        ge=1,
+        description="Shards a worker expands at once; their engine calls merge into shared "
         "batches (an engine's decode step costs about the same for 4 rows as for 8)",
     )
+
     @field_validator("strategies")
     @classmethod
     def _registered(cls, names: list[str]) -> list[str]:
@@ -95,8 +103,9 @@ class SearchSettings(Section):
 
 # one ``search.<name>`` field per registered strategy, after the settings above
 SearchConfig = create_model(
-    "SearchConfig", __base__=SearchSettings, __module__=__name__,
+    "SearchConfig",
+    __base__=SearchSettings,
+    __module__=__name__,
     __doc__="Which strategies expand which questions, and how questions are sharded.",
-    **{s.name: (s.config_type, Field(default_factory=s.config_type, description=s.description))
-       for s in STRATEGIES},
+    **{s.name: (s.config_type, Field(default_factory=s.config_type, description=s.description)) for s in STRATEGIES},
 )

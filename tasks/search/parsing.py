@@ -166,9 +166,7 @@ def parse_rollout_turn(text: str | None) -> Parsed:
 
 def render_passages(hits: Iterable[Mapping]) -> str:
     """Search-R1's passage list: ``Doc i(Title: title) text``, one line each."""
-    return "".join(
-        f"Doc {i}(Title: {hit['title']}) {hit['text']}\n" for i, hit in enumerate(hits, start=1)
-    )
+    return "".join(f"Doc {i}(Title: {hit['title']}) {hit['text']}\n" for i, hit in enumerate(hits, start=1))
 
 
 def information(hits: Iterable[Mapping]) -> str:

@@ -13,10 +13,12 @@ from ragfactory.tasks.search.r3.plugin import R3
 from ragfactory.tasks.search.strategy import Registry
 from ragfactory.tasks.search.treeps.plugin import TREEPS
 
-STRATEGIES = Registry([
-    DECEX,
-    TREEPS,
-    APEX,
-    MCTS,
-    R3,
-])
+STRATEGIES = Registry(
+    [
+        DECEX,
+        TREEPS,
+        APEX,
+        MCTS,
+        R3,
+    ]
+)

@@ -95,8 +95,9 @@ class Strategy:
         """The ``nodes.strategy`` value ``config`` writes (a config may name a variant)."""
         name = getattr(config, "strategy", self.name)
         if name not in self.tree_names:
-            raise ValueError(f"strategy {self.name!r}: config writes trees named {name!r}, "
-                             f"not one of {list(self.tree_names)}")
+            raise ValueError(
+                f"strategy {self.name!r}: config writes trees named {name!r}, not one of {list(self.tree_names)}"
+            )
         return name
 
     def settings(self, search: Any) -> Any:

@@ -73,8 +73,13 @@ class TableRows:
             getattr(self, name).extend(rows)
 
     def tables(self) -> dict[str, list[dict]]:
-        return {"nodes": self.nodes, "rollouts": self.rollouts, "plans": self.plans,
-                "plan_scores": self.plan_scores, "rewards": self.rewards}
+        return {
+            "nodes": self.nodes,
+            "rollouts": self.rollouts,
+            "plans": self.plans,
+            "plan_scores": self.plan_scores,
+            "rewards": self.rewards,
+        }
 
 
 @dataclass
@@ -188,6 +193,7 @@ class QuestionTree:
 
     def rollout_rows(self) -> list[dict[str, Any]]:
         """Rows in the path order of their leaves (a rollout's id is its leaf's node id)."""
+
         def leaf_path(rollout: Rollout) -> tuple:
             leaf = self._by_id.get(rollout.rollout_id)
             return path_key(leaf.path if leaf else rollout.rollout_id)
@@ -198,8 +204,7 @@ class QuestionTree:
 def path_key(path: str) -> tuple:
     """Paths compared segment by segment with numbers as numbers ("s2" before "s10")."""
     return tuple(
-        tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", segment))
-        for segment in path.split("/")
+        tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", segment)) for segment in path.split("/")
     )
 
 

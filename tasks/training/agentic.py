@@ -43,8 +43,8 @@ from typing import Any
 
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.search.common import hit_record
-from ragfactory.tasks.search.parsing import information, parse_rollout_turn, ROLLOUT_STOP
-from ragfactory.tasks.training.methods import check_options, MethodContext
+from ragfactory.tasks.search.parsing import ROLLOUT_STOP, information, parse_rollout_turn
+from ragfactory.tasks.training.methods import MethodContext, check_options
 
 ROLLOUT_LOG = "rollouts.jsonl"
 
@@ -129,8 +129,15 @@ class GrammarProcessor:
         return scores
 
 
-def generate_turn(model, tokenizer, rollouts: list[Rollout], budget: int, sampling: dict[str, Any],
-                  eos_ids: set[int], grammar: tuple[Any, Any] | None = None) -> list[list[int]]:
+def generate_turn(
+    model,
+    tokenizer,
+    rollouts: list[Rollout],
+    budget: int,
+    sampling: dict[str, Any],
+    eos_ids: set[int],
+    grammar: tuple[Any, Any] | None = None,
+) -> list[list[int]]:
     """One sampled turn for each rollout (left-padded batch); the new ids of each, cut at its end.
     ``grammar`` is (``GrammarMasks``, ``Grammar``) to hold the turn to."""
     import torch
@@ -145,9 +152,17 @@ def generate_turn(model, tokenizer, rollouts: list[Rollout], budget: int, sampli
     device = next(model.parameters()).device
     processors = LogitsProcessorList([GrammarProcessor(*grammar, len(rows))] if grammar else [])
     with torch.no_grad():
-        out = model.generate(input_ids=ids.to(device), attention_mask=attention.to(device), max_new_tokens=room,
-                             do_sample=True, stop_strings=list(ROLLOUT_STOP), tokenizer=tokenizer,
-                             pad_token_id=pad, logits_processor=processors, **sampling)
+        out = model.generate(
+            input_ids=ids.to(device),
+            attention_mask=attention.to(device),
+            max_new_tokens=room,
+            do_sample=True,
+            stop_strings=list(ROLLOUT_STOP),
+            tokenizer=tokenizer,
+            pad_token_id=pad,
+            logits_processor=processors,
+            **sampling,
+        )
     new = []
     for rollout, row in zip(rollouts, out[:, width:].tolist()):
         row = row[: budget - len(rollout.ids)]
@@ -155,8 +170,15 @@ def generate_turn(model, tokenizer, rollouts: list[Rollout], budget: int, sampli
     return new
 
 
-def observe(rollout: Rollout, turn_ids: list[int], tokenizer, retriever: Retriever, options: AgenticOptions,
-            budget: int, eos_ids: set[int]) -> None:
+def observe(
+    rollout: Rollout,
+    turn_ids: list[int],
+    tokenizer,
+    retriever: Retriever,
+    options: AgenticOptions,
+    budget: int,
+    eos_ids: set[int],
+) -> None:
     """Add a turn to the rollout; a search adds its observation (mask 0), anything else ends it."""
     rollout.add(turn_ids, 1)
     text = tokenizer.decode(turn_ids, skip_special_tokens=True)
@@ -189,8 +211,16 @@ def eos_ids(model, tokenizer) -> set[int]:
     return {tokenizer.eos_token_id} | set(ids if isinstance(ids, list) else [] if ids is None else [ids])
 
 
-def run_rollouts(model, tokenizer, prompts: Sequence, retriever: Retriever, options: AgenticOptions,
-                 budget: int, sampling: dict[str, Any], grammar: tuple[Any, Any] | None = None) -> list[Rollout]:
+def run_rollouts(
+    model,
+    tokenizer,
+    prompts: Sequence,
+    retriever: Retriever,
+    options: AgenticOptions,
+    budget: int,
+    sampling: dict[str, Any],
+    grammar: tuple[Any, Any] | None = None,
+) -> list[Rollout]:
     """Steps 1-3 of the module docstring for a batch of prompts (one rollout each); ``grammar``
     as ``generate_turn`` takes it."""
     eos = eos_ids(model, tokenizer)
@@ -207,8 +237,13 @@ def run_rollouts(model, tokenizer, prompts: Sequence, retriever: Retriever, opti
 class AgenticRollout:
     """TRL's ``rollout_func``: ``(prompts, trainer) -> dict`` (module docstring, step 4)."""
 
-    def __init__(self, retriever: Retriever, options: AgenticOptions, output_dir: str,
-                 logger: logging.Logger | logging.LoggerAdapter):
+    def __init__(
+        self,
+        retriever: Retriever,
+        options: AgenticOptions,
+        output_dir: str,
+        logger: logging.Logger | logging.LoggerAdapter,
+    ):
         self.retriever, self.options, self.logger = retriever, options, logger
         self.log_path = Path(output_dir) / ROLLOUT_LOG
         self.grammar = None  # (masks, grammar), built on the first rollout when options.grammar is set
@@ -223,14 +258,26 @@ class AgenticRollout:
         was_training = model.training
         model.eval()
         try:
-            rollouts = run_rollouts(model, tokenizer, prompts, self.retriever, self.options,
-                                    args.max_completion_length, sampling, self.turn_grammar(tokenizer))
+            rollouts = run_rollouts(
+                model,
+                tokenizer,
+                prompts,
+                self.retriever,
+                self.options,
+                args.max_completion_length,
+                sampling,
+                self.turn_grammar(tokenizer),
+            )
         finally:
             model.train(was_training)
         self.record(rollouts, tokenizer, trainer.state.global_step)
-        return {"prompt_ids": [r.prompt_ids for r in rollouts], "completion_ids": [r.ids for r in rollouts],
-                "logprobs": None, "env_mask": [r.mask for r in rollouts],
-                "retrieved": [r.hits for r in rollouts]}
+        return {
+            "prompt_ids": [r.prompt_ids for r in rollouts],
+            "completion_ids": [r.ids for r in rollouts],
+            "logprobs": None,
+            "env_mask": [r.mask for r in rollouts],
+            "retrieved": [r.hits for r in rollouts],
+        }
 
     def turn_grammar(self, tokenizer) -> tuple[Any, Any] | None:
         """llguidance's masks for the tokenizer and the turn grammar, made once per trainer."""
@@ -238,8 +285,10 @@ class AgenticRollout:
             from ragfactory.tasks.llm.structured import GrammarMasks
             from ragfactory.tasks.prompts.loader import load_grammar
 
-            self.grammar = (GrammarMasks(tokenizer),
-                            load_grammar(self.options.grammar, self.options.turn_tokens, "turn_tokens"))
+            self.grammar = (
+                GrammarMasks(tokenizer),
+                load_grammar(self.options.grammar, self.options.turn_tokens, "turn_tokens"),
+            )
         return self.grammar
 
     def record(self, rollouts: list[Rollout], tokenizer, step: int) -> None:
@@ -247,19 +296,29 @@ class AgenticRollout:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("a", encoding="utf-8") as out:
             for rollout in rollouts:
-                line = {"step": step, "completion": tokenizer.decode(rollout.ids, skip_special_tokens=True),
-                        "queries": rollout.queries, "retrieved": rollout.hits,
-                        "model_tokens": sum(rollout.mask), "observation_tokens": len(rollout.mask) - sum(rollout.mask)}
+                line = {
+                    "step": step,
+                    "completion": tokenizer.decode(rollout.ids, skip_special_tokens=True),
+                    "queries": rollout.queries,
+                    "retrieved": rollout.hits,
+                    "model_tokens": sum(rollout.mask),
+                    "observation_tokens": len(rollout.mask) - sum(rollout.mask),
+                }
                 out.write(json.dumps(line, ensure_ascii=False) + "\n")
-                self.logger.info("grpo-agentic step %d: %d searches %s, %d model / %d observation tokens",
-                                 step, len(rollout.queries), rollout.queries, line["model_tokens"],
-                                 line["observation_tokens"])
+                self.logger.info(
+                    "grpo-agentic step %d: %d searches %s, %d model / %d observation tokens",
+                    step,
+                    len(rollout.queries),
+                    rollout.queries,
+                    line["model_tokens"],
+                    line["observation_tokens"],
+                )
 
 
 def build_retriever(ctx: MethodContext, options: AgenticOptions) -> Retriever:
     """The build's retriever over the build's passages (or the options' sources and kind)."""
-    from ragfactory.tasks.retrieval.corpus import open_retriever
     from ragfactory.tasks.retrieval.config import RetrievalConfig
+    from ragfactory.tasks.retrieval.corpus import open_retriever
 
     if ctx.warehouse is None:
         raise ValueError("grpo-agentic needs a warehouse to retrieve from")
@@ -298,6 +357,13 @@ def build_trainer(ctx: MethodContext, retriever: Retriever | None = None):
     args = trl_args("grpo-agentic", ctx.output_dir, ctx.save_steps, ctx.seed, ctx.trl)
     rewards = run_rewards(ctx)
     dataset = datasets.Dataset.from_list(qa_rows(ctx.rows))
-    return GRPOTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=dataset,
-                       processing_class=tokenizer, callbacks=list(ctx.callbacks), peft_config=ctx.peft_config,
-                       rollout_func=AgenticRollout(retriever, options, ctx.output_dir, ctx.logger))
+    return GRPOTrainer(
+        model=model,
+        reward_funcs=rewards,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=list(ctx.callbacks),
+        peft_config=ctx.peft_config,
+        rollout_func=AgenticRollout(retriever, options, ctx.output_dir, ctx.logger),
+    )

@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+
 def export_files(root: str | Path, table: str, run_id: str | None, parquet: str | None) -> list[Path]:
     """The parquet files of a run's export (or of a given file or folder), sorted.
 

@@ -33,8 +33,13 @@ class LossLogger(TrainerCallback):
         self.losses.append((state.global_step, float(logs["loss"])))
         total = max(state.max_steps, 1)
         self.logger.info(
-            "%sstep %d/%d (%.0f%%) loss %.4f lr %.2e eta %s", self.prefix, state.global_step, total,
-            100.0 * state.global_step / total, float(logs["loss"]), float(logs.get("learning_rate", 0.0)),
+            "%sstep %d/%d (%.0f%%) loss %.4f lr %.2e eta %s",
+            self.prefix,
+            state.global_step,
+            total,
+            100.0 * state.global_step / total,
+            float(logs["loss"]),
+            float(logs.get("learning_rate", 0.0)),
             self.eta(state.global_step, total),
         )
 

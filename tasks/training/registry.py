@@ -39,7 +39,8 @@ def cache_key(export_snapshot: str, method: str, config: dict, base_model: str) 
     """A stable hash of one training's inputs (dict order does not matter)."""
     payload = json.dumps(
         {"export": export_snapshot, "method": method, "config": config, "base": base_model},
-        sort_keys=True, default=str,
+        sort_keys=True,
+        default=str,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -57,14 +58,29 @@ def find_model(wh: Warehouse, model_id: str) -> dict | None:
     return None
 
 
-def model_row(model_id: str, lineage: dict, base_model: str, method: str, export_snapshot: str,
-              config: dict, metrics: dict, path: str, question_ids: Iterable[str] | None = None) -> dict:
+def model_row(
+    model_id: str,
+    lineage: dict,
+    base_model: str,
+    method: str,
+    export_snapshot: str,
+    config: dict,
+    metrics: dict,
+    path: str,
+    question_ids: Iterable[str] | None = None,
+) -> dict:
     """One ``models`` row; the training run is named after the model it produced."""
     return {
-        "model_id": model_id, "run_id": model_id, "lineage": json.dumps(lineage, sort_keys=True),
-        "base_model": base_model, "method": method, "export_snapshot": export_snapshot,
-        "config": json.dumps(config, sort_keys=True), "metrics": json.dumps(metrics, sort_keys=True),
-        "path": path, "created_at": dt.datetime.now(dt.UTC),
+        "model_id": model_id,
+        "run_id": model_id,
+        "lineage": json.dumps(lineage, sort_keys=True),
+        "base_model": base_model,
+        "method": method,
+        "export_snapshot": export_snapshot,
+        "config": json.dumps(config, sort_keys=True),
+        "metrics": json.dumps(metrics, sort_keys=True),
+        "path": path,
+        "created_at": dt.datetime.now(dt.UTC),
         "question_ids": None if question_ids is None else sorted(set(question_ids)),
     }
 
@@ -104,8 +120,11 @@ def promoted_model(wh: Warehouse, pipeline: str | None = None) -> str | None:
 
 def latest_model(wh: Warehouse, name: str) -> dict | None:
     """The newest registered model of lineage ``name`` whose weights are still on disk."""
-    rows = [row for row in wh.read("models").to_pylist()
-            if json.loads(row["lineage"] or "{}").get("name", row["method"]) == name]
+    rows = [
+        row
+        for row in wh.read("models").to_pylist()
+        if json.loads(row["lineage"] or "{}").get("name", row["method"]) == name
+    ]
     for row in sorted(rows, key=lambda r: r["created_at"], reverse=True):
         if row["path"] and Path(row["path"]).exists():
             return row
@@ -146,18 +165,9 @@ def resolve_model_ref(wh: Warehouse, spec: str) -> ModelRef:
     if is_embedded(spec):
         return ModelRef(spec, EMBEDDED, EMBEDDED, "embedded")
     if spec == PROMOTED:
-        named = promoted_model(wh)
-        if named is None:
-            raise LookupError(f"{spec!r}: no model promoted in {wh.root} yet (the nightly pipeline's "
-                              "promotions table is empty)")
-        return replace(resolve_model_ref(wh, named), spec=spec)
+        return _promoted_ref(wh, spec)
     if spec.startswith(LATEST):
-        name = spec[len(LATEST):]
-        row = latest_model(wh, name)
-        if row is None:
-            raise LookupError(f"{spec!r}: no trained model of lineage {name!r} in {wh.root} "
-                              "(models.lineage name, default the training method)")
-        return ModelRef(spec, row["path"], row["model_id"], "registry")
+        return _latest_ref(wh, spec)
     path = Path(spec).expanduser()
     if path.exists():
         return ModelRef(spec, str(path.resolve()), str(path.resolve()), "path")
@@ -167,6 +177,28 @@ def resolve_model_ref(wh: Warehouse, spec: str) -> ModelRef:
     if wh.read("models", model_id=spec).num_rows:
         raise FileNotFoundError(f"model {spec!r} is registered but its weights are not on disk")
     return ModelRef(spec, spec, spec, "name")
+
+
+def _promoted_ref(wh: Warehouse, spec: str) -> ModelRef:
+    """The model the nightly pipeline promoted last, under the spec ``promoted``."""
+    named = promoted_model(wh)
+    if named is None:
+        raise LookupError(
+            f"{spec!r}: no model promoted in {wh.root} yet (the nightly pipeline's promotions table is empty)"
+        )
+    return replace(resolve_model_ref(wh, named), spec=spec)
+
+
+def _latest_ref(wh: Warehouse, spec: str) -> ModelRef:
+    """The newest registered model of the lineage ``latest:<name>`` names."""
+    name = spec[len(LATEST) :]
+    row = latest_model(wh, name)
+    if row is None:
+        raise LookupError(
+            f"{spec!r}: no trained model of lineage {name!r} in {wh.root} "
+            "(models.lineage name, default the training method)"
+        )
+    return ModelRef(spec, row["path"], row["model_id"], "registry")
     row = find_model(wh, spec)
     if row is not None:
         return row["path"], row["model_id"]

@@ -33,6 +33,7 @@ def run_rewards(ctx: RewardContext, extra: Mapping[str, RewardFunc] | None = Non
     """The reward functions ``ctx.rewards`` names: ``extra``'s as given, the others built."""
     ready = dict(extra or {})
     factories = declared_rewards()
-    built = {name: factories[name](ctx) for name in dict.fromkeys(ctx.rewards)
-             if name not in ready and name in factories}
+    built = {
+        name: factories[name](ctx) for name in dict.fromkeys(ctx.rewards) if name not in ready and name in factories
+    }
     return reward_functions(ctx.rewards, {**built, **ready})

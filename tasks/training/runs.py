@@ -15,18 +15,27 @@ from pathlib import Path
 
 from ragfactory.memory import tune_allocator
 from ragfactory.tasks.llm.embedded import embedded_model_path, is_embedded
+from ragfactory.tasks.rewards import RewardFunc
 from ragfactory.tasks.training.config import TrainingRequest
 from ragfactory.tasks.training.data import export_files, read_export, snapshot_hash, training_dataset
 from ragfactory.tasks.training.methods import MethodContext, method_spec
 from ragfactory.tasks.training.progress import LossLogger
 from ragfactory.tasks.training.registry import (
-    cache_key, export_question_ids, model_id_for, model_row, ModelRef, resolve_model_ref,
+    ModelRef,
+    cache_key,
+    export_question_ids,
+    model_id_for,
+    model_row,
+    resolve_model_ref,
     seen_question_ids,
 )
-from ragfactory.tasks.rewards import RewardFunc
 from ragfactory.tasks.training.rewards import run_rewards
 from ragfactory.tasks.training.trainers import (
-    load_model, lora_config, make_trainer, run_training, trl_args,
+    load_model,
+    lora_config,
+    make_trainer,
+    run_training,
+    trl_args,
 )
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
@@ -68,13 +77,17 @@ def plan_training(wh: Warehouse, config: TrainingRequest) -> TrainingPlan:
     key = cache_key(snapshot, config.method, config.training_fields(), base)
     model_id = model_id_for(config.method, key)
     output = Path(config.output_dir) if config.output_dir else wh.root / "artifacts" / "models" / "trained" / model_id
-    return TrainingPlan(model_id, snapshot, tuple(str(f) for f in files), base, str(output),
-                        ref.registered_id)
+    return TrainingPlan(model_id, snapshot, tuple(str(f) for f in files), base, str(output), ref.registered_id)
 
 
-def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
-                  logger: logging.Logger | logging.LoggerAdapter,
-                  callbacks: Sequence = (), extra_rewards: Mapping[str, RewardFunc] | None = None) -> dict:
+def train_planned(
+    wh: Warehouse,
+    config: TrainingRequest,
+    plan: TrainingPlan,
+    logger: logging.Logger | logging.LoggerAdapter,
+    callbacks: Sequence = (),
+    extra_rewards: Mapping[str, RewardFunc] | None = None,
+) -> dict:
     """Train as planned and return the run's metrics (the weights land in ``plan.output_dir``)."""
     tune_allocator()  # a worker's flow process starts without the CLI: freed activations leave the heap
     rows = read_export([Path(f) for f in plan.files], config.method, config.task)
@@ -82,8 +95,9 @@ def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
     spec = method_spec(config.method)
     if not spec.stock:
         trainer = spec.build(method_context(wh, config, plan, rows, logger, [progress, *callbacks]))
-        logger.info("%s: %s on %d rows from %s", plan.model_id, config.method, len(trainer.train_dataset),
-                    plan.base_model)
+        logger.info(
+            "%s: %s on %d rows from %s", plan.model_id, config.method, len(trainer.train_dataset), plan.base_model
+        )
         return {**run_training(trainer, plan.output_dir), "n_rows": len(trainer.train_dataset)}
     dataset = training_dataset(rows, config.method)
     model, tokenizer = load_model(loadable(plan.base_model, wh))
@@ -91,20 +105,31 @@ def train_planned(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan,
     rewards = None
     if spec.rewarded:
         rewards = run_rewards(method_context(wh, config, plan, rows, logger, ()), extra_rewards)
-    trainer = make_trainer(config.method, model, tokenizer, dataset, args,
-                           [progress, *callbacks], rewards, lora_config(config.lora))
+    trainer = make_trainer(
+        config.method, model, tokenizer, dataset, args, [progress, *callbacks], rewards, lora_config(config.lora)
+    )
     logger.info("%s: %s on %d rows from %s", plan.model_id, config.method, len(dataset), plan.base_model)
     metrics = run_training(trainer, plan.output_dir)
     return {**metrics, "n_rows": len(dataset)}
 
 
-def method_context(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan, rows: list[dict],
-                   logger, callbacks: Sequence) -> MethodContext:
+def method_context(
+    wh: Warehouse, config: TrainingRequest, plan: TrainingPlan, rows: list[dict], logger, callbacks: Sequence
+) -> MethodContext:
     """What a method's ``build_trainer`` (and a reward factory) gets."""
     return MethodContext(
-        rows=rows, model_path=loadable(plan.base_model, wh), output_dir=plan.output_dir, trl=dict(config.trl),
-        save_steps=config.save_steps, seed=config.seed, callbacks=list(callbacks), logger=logger, warehouse=wh,
-        run_id=config.run_id, rewards=list(config.rewards), peft_config=lora_config(config.lora),
+        rows=rows,
+        model_path=loadable(plan.base_model, wh),
+        output_dir=plan.output_dir,
+        trl=dict(config.trl),
+        save_steps=config.save_steps,
+        seed=config.seed,
+        callbacks=list(callbacks),
+        logger=logger,
+        warehouse=wh,
+        run_id=config.run_id,
+        rewards=list(config.rewards),
+        peft_config=lora_config(config.lora),
         options=dict(config.options),
     )
 
@@ -127,8 +152,23 @@ def registry_row(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan, met
     """The ``models`` row of a finished training, with the questions it saw and their partitions."""
     seen = sorted(trained_question_ids(wh, config, plan))
     counts = query(wh, PARTITION_COUNTS_SQL, {"ids": seen}).to_pylist()
-    lineage = {"name": config.lineage_name, "run_id": config.run_id, "table": config.export_table,
-               "parquet": config.parquet, "task": config.task, "files": list(plan.files),
-               "partitions": {str(row["partition"]): row["n"] for row in counts}}
-    return model_row(plan.model_id, lineage, plan.base_model, config.method, plan.export_snapshot,
-                     config.training_fields(), metrics, plan.output_dir, seen)
+    lineage = {
+        "name": config.lineage_name,
+        "run_id": config.run_id,
+        "table": config.export_table,
+        "parquet": config.parquet,
+        "task": config.task,
+        "files": list(plan.files),
+        "partitions": {str(row["partition"]): row["n"] for row in counts},
+    }
+    return model_row(
+        plan.model_id,
+        lineage,
+        plan.base_model,
+        config.method,
+        plan.export_snapshot,
+        config.training_fields(),
+        metrics,
+        plan.output_dir,
+        seen,
+    )

@@ -20,7 +20,10 @@ from ragfactory.tasks.training.methods import method_spec
 # Why each default: metrics reach the registry, not a tracker; every step logged feeds the loss
 # lines; checkpoints carry optimizer state so a resumed run continues the same trajectory.
 WORKER_DEFAULTS: dict[str, Any] = {
-    "report_to": [], "logging_steps": 1, "save_strategy": "steps", "save_total_limit": 2,
+    "report_to": [],
+    "logging_steps": 1,
+    "save_strategy": "steps",
+    "save_total_limit": 2,
 }
 
 
@@ -45,8 +48,7 @@ def vllm_generation() -> dict[str, Any]:
     return {"use_vllm": True, "vllm_mode": "colocate"}
 
 
-def trl_args(method: str, output_dir: str | Path, save_steps: int, seed: int,
-             overrides: dict[str, Any] | None = None):
+def trl_args(method: str, output_dir: str | Path, save_steps: int, seed: int, overrides: dict[str, Any] | None = None):
     """The TRL ``SFTConfig`` / ``DPOConfig`` / ``GRPOConfig`` (or a method's own config) of one run:
     the worker's defaults, the method's (its spec), the device's, then the caller's overrides."""
     spec = method_spec(method)
@@ -55,8 +57,15 @@ def trl_args(method: str, output_dir: str | Path, save_steps: int, seed: int,
     defaults = dict(spec.defaults)
     if "per_device_train_batch_size" in (overrides or {}):  # a batch asked for is one forward, as in TRL
         defaults.pop("gradient_accumulation_steps", None)
-    kwargs = {**WORKER_DEFAULTS, **defaults, **device_settings(), **generation,
-              "save_steps": save_steps, "seed": seed, **(overrides or {})}
+    kwargs = {
+        **WORKER_DEFAULTS,
+        **defaults,
+        **device_settings(),
+        **generation,
+        "save_steps": save_steps,
+        "seed": seed,
+        **(overrides or {}),
+    }
     kwargs["output_dir"] = str(output_dir)
     try:
         return config(**kwargs)
@@ -70,8 +79,13 @@ def lora_config(lora: LoraSection):
         return None
     from peft import LoraConfig
 
-    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                      target_modules=lora.target_modules, task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
 
 
 def load_model(path: str | Path):
@@ -95,13 +109,27 @@ def last_checkpoint(output_dir: str | Path) -> str | None:
     return get_last_checkpoint(str(folder)) if folder.is_dir() else None
 
 
-def make_trainer(method: str, model, tokenizer, dataset, args, callbacks: Sequence = (),
-                 reward_funcs: Sequence | None = None, peft_config=None):
+def make_trainer(
+    method: str,
+    model,
+    tokenizer,
+    dataset,
+    args,
+    callbacks: Sequence = (),
+    reward_funcs: Sequence | None = None,
+    peft_config=None,
+):
     """The stock TRL trainer of a method (its spec's ``trainer``), wired to the dataset, callbacks,
     optional adapters and, for a rewarded method, its reward functions."""
     spec = method_spec(method)
-    common = dict(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                  callbacks=list(callbacks), peft_config=peft_config)
+    common = dict(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+        peft_config=peft_config,
+    )
     if spec.rewarded:
         if not reward_funcs:
             raise ValueError(f"{method} needs reward functions")
@@ -112,8 +140,10 @@ def make_trainer(method: str, model, tokenizer, dataset, args, callbacks: Sequen
 def run_training(trainer, output_dir: str | Path, keep_checkpoints: bool = False) -> dict[str, Any]:
     """Train (resuming from the last checkpoint in ``output_dir``), save, and return metrics."""
     if trainer.train_dataset is not None and len(trainer.train_dataset) == 0:
-        raise ValueError("no training row is left after tokenization: every row was truncated "
-                         "away; raise max_length (TRL config override)")
+        raise ValueError(
+            "no training row is left after tokenization: every row was truncated "
+            "away; raise max_length (TRL config override)"
+        )
     resume = last_checkpoint(output_dir)
     result = trainer.train(resume_from_checkpoint=resume)
     if not math.isfinite(result.training_loss):
@@ -131,7 +161,10 @@ def run_training(trainer, output_dir: str | Path, keep_checkpoints: bool = False
     if tokens := last_logged("num_input_tokens_seen"):
         logged["num_input_tokens_seen"] = tokens["num_input_tokens_seen"]
     numbers = {k: float(v) for k, v in {**result.metrics, **logged}.items() if isinstance(v, (int, float))}
-    return {**numbers,
-            "train_loss": float(result.training_loss), "global_step": int(trainer.state.global_step),
-            "final_loss": float(last_logged("loss").get("loss", result.training_loss)),
-            "resumed_from": resume}
+    return {
+        **numbers,
+        "train_loss": float(result.training_loss),
+        "global_step": int(trainer.state.global_step),
+        "final_loss": float(last_logged("loss").get("loss", result.training_loss)),
+        "resumed_from": resume,
+    }

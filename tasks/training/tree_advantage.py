@@ -62,8 +62,10 @@ def step_pieces(row: dict) -> list[tuple[str, float | None]]:
     for span in sorted(row["step_spans"], key=lambda s: s["char_start"]):
         start, end = span["char_start"], span["char_end"]
         if start < at or end > len(response) or end <= start:
-            raise ValueError(f"trajectory {row.get('trajectory_id')!r}: step span [{start}, {end}) of node "
-                             f"{span.get('node_id')!r} overlaps another or leaves the response")
+            raise ValueError(
+                f"trajectory {row.get('trajectory_id')!r}: step span [{start}, {end}) of node "
+                f"{span.get('node_id')!r} overlaps another or leaves the response"
+            )
         if start > at:
             pieces.append((response[at:start], None))
         pieces.append((response[start:end], float(span["advantage"])))
@@ -93,8 +95,12 @@ def tokenize_row(row: dict, tokenizer, max_length: int) -> dict | None:
 
 def has_token_ids(row: dict, fingerprint: str | None) -> bool:
     """Whether a row carries token ids this tokenizer can train on (same fingerprint)."""
-    return (row.get("completion_token_ids") is not None and row.get("prompt_token_ids") is not None
-            and row.get("step_token_spans") is not None and row.get("tokenizer_fingerprint") == fingerprint)
+    return (
+        row.get("completion_token_ids") is not None
+        and row.get("prompt_token_ids") is not None
+        and row.get("step_token_spans") is not None
+        and row.get("tokenizer_fingerprint") == fingerprint
+    )
 
 
 def token_row(row: dict, max_length: int) -> dict | None:
@@ -123,19 +129,30 @@ def trajectory_features(rows: list[dict], tokenizer, max_length: int, logger=Non
     sampled = [row for row in rows if row.get("is_sampled", True)]
     fingerprint = tokenizer_fingerprint(tokenizer)
     exact = [has_token_ids(row, fingerprint) for row in sampled]
-    features = [token_row(row, max_length) if ok else tokenize_row(row, tokenizer, max_length)
-                for row, ok in zip(sampled, exact)]
+    features = [
+        token_row(row, max_length) if ok else tokenize_row(row, tokenizer, max_length)
+        for row, ok in zip(sampled, exact)
+    ]
     if logger is not None and not all(exact):
-        logger.warning("tree-advantage: %d of %d trajectories carry no token ids of this tokenizer (an "
-                       "export before schema 9, or an engine that gave none); they are re-tokenised from "
-                       "text", exact.count(False), len(sampled))
+        logger.warning(
+            "tree-advantage: %d of %d trajectories carry no token ids of this tokenizer (an "
+            "export before schema 9, or an engine that gave none); they are re-tokenised from "
+            "text",
+            exact.count(False),
+            len(sampled),
+        )
     kept = [f for f in features if f is not None]
     if logger is not None and len(kept) < len(sampled):
-        logger.warning("tree-advantage: %d of %d trajectories do not fit max_length %d and are left out",
-                       len(sampled) - len(kept), len(sampled), max_length)
+        logger.warning(
+            "tree-advantage: %d of %d trajectories do not fit max_length %d and are left out",
+            len(sampled) - len(kept),
+            len(sampled),
+            max_length,
+        )
     if not kept:
-        raise ValueError(f"no trajectory to train on: {len(rows)} rows, {len(sampled)} sampled, none fits "
-                         f"max_length {max_length}")
+        raise ValueError(
+            f"no trajectory to train on: {len(rows)} rows, {len(sampled)} sampled, none fits max_length {max_length}"
+        )
     return kept
 
 
@@ -146,11 +163,14 @@ def pad_batch(features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     def column(name, fill, dtype):
         return torch.tensor([f[name] + [fill] * (width - len(f[name])) for f in features], dtype=dtype)
 
-    batch = {"input_ids": column("input_ids", pad_id, torch.long),
-             "attention_mask": torch.tensor([[1] * len(f["input_ids"]) + [0] * (width - len(f["input_ids"]))
-                                             for f in features], dtype=torch.long),
-             "advantages": column("advantages", 0.0, torch.float32),
-             "loss_mask": column("loss_mask", 0, torch.float32)}
+    batch = {
+        "input_ids": column("input_ids", pad_id, torch.long),
+        "attention_mask": torch.tensor(
+            [[1] * len(f["input_ids"]) + [0] * (width - len(f["input_ids"])) for f in features], dtype=torch.long
+        ),
+        "advantages": column("advantages", 0.0, torch.float32),
+        "loss_mask": column("loss_mask", 0, torch.float32),
+    }
     if "old_logps" in features[0]:
         batch["old_logps"] = column("old_logps", 0.0, torch.float32)
     return batch
@@ -181,8 +201,16 @@ class TreeAdvantageTrainer(_BaseTrainer):
     _tag_names = ["trl", "tree-advantage"]
     _name = "TreeAdvantage"
 
-    def __init__(self, model, args: TreeAdvantageConfig, train_dataset, processing_class,
-                 callbacks=(), peft_config=None, logger=None):
+    def __init__(
+        self,
+        model,
+        args: TreeAdvantageConfig,
+        train_dataset,
+        processing_class,
+        callbacks=(),
+        peft_config=None,
+        logger=None,
+    ):
         features = trajectory_features(list(train_dataset), processing_class, args.max_length, logger)
         add_old_logps(model, features, processing_class.pad_token_id, args.per_device_train_batch_size)
         if peft_config is not None:
@@ -191,9 +219,14 @@ class TreeAdvantageTrainer(_BaseTrainer):
             model = get_peft_model(model, peft_config)
         import datasets
 
-        super().__init__(model=model, args=args, train_dataset=datasets.Dataset.from_list(features),
-                         processing_class=processing_class, callbacks=list(callbacks),
-                         data_collator=lambda rows: pad_batch(rows, processing_class.pad_token_id))
+        super().__init__(
+            model=model,
+            args=args,
+            train_dataset=datasets.Dataset.from_list(features),
+            processing_class=processing_class,
+            callbacks=list(callbacks),
+            data_collator=lambda rows: pad_batch(rows, processing_class.pad_token_id),
+        )
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         outputs = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
@@ -209,10 +242,11 @@ def add_old_logps(model, features: list[dict], pad_id: int, batch_size: int) -> 
     model.eval()
     device = next(model.parameters()).device
     for start in range(0, len(features), batch_size):
-        chunk = features[start:start + batch_size]
+        chunk = features[start : start + batch_size]
         batch = pad_batch(chunk, pad_id)
-        logits = model(input_ids=batch["input_ids"].to(device),
-                       attention_mask=batch["attention_mask"].to(device)).logits
+        logits = model(
+            input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)
+        ).logits
         logps = token_logps(logits, batch["input_ids"].to(device)).cpu()
         for feature, row in zip(chunk, logps):
             feature["old_logps"] = [0.0] + row[: len(feature["input_ids"]) - 1].tolist()

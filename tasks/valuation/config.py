@@ -23,11 +23,13 @@ class ValuationSection(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     strategies: list[str] | None = Field(
-        None, description="Strategies (names in search.strategies) whose trees are valued; default those "
+        None,
+        description="Strategies (names in search.strategies) whose trees are valued; default those "
         "whose plug-in asks for values (TreePS-RAG's). [] values none; DecEx values its own nodes as it searches",
     )
     metric: Literal["em", "f1", "cover_em"] | None = Field(
-        ValuationConfig.metric, description="Leaf outcome: default the reward the strategy scored (EM for "
+        ValuationConfig.metric,
+        description="Leaf outcome: default the reward the strategy scored (EM for "
         "TreePS, §2.3); em, f1 or cover_em: that score from the leaf's parsed fields",
     )
 

@@ -50,8 +50,7 @@ class ValuationConfig:
 
     def __post_init__(self):
         if self.metric is not None and self.metric not in METRICS:
-            raise ValueError(f"ValuationConfig.metric must be None or one of {sorted(METRICS)}, "
-                             f"got {self.metric!r}")
+            raise ValueError(f"ValuationConfig.metric must be None or one of {sorted(METRICS)}, got {self.metric!r}")
 
 
 @dataclass(frozen=True)
@@ -98,14 +97,14 @@ def compute_node_values(table: pa.Table, config: ValuationConfig = ValuationConf
     if "strategy" not in table.column_names or pc.count_distinct(table.column("strategy")).as_py() < 2:
         return _values(table.select(wanted), config)
     strategy = table.column("strategy").combine_chunks()
-    result = NodeValues(np.zeros(table.num_rows, dtype=np.int64), np.full(table.num_rows, np.nan),
-                        np.full(table.num_rows, np.nan))
+    result = NodeValues(
+        np.zeros(table.num_rows, dtype=np.int64), np.full(table.num_rows, np.nan), np.full(table.num_rows, np.nan)
+    )
     for name in pc.unique(strategy).to_pylist():
         mask = pc.is_null(strategy) if name is None else pc.fill_null(pc.equal(strategy, name), False)
         rows = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
         part = _values(table.select(wanted).take(rows), config)
-        result.visits[rows], result.value[rows], result.advantage[rows] = (
-            part.visits, part.value, part.advantage)
+        result.visits[rows], result.value[rows], result.advantage[rows] = (part.visits, part.value, part.advantage)
     return result
 
 
@@ -127,21 +126,24 @@ def _values(table: pa.Table, config: ValuationConfig) -> NodeValues:
             break
     else:
         if index.size:
-            raise ValueError(f"node {node_ids[int(index[0])].as_py()!r} sits on a parent cycle, "
-                             "or deeper than its depth column says")
+            raise ValueError(
+                f"node {node_ids[int(index[0])].as_py()!r} sits on a parent cycle, or deeper than its depth column says"
+            )
     return _advantages(sums, counts, parent, _roots(parent, levels, node_ids))
 
 
 def assign_node_values(nodes: Sequence[Node], config: ValuationConfig = ValuationConfig()) -> None:
     """Fill ``visits``, ``value`` and ``advantage`` of in-memory nodes (one or more trees)."""
-    table = pa.table({
-        "node_id": [n.node_id for n in nodes],
-        "parent_id": [n.parent_id for n in nodes],
-        "depth": pa.array([n.depth for n in nodes], pa.int32()),
-        "is_leaf": [n.is_leaf for n in nodes],
-        "reward": pa.array([n.reward for n in nodes], pa.float64()),
-        "parsed": [n.row()["parsed"] for n in nodes] if config.metric else pa.nulls(len(nodes), pa.string()),
-    })
+    table = pa.table(
+        {
+            "node_id": [n.node_id for n in nodes],
+            "parent_id": [n.parent_id for n in nodes],
+            "depth": pa.array([n.depth for n in nodes], pa.int32()),
+            "is_leaf": [n.is_leaf for n in nodes],
+            "reward": pa.array([n.reward for n in nodes], pa.float64()),
+            "parsed": [n.row()["parsed"] for n in nodes] if config.metric else pa.nulls(len(nodes), pa.string()),
+        }
+    )
     result = compute_node_values(table, config)
     for i, node in enumerate(nodes):
         node.visits = int(result.visits[i])
@@ -174,8 +176,9 @@ def _parent_index(node_ids: pa.ChunkedArray, parent_ids: pa.ChunkedArray) -> np.
     lost = (parent_codes >= 0) & (parent < 0)
     if lost.any():
         row = int(np.argmax(lost))
-        raise ValueError(f"node {node_ids[row].as_py()!r} has parent_id "
-                         f"{parent_ids[row].as_py()!r}, which is not in the nodes table")
+        raise ValueError(
+            f"node {node_ids[row].as_py()!r} has parent_id {parent_ids[row].as_py()!r}, which is not in the nodes table"
+        )
     return parent
 
 
@@ -190,8 +193,9 @@ def _leaves(table: pa.Table, config: ValuationConfig) -> tuple[np.ndarray, np.nd
         lacking = pc.and_(is_leaf, pc.is_null(reward))
         if pc.any(lacking).as_py():
             row = int(pc.index(lacking, True).as_py())
-            raise ValueError(f"leaf {table.column('node_id')[row].as_py()!r} has no "
-                             f"{config.metric!r} in its parsed fields")
+            raise ValueError(
+                f"leaf {table.column('node_id')[row].as_py()!r} has no {config.metric!r} in its parsed fields"
+            )
     scored = pc.and_(is_leaf, pc.is_valid(reward)).to_numpy(zero_copy_only=False)
     index = np.flatnonzero(scored)
     values = reward.to_numpy(zero_copy_only=False).astype(float)
@@ -216,8 +220,9 @@ def _roots(parent: np.ndarray, levels: int, node_ids: pa.ChunkedArray) -> np.nda
         root = np.where(up >= 0, up, root)
     if (parent[root] >= 0).any():
         stuck = int(np.flatnonzero(parent[root] >= 0)[0])
-        raise ValueError(f"node {node_ids[stuck].as_py()!r} is deeper than its depth column says, "
-                         "or sits on a parent cycle")
+        raise ValueError(
+            f"node {node_ids[stuck].as_py()!r} is deeper than its depth column says, or sits on a parent cycle"
+        )
     return root
 
 

@@ -16,8 +16,14 @@ from ragfactory.tasks.llm.types import Request
 from tests.fakes import ScriptedBackend, scripted_llm
 
 RUN_ID = "dash-five"
-APEX_MARKS = ("planning agent", "to answer a sub-question", "Answer the sub-question below",
-              "question decomposition below", "one sub-question of a complex question", "knowledge base below")
+APEX_MARKS = (
+    "planning agent",
+    "to answer a sub-question",
+    "Answer the sub-question below",
+    "question decomposition below",
+    "one sub-question of a complex question",
+    "knowledge base below",
+)
 MCTS_MARKS = ("extract relevant evidence", "question-answering assistant with access to a retrieval tool")
 R3_MARKS = ("# Role", "Judge how relevant retrieved documents", "Decide whether a predicted answer")
 

@@ -31,48 +31,148 @@ TOKEN = "a-long-enough-token-0123"
 
 
 def _node(node_id, parent, depth, kind, text, selected, value=None, error=None, **extra):
-    return {"node_id": node_id, "run_id": "b-full", "question_id": QUESTION, "parent_id": parent,
-            "path": node_id, "depth": depth, "strategy": "decex", "kind": kind, "text": text,
-            "parsed": json.dumps({"question": text}), "passage_ids": extra.pop("passage_ids", []),
-            "llm_call_id": extra.pop("llm_call_id", None), "is_format_error": error is not None,
-            "format_error": error, "is_leaf": False, "reward": None, "visits": 4 if value is not None else None,
-            "value": value, "advantage": None, "is_selected": selected, **extra}
+    return {
+        "node_id": node_id,
+        "run_id": "b-full",
+        "question_id": QUESTION,
+        "parent_id": parent,
+        "path": node_id,
+        "depth": depth,
+        "strategy": "decex",
+        "kind": kind,
+        "text": text,
+        "parsed": json.dumps({"question": text}),
+        "passage_ids": extra.pop("passage_ids", []),
+        "llm_call_id": extra.pop("llm_call_id", None),
+        "is_format_error": error is not None,
+        "format_error": error,
+        "is_leaf": False,
+        "reward": None,
+        "visits": 4 if value is not None else None,
+        "value": value,
+        "advantage": None,
+        "is_selected": selected,
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory):
     wh = Warehouse(tmp_path_factory.mktemp("dash") / "wh")
     record_run(wh, "b-full", "build", "completed", {}, "h1", T0, flow_run_id="0b6f3c1e-0000-4000-8000-000000000001")
-    record_run(wh, "b-partial", "build", "partial", {}, "h2", T0 + dt.timedelta(hours=1),
-               failed_shards=["decex-0001"], error="failed shards: ['decex-0001']")
-    wh.write("nodes", [
-        _node("n0", None, 0, "question", "Who wrote Jaws?", False),
-        _node("n1", "n0", 1, "sub_question", "Who is the author of Jaws?", True, value=1.0,
-              passage_ids=["p2", "p1"], llm_call_id="c1"),
-        _node("n2", "n0", 1, "sub_question", "When was Jaws filmed?", False, value=0.25),
-        _node("n3", "n2", 2, "self_answer", "<answer", False, error="unclosed <answer> tag"),
-    ], shard="decex-0000")
-    wh.write("passages", [{"passage_id": "p1", "source": "s", "title": "Jaws (novel)", "text": "A 1974 novel."},
-                          {"passage_id": "p2", "source": "s", "title": "Peter Benchley", "text": "An author."}],
-             shard="s")
-    wh.write("llm_calls", [{"call_id": "c1", "run_id": "b-full", "role": "policy", "model_fingerprint": "fp",
-                            "messages": [{"role": "user", "content": "Decompose: Who wrote Jaws?"}],
-                            "sampling": json.dumps({"temperature": 0.7, "n": 2}), "seed": 7, "sample_index": 1,
-                            "text": "Who is the author of Jaws?", "finish_reason": "stop", "prompt_tokens": 12,
-                            "completion_tokens": 8, "latency_s": 0.5, "created_at": T0 + dt.timedelta(minutes=1)},
-                           {"call_id": "c0", "run_id": "b-full", "role": "policy", "model_fingerprint": "fp",
-                            "messages": [], "sampling": "{}", "seed": 7, "sample_index": 0, "text": "",
-                            "finish_reason": "stop", "prompt_tokens": 1, "completion_tokens": 1,
-                            "latency_s": 0.1, "created_at": T0 - dt.timedelta(days=1)}],  # a cache hit
-             shard="decex-0000")
+    record_run(
+        wh,
+        "b-partial",
+        "build",
+        "partial",
+        {},
+        "h2",
+        T0 + dt.timedelta(hours=1),
+        failed_shards=["decex-0001"],
+        error="failed shards: ['decex-0001']",
+    )
+    wh.write(
+        "nodes",
+        [
+            _node("n0", None, 0, "question", "Who wrote Jaws?", False),
+            _node(
+                "n1",
+                "n0",
+                1,
+                "sub_question",
+                "Who is the author of Jaws?",
+                True,
+                value=1.0,
+                passage_ids=["p2", "p1"],
+                llm_call_id="c1",
+            ),
+            _node("n2", "n0", 1, "sub_question", "When was Jaws filmed?", False, value=0.25),
+            _node("n3", "n2", 2, "self_answer", "<answer", False, error="unclosed <answer> tag"),
+        ],
+        shard="decex-0000",
+    )
+    wh.write(
+        "passages",
+        [
+            {"passage_id": "p1", "source": "s", "title": "Jaws (novel)", "text": "A 1974 novel."},
+            {"passage_id": "p2", "source": "s", "title": "Peter Benchley", "text": "An author."},
+        ],
+        shard="s",
+    )
+    wh.write(
+        "llm_calls",
+        [
+            {
+                "call_id": "c1",
+                "run_id": "b-full",
+                "role": "policy",
+                "model_fingerprint": "fp",
+                "messages": [{"role": "user", "content": "Decompose: Who wrote Jaws?"}],
+                "sampling": json.dumps({"temperature": 0.7, "n": 2}),
+                "seed": 7,
+                "sample_index": 1,
+                "text": "Who is the author of Jaws?",
+                "finish_reason": "stop",
+                "prompt_tokens": 12,
+                "completion_tokens": 8,
+                "latency_s": 0.5,
+                "created_at": T0 + dt.timedelta(minutes=1),
+            },
+            {
+                "call_id": "c0",
+                "run_id": "b-full",
+                "role": "policy",
+                "model_fingerprint": "fp",
+                "messages": [],
+                "sampling": "{}",
+                "seed": 7,
+                "sample_index": 0,
+                "text": "",
+                "finish_reason": "stop",
+                "prompt_tokens": 1,
+                "completion_tokens": 1,
+                "latency_s": 0.1,
+                "created_at": T0 - dt.timedelta(days=1),
+            },
+        ],  # a cache hit
+        shard="decex-0000",
+    )
     turn = [{"role": "user", "content": "Who wrote Jaws?"}]
-    wh.write("preference_pairs", [{
-        "pair_id": "pp1", "run_id": "b-full", "question_id": QUESTION, "strategy": "decex", "decision": "sub_question",
-        "prompt": turn, "chosen": [{"role": "assistant", "content": "Who is the author of Jaws?"}],
-        "rejected": [{"role": "assistant", "content": "When was Jaws filmed?"}], "chosen_value": 1.0,
-        "rejected_value": 0.25, "gap": 0.75, "chosen_node_id": "n1", "rejected_node_id": "n2"}], shard="decex-0000")
-    wh.write("sft_examples", [{"example_id": "e1", "run_id": "b-full", "question_id": QUESTION, "strategy": "decex",
-                               "messages": turn, "node_ids": ["n0", "n1"]}], shard="decex-0000")
+    wh.write(
+        "preference_pairs",
+        [
+            {
+                "pair_id": "pp1",
+                "run_id": "b-full",
+                "question_id": QUESTION,
+                "strategy": "decex",
+                "decision": "sub_question",
+                "prompt": turn,
+                "chosen": [{"role": "assistant", "content": "Who is the author of Jaws?"}],
+                "rejected": [{"role": "assistant", "content": "When was Jaws filmed?"}],
+                "chosen_value": 1.0,
+                "rejected_value": 0.25,
+                "gap": 0.75,
+                "chosen_node_id": "n1",
+                "rejected_node_id": "n2",
+            }
+        ],
+        shard="decex-0000",
+    )
+    wh.write(
+        "sft_examples",
+        [
+            {
+                "example_id": "e1",
+                "run_id": "b-full",
+                "question_id": QUESTION,
+                "strategy": "decex",
+                "messages": turn,
+                "node_ids": ["n0", "n1"],
+            }
+        ],
+        shard="decex-0000",
+    )
     return wh
 
 
@@ -97,7 +197,7 @@ def test_runs_page_shows_duration_and_each_strategys_tokens(warehouse):
     from ragfactory.serve import free_port
 
     page = TestClient(create_app(warehouse, prefect_api_url=f"http://127.0.0.1:{free_port()}/api")).get("/").text
-    section = page[page.index('id="run-b-full"'):]
+    section = page[page.index('id="run-b-full"') :]
     assert re.search(r'took <span class="duration">\d+ h \d\d min</span>', section)
     assert "<tr><td>decex</td><td>1</td><td>0</td><td>12</td><td>8</td></tr>" in section
     assert "<tr><td>(other)</td><td>1</td><td>1</td><td>1</td><td>1</td></tr>" in section
@@ -155,7 +255,7 @@ def test_rewards_page_plots_values_with_their_sql(client):
     page = client.get("/rewards", params={"run": "b-full"}).text
     assert 'id="plot-node_values"' in page and "2 values · 1 strategy" in page  # n1 and n2 have values
     assert "where n.run_id = $run and n.value is not null" in page  # the SQL as it ran
-    assert "<code>$run = \"b-full\"</code>" in page  # with its bound parameter
+    assert '<code>$run = "b-full"</code>' in page  # with its bound parameter
     assert "strategy = null" not in page
     assert 'id="plot-pair_gaps"' in page and 'id="plot-sepr_f1"' not in page  # no plan scores here
 
@@ -177,14 +277,15 @@ def _figure(page: str, key: str) -> dict:
 def test_integers_stay_integers_in_the_console_and_in_json(client, warehouse):
     page = client.get("/sql", params={"q": "select sum(depth) as s from nodes"}).text
     assert "<td>4</td>" in page  # depths 0 + 1 + 1 + 2, a HUGEINT sum
-    result = CliRunner().invoke(cli, ["sql", "select sum(depth) as s from nodes", "--format", "json",
-                                      "--root", str(warehouse.root)])
+    result = CliRunner().invoke(
+        cli, ["sql", "select sum(depth) as s from nodes", "--format", "json", "--root", str(warehouse.root)]
+    )
     assert result.exit_code == 0 and json.loads(result.output) == {"s": 4}
 
 
 def test_the_console_and_the_command_show_duckdbs_error_whole(client, warehouse):
     page = client.get("/sql", params={"q": "select nodez from nodes"}).text
-    assert 'not found in FROM clause!\nCandidate bindings: ' in page
+    assert "not found in FROM clause!\nCandidate bindings: " in page
     result = CliRunner().invoke(cli, ["sql", "select nodez from nodes", "--root", str(warehouse.root)])
     assert result.exit_code == 1 and "Candidate bindings: " in result.output
 
@@ -220,13 +321,16 @@ def test_sql_console_runs_a_read_and_downloads_it_as_csv(client):
     assert csv.text.splitlines() == ["node_id,value", "n1,1.0", "n2,0.25"]
 
 
-@pytest.mark.parametrize("statement", [
-    "create table stolen as select * from nodes",
-    "insert into nodes select * from nodes",
-    "copy (select * from nodes) to '{out}'",
-    "attach '{out}' as other",
-    "set enable_external_access = true",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "create table stolen as select * from nodes",
+        "insert into nodes select * from nodes",
+        "copy (select * from nodes) to '{out}'",
+        "attach '{out}' as other",
+        "set enable_external_access = true",
+    ],
+)
 def test_sql_console_refuses_every_write(client, tmp_path, statement):
     out = tmp_path / "out.csv"
     response = client.get("/sql", params={"q": statement.format(out=out)})
@@ -250,8 +354,13 @@ def test_train_without_a_prefect_server_says_so(client):
 
 def test_train_page_lists_every_method_with_its_table(client):
     page = client.get("/train", params={"run": "b-full"}).text
-    for method, table in [("sft", "sft_examples"), ("dpo", "preference_pairs"), ("prm", "step_labels"),
-                          ("tree-advantage", "trajectories"), ("grpo-agentic", "grpo_prompts")]:
+    for method, table in [
+        ("sft", "sft_examples"),
+        ("dpo", "preference_pairs"),
+        ("prm", "step_labels"),
+        ("tree-advantage", "trajectories"),
+        ("grpo-agentic", "grpo_prompts"),
+    ]:
         assert f"{method} (reads {table})" in page
 
 
@@ -274,7 +383,9 @@ def test_the_command_refuses_a_non_local_bind_without_a_token(warehouse, monkeyp
 def test_with_a_token_every_request_must_carry_it(warehouse):
     guarded = TestClient(create_app(warehouse, token=TOKEN))
     assert guarded.get("/").status_code == 401
-    assert guarded.get("/api/tree", params={"run": "b-full", "strategy": "decex", "question": QUESTION}).status_code == 401
+    assert (
+        guarded.get("/api/tree", params={"run": "b-full", "strategy": "decex", "question": QUESTION}).status_code == 401
+    )
     assert guarded.get("/", headers={"Authorization": "Bearer wrong-token-0123456789"}).status_code == 401
     assert guarded.get("/", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
     first = guarded.get("/", params={"token": TOKEN}, follow_redirects=False)
@@ -283,8 +394,7 @@ def test_with_a_token_every_request_must_carry_it(warehouse):
 
 
 def test_a_form_post_from_another_origin_is_refused(client):
-    response = client.post("/train", data={"run": "b-full", "method": "dpo"},
-                           headers={"Origin": "http://evil.example"})
+    response = client.post("/train", data={"run": "b-full", "method": "dpo"}, headers={"Origin": "http://evil.example"})
     assert response.status_code == 403
 
 
@@ -293,15 +403,17 @@ def test_train_against_an_unreachable_prefect_server_says_which(warehouse):
 
     api = f"http://127.0.0.1:{free_port()}/api"
     client = TestClient(create_app(warehouse, prefect_api_url=api))
-    response = client.post("/train", data={"run": "b-full", "method": "dpo", "config": '{"trl": {"max_steps": 1}}',
-                                           "job_variables": "{}"})
+    response = client.post(
+        "/train", data={"run": "b-full", "method": "dpo", "config": '{"trl": {"max_steps": 1}}', "job_variables": "{}"}
+    )
     assert response.status_code == 400 and f"the Prefect server at {api} did not answer" in response.text
 
 
 def test_train_names_a_config_field_that_does_not_validate(warehouse):
     client = TestClient(create_app(warehouse, prefect_api_url="http://127.0.0.1:9/api"))
-    response = client.post("/train", data={"run": "b-full", "method": "dpo", "config": '{"save_steps": 0}',
-                                           "job_variables": "{}"})
+    response = client.post(
+        "/train", data={"run": "b-full", "method": "dpo", "config": '{"save_steps": 0}', "job_variables": "{}"}
+    )
     assert response.status_code == 400 and "save_steps: Input should be greater than or equal to 1" in response.text
     response = client.post("/train", data={"run": "b-full", "method": "dpo", "config": "[1]", "job_variables": "{}"})
     assert response.status_code == 400 and "config: a JSON object {...} is expected, not list" in response.text

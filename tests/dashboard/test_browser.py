@@ -43,11 +43,10 @@ return {n: boxes.length, overlaps: overlaps, outside: outside, smallest: Math.mi
 @pytest.fixture(scope="module")
 def dashboard(five_strategies):
     import uvicorn
+    from prefect.settings import PREFECT_API_URL
 
     from ragfactory.dashboard.app import create_app
     from ragfactory.serve import free_port
-
-    from prefect.settings import PREFECT_API_URL
 
     port = free_port()
     app = create_app(Warehouse(five_strategies), prefect_api_url=PREFECT_API_URL.value())  # the build's server
@@ -106,9 +105,17 @@ def test_tree_labels_neither_overlap_nor_leave_the_view(dashboard, browser, stra
 def test_apex_chains_fold_into_one_node(five_strategies, dashboard, browser):
     from selenium.webdriver.common.by import By
 
-    [question] = query(Warehouse(five_strategies), """
+    [question] = (
+        query(
+            Warehouse(five_strategies),
+            """
         select question_id from nodes where run_id = $run and strategy = 'apex'
-        group by 1 order by max(depth) desc limit 1""", {"run": RUN_ID}).column("question_id").to_pylist()
+        group by 1 order by max(depth) desc limit 1""",
+            {"run": RUN_ID},
+        )
+        .column("question_id")
+        .to_pylist()
+    )
     _open_tree(browser, dashboard, "apex", question)
     chains = browser.find_elements(By.CSS_SELECTOR, "#tree g.node.chain text")
     assert chains and all(" steps" in c.text for c in chains)
@@ -118,11 +125,15 @@ def test_apex_chains_fold_into_one_node(five_strategies, dashboard, browser):
 def test_the_seed_shown_is_the_stored_one(five_strategies, dashboard, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
-    [row] = query(Warehouse(five_strategies), """
+    [row] = query(
+        Warehouse(five_strategies),
+        """
         select n.node_id, n.question_id, c.seed from nodes n
         join llm_calls c on c.run_id = n.run_id and c.call_id = n.llm_call_id
         where n.run_id = $run and n.strategy = 'decex' and n.depth = 1 and abs(c.seed) > 9007199254740991
-        order by n.question_id, n.path limit 1""", {"run": RUN_ID}).to_pylist()
+        order by n.question_id, n.path limit 1""",
+        {"run": RUN_ID},
+    ).to_pylist()
     _open_tree(browser, dashboard, "decex", row["question_id"])
     browser.find_element(By.CSS_SELECTOR, f"#tree g.node[data-node-id='{row['node_id']}'] text").click()
     _wait(browser).until(lambda d: d.find_element(By.ID, "details").get_attribute("data-node-id") == row["node_id"])
@@ -134,8 +145,15 @@ def test_the_seed_shown_is_the_stored_one(five_strategies, dashboard, browser, t
 def test_rewards_page_draws_one_visible_series_per_strategy(five_strategies, dashboard, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
-    expected = query(Warehouse(five_strategies), "select distinct strategy from nodes where run_id = $run "
-                     "and is_leaf and reward is not null order by 1", {"run": RUN_ID}).column("strategy").to_pylist()
+    expected = (
+        query(
+            Warehouse(five_strategies),
+            "select distinct strategy from nodes where run_id = $run and is_leaf and reward is not null order by 1",
+            {"run": RUN_ID},
+        )
+        .column("strategy")
+        .to_pylist()
+    )
     assert expected == sorted(STRATEGIES)
     browser.get(f"{dashboard}/rewards?run={RUN_ID}")
     _wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#plot-leaf_rewards .main-svg"))
@@ -163,7 +181,9 @@ def test_sql_page_shows_a_multi_line_duckdb_error_whole(dashboard, browser, tmp_
     assert lines[0] == 'query failed: Binder Error: Referenced column "nodez" not found in FROM clause!'
     assert lines[1].startswith("Candidate bindings: ") and len(lines) == 2
     assert browser.find_element(By.CSS_SELECTOR, "#schema details[data-relation='nodes']")
-    browser.get(f"{dashboard}/sql?q=select+strategy,+sum(depth)+as+depths,+count(*)+as+n+from+nodes+group+by+all+order+by+all")
+    browser.get(
+        f"{dashboard}/sql?q=select+strategy,+sum(depth)+as+depths,+count(*)+as+n+from+nodes+group+by+all+order+by+all"
+    )
     assert _wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#result tbody tr"))
     _shoot(browser, "sql", tmp_path)
 
@@ -171,8 +191,11 @@ def test_sql_page_shows_a_multi_line_duckdb_error_whole(dashboard, browser, tmp_
 def test_runs_page_links_the_flow_run_its_server_holds(five_strategies, dashboard, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
-    [flow_run_id] = query(Warehouse(five_strategies), "select flow_run_id from runs where run_id = $run",
-                          {"run": RUN_ID}).column("flow_run_id").to_pylist()
+    [flow_run_id] = (
+        query(Warehouse(five_strategies), "select flow_run_id from runs where run_id = $run", {"run": RUN_ID})
+        .column("flow_run_id")
+        .to_pylist()
+    )
     browser.get(dashboard)
     section = _wait(browser).until(lambda d: d.find_element(By.ID, f"run-{RUN_ID}"))
     assert "completed" in section.text and all(s in section.text for s in STRATEGIES)
@@ -190,9 +213,17 @@ def test_a_flow_run_its_server_no_longer_holds_is_not_linked(five_strategies, da
     from ragfactory.warehouse.runs import record_run
 
     gone = "5f0e1d2c-3b4a-4958-8776-655443322110"
-    record_run(Warehouse(five_strategies), "dash-gone", "build", "completed", {}, "h",
-               dt.datetime(2026, 11, 2, tzinfo=dt.UTC), flow_run_id=gone)
+    record_run(
+        Warehouse(five_strategies),
+        "dash-gone",
+        "build",
+        "completed",
+        {},
+        "h",
+        dt.datetime(2026, 11, 2, tzinfo=dt.UTC),
+        flow_run_id=gone,
+    )
     page = httpx.get(dashboard, timeout=30).text
-    section = page[page.index('id="run-dash-gone"'):]
+    section = page[page.index('id="run-dash-gone"') :]
     assert f"flow run {gone} ran on a temporary Prefect server" in section
     assert f"/runs/flow-run/{gone}" not in page

@@ -6,8 +6,17 @@ from ragfactory.dashboard.fates import fate, jaccard, status
 
 
 def _node(node_id="n-aaaaaaaaaa", kind="sub_query", selected=True, parsed=None, **row):
-    return {"node_id": node_id, "parent_id": "root", "kind": kind, "strategy": row.pop("strategy", "treeps"),
-            "is_selected": selected, "is_format_error": False, "value": None, "parsed": parsed or {}, **row}
+    return {
+        "node_id": node_id,
+        "parent_id": "root",
+        "kind": kind,
+        "strategy": row.pop("strategy", "treeps"),
+        "is_selected": selected,
+        "is_format_error": False,
+        "value": None,
+        "parsed": parsed or {},
+        **row,
+    }
 
 
 def test_treeps_names_the_jaccard_to_the_kept_sibling_of_its_cluster():
@@ -20,8 +29,12 @@ def test_treeps_names_the_jaccard_to_the_kept_sibling_of_its_cluster():
 
 
 def test_r3_attempts_apex_plans_and_mcts_steps():
-    attempt = _node(kind="answer", selected=False, strategy="r3",
-                    parsed={"attempt": 1, "reason": "incorrect", "outcome": "incorrect", "scale": -0.2})
+    attempt = _node(
+        kind="answer",
+        selected=False,
+        strategy="r3",
+        parsed={"attempt": 1, "reason": "incorrect", "outcome": "incorrect", "scale": -0.2},
+    )
     assert fate(attempt, []) == "pruned: attempt 1 incorrect (outcome incorrect, scale -0.2)"
     plan = _node(kind="plan", selected=False, strategy="apex", parsed={"source": "planner", "f1": 0.25})
     assert fate(plan, []) == "pruned: SEPR F1 0.25; plans scoring at least as high were executed"
@@ -32,8 +45,10 @@ def test_r3_attempts_apex_plans_and_mcts_steps():
 
 
 def test_decex_votes_duplicates_rollouts_and_the_root():
-    votes = [_node(f"t{i}-000000000", kind="termination", selected=d == "continue", strategy="decex",
-                   parsed={"decision": d}) for i, d in enumerate(["continue", "continue", "terminate"])]
+    votes = [
+        _node(f"t{i}-000000000", kind="termination", selected=d == "continue", strategy="decex", parsed={"decision": d})
+        for i, d in enumerate(["continue", "continue", "terminate"])
+    ]
     assert fate(votes[2], votes[:2]) == "pruned: voted terminate, against the majority (1 of 3 votes terminate)"
     twin = _node(kind="self_answer", selected=False, strategy="decex", parsed={"duplicate_of": "abcdef0123456"})
     assert fate(twin, []) == "pruned: the same text as sibling abcdef01…, which was valued instead"

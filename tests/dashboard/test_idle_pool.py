@@ -28,8 +28,10 @@ class Pools:
 def test_a_pool_without_an_online_worker_is_named_with_the_command_that_fixes_it():
     pools = Pools({"cpu": [Worker(WorkerStatus.ONLINE)], "gpu": [Worker(WorkerStatus.OFFLINE)]})
     assert idle_pool(pools, "cpu") is None
-    assert idle_pool(pools, "gpu") == ("no worker is polling work pool 'gpu'; start one with "
-                                       "`ragfactory serve --pool gpu` or `prefect worker start --pool gpu`")
+    assert idle_pool(pools, "gpu") == (
+        "no worker is polling work pool 'gpu'; start one with "
+        "`ragfactory serve --pool gpu` or `prefect worker start --pool gpu`"
+    )
     assert idle_pool(pools, "tpu").startswith("no worker is polling work pool 'tpu'")
     assert idle_pool(pools, None) is None  # a deployment without a pool is served some other way
 
@@ -57,8 +59,11 @@ def test_the_train_run_page_shows_the_newest_step_line_of_the_run_log():
     callback.on_train_begin(None, SimpleNamespace(global_step=0, max_steps=3), None)
     assert latest_progress(lines.messages) is None  # no step done yet
     for step, loss in ((1, 0.6931), (2, 0.6812)):
-        callback.on_log(None, SimpleNamespace(global_step=step, max_steps=3), None,
-                        logs={"loss": loss, "learning_rate": 2.5e-05})
+        callback.on_log(
+            None, SimpleNamespace(global_step=step, max_steps=3), None, logs={"loss": loss, "learning_rate": 2.5e-05}
+        )
     assert latest_progress(lines.messages).startswith("step 2/3 (67%) loss 0.6812 lr 2.50e-05 eta ")
-    assert latest_progress(["training done", "dpo: step 3/3 (100%) loss 0.5 lr 0.00e+00 eta 00m00s"]) == \
-        "step 3/3 (100%) loss 0.5 lr 0.00e+00 eta 00m00s"
+    assert (
+        latest_progress(["training done", "dpo: step 3/3 (100%) loss 0.5 lr 0.00e+00 eta 00m00s"])
+        == "step 3/3 (100%) loss 0.5 lr 0.00e+00 eta 00m00s"
+    )

@@ -69,8 +69,9 @@ def test_bamboogle_ids_come_from_line_numbers(loaded):
     assert loaded["bamboogle"].passages == []
 
 
-@pytest.mark.parametrize(("name", "plan"), [("musique", True), ("hotpotqa", False),
-                                            ("2wikimultihopqa", False), ("bamboogle", False)])
+@pytest.mark.parametrize(
+    ("name", "plan"), [("musique", True), ("hotpotqa", False), ("2wikimultihopqa", False), ("bamboogle", False)]
+)
 def test_only_musique_has_gold_plans(loaded, name, plan):
     assert all((q["gold_plan"] is not None) == plan for q in loaded[name].questions)
 

@@ -88,23 +88,34 @@ def test_a_corpus_that_is_not_jsonl_names_the_file(tmp_path):
         load_corpus(path, "wiki")
 
 
-@pytest.mark.parametrize(("contents", "expected"), [
-    ('"T"\nbody', ("T", "body")),
-    ('"T"\n', ("T", "")),
-    ("plain\nbody", ("", "plain\nbody")),
-    ('"unclosed\nbody', ("", '"unclosed\nbody')),
-    ('  "T"  \n  body  ', ("T", "body")),
-])
+@pytest.mark.parametrize(
+    ("contents", "expected"),
+    [
+        ('"T"\nbody', ("T", "body")),
+        ('"T"\n', ("T", "")),
+        ("plain\nbody", ("", "plain\nbody")),
+        ('"unclosed\nbody', ("", '"unclosed\nbody')),
+        ('  "T"  \n  body  ', ("T", "body")),
+    ],
+)
 def test_parse_contents(contents, expected):
     assert parse_contents(contents) == expected
 
 
 def test_passages_deduplicate_across_two_datasets_sharing_a_paragraph(tmp_path):
     # the same paragraph as HotpotQA spaces it (leading spaces) and as 2Wiki does (none)
-    hotpot = {"_id": "h1", "question": "q", "answer": "a",
-              "context": [["Shared", ["One.", " Two."]], ["Only hotpot", ["H."]]]}
-    wiki = {"_id": "w1", "question": "q", "answer": "a",
-            "context": [["Shared", ["One.", "Two."]], ["Only 2wiki", ["W."]]]}
+    hotpot = {
+        "_id": "h1",
+        "question": "q",
+        "answer": "a",
+        "context": [["Shared", ["One.", " Two."]], ["Only hotpot", ["H."]]],
+    }
+    wiki = {
+        "_id": "w1",
+        "question": "q",
+        "answer": "a",
+        "context": [["Shared", ["One.", "Two."]], ["Only 2wiki", ["W."]]],
+    }
     h_path, w_path = tmp_path / "h.jsonl", tmp_path / "w.jsonl"
     h_path.write_text(json.dumps(hotpot), encoding="utf-8")
     w_path.write_text(json.dumps(wiki), encoding="utf-8")
@@ -112,7 +123,10 @@ def test_passages_deduplicate_across_two_datasets_sharing_a_paragraph(tmp_path):
     w = load_questions(w_path, "2wikimultihopqa")
     merged = dedupe_passages(h.passages + w.passages)
     assert [(p["title"], p["source"]) for p in merged] == [
-        ("Shared", "hotpotqa"), ("Only hotpot", "hotpotqa"), ("Only 2wiki", "2wikimultihopqa")]
+        ("Shared", "hotpotqa"),
+        ("Only hotpot", "hotpotqa"),
+        ("Only 2wiki", "2wikimultihopqa"),
+    ]
     assert merged[0]["passage_id"] == passage_id("Shared", "One. Two.")
     h_meta, w_meta = (json.loads(r.questions[0]["metadata"]) for r in (h, w))
     assert h_meta["passage_ids"][0] == w_meta["passage_ids"][0] == merged[0]["passage_id"]
@@ -120,8 +134,7 @@ def test_passages_deduplicate_across_two_datasets_sharing_a_paragraph(tmp_path):
 
 def test_passage_ids_depend_on_title_and_text():
     assert passage_id("A", "x") == passage_id("A", "x")
-    assert len({passage_id("A", "x"), passage_id("B", "x"), passage_id("A", "y"),
-                passage_id("A\nx", "")}) == 4
+    assert len({passage_id("A", "x"), passage_id("B", "x"), passage_id("A", "y"), passage_id("A\nx", "")}) == 4
     assert len(passage_id("A", "x")) == 16
 
 

@@ -114,7 +114,8 @@ def test_bundled_shares_are_within_three_points_of_80_10_10():
 
 def test_configured_shares_and_seed():
     rule = PartitionConfig(seed=7, shares={"train": 0.5, "valid": 0.0, "test": 0.5}).rule_for(
-        DatasetConfig(name="hotpotqa"))
+        DatasetConfig(name="hotpotqa")
+    )
     # u = 0.56674 with seed 7: above the train share of 0.5, and valid is empty
     assert assign_partitions("hotpotqa", ["hotpotqa:5ae143ed55429920d5234360"], rule)[0] == ["test"]
     with pytest.raises(ValueError, match="sum to 1"):
@@ -124,14 +125,18 @@ def test_configured_shares_and_seed():
 
 
 def test_backfill_fills_only_missing_partitions():
-    old = pa.table({"question_id": ["hotpotqa:5ae143ed55429920d5234360", "hotpotqa:5ab97d0a5542996be202051e"],
-                    "dataset": ["hotpotqa", "hotpotqa"], "question": ["q1", "q2"]})
+    old = pa.table(
+        {
+            "question_id": ["hotpotqa:5ae143ed55429920d5234360", "hotpotqa:5ab97d0a5542996be202051e"],
+            "dataset": ["hotpotqa", "hotpotqa"],
+            "question": ["q1", "q2"],
+        }
+    )
     assert lacks_partitions(old)
     filled = backfill_partitions(old, PartitionRule())
     assert filled.column("partition").to_pylist() == ["train", "test"]
     assert not lacks_partitions(filled)
-    moved = filled.set_column(filled.schema.get_field_index("partition"), "partition",
-                              pa.array(["valid", None]))
+    moved = filled.set_column(filled.schema.get_field_index("partition"), "partition", pa.array(["valid", None]))
     again = backfill_partitions(moved, PartitionRule())
     assert again.column("partition").to_pylist() == ["valid", "test"]  # a set partition is kept
     assert json.dumps(again.column("sample_key").to_pylist()) == json.dumps(filled.column("sample_key").to_pylist())
@@ -139,8 +144,9 @@ def test_backfill_fills_only_missing_partitions():
 
 def test_with_partitions_refuses_mixed_datasets():
     with pytest.raises(ValueError, match="one dataset"):
-        with_partitions([{"dataset": "a", "question_id": "a:1"}, {"dataset": "b", "question_id": "b:1"}],
-                        PartitionRule())
+        with_partitions(
+            [{"dataset": "a", "question_id": "a:1"}, {"dataset": "b", "question_id": "b:1"}], PartitionRule()
+        )
 
 
 def test_an_old_warehouse_is_backfilled_in_place(warehouse):
@@ -150,19 +156,28 @@ def test_an_old_warehouse_is_backfilled_in_place(warehouse):
     from ragfactory.tasks.ingest import backfill_question_partitions
     from ragfactory.warehouse.catalog import query
 
-    old = pa.table({"question_id": ["hotpotqa:5ae143ed55429920d5234360", "hotpotqa:5ab97d0a5542996be202051e"],
-                    "dataset": ["hotpotqa"] * 2, "question": ["q1", "q2"]})
+    old = pa.table(
+        {
+            "question_id": ["hotpotqa:5ae143ed55429920d5234360", "hotpotqa:5ab97d0a5542996be202051e"],
+            "dataset": ["hotpotqa"] * 2,
+            "question": ["q1", "q2"],
+        }
+    )
     folder = warehouse.root / "questions" / "dataset=hotpotqa"
     folder.mkdir(parents=True)
     pq.write_table(old, folder / "dev.parquet")
     bamboogle = warehouse.root / "questions" / "dataset=bamboogle"
     bamboogle.mkdir()
-    pq.write_table(pa.table({"question_id": ["bamboogle:1"], "dataset": ["bamboogle"], "question": ["q"]}),
-                   bamboogle / "dev.parquet")
+    pq.write_table(
+        pa.table({"question_id": ["bamboogle:1"], "dataset": ["bamboogle"], "question": ["q"]}),
+        bamboogle / "dev.parquet",
+    )
     rewritten = backfill_question_partitions.fn(str(warehouse.root), PartitionConfig())
     assert sorted(rewritten) == sorted([str(folder / "dev.parquet"), str(bamboogle / "dev.parquet")])
     rows = query(warehouse, "select question_id, partition from questions order by question_id").to_pylist()
-    assert rows == [{"question_id": "bamboogle:1", "partition": "test"},
-                    {"question_id": "hotpotqa:5ab97d0a5542996be202051e", "partition": "test"},
-                    {"question_id": "hotpotqa:5ae143ed55429920d5234360", "partition": "train"}]
+    assert rows == [
+        {"question_id": "bamboogle:1", "partition": "test"},
+        {"question_id": "hotpotqa:5ab97d0a5542996be202051e", "partition": "test"},
+        {"question_id": "hotpotqa:5ae143ed55429920d5234360", "partition": "train"},
+    ]
     assert backfill_question_partitions.fn(str(warehouse.root), PartitionConfig()) == []

@@ -14,8 +14,15 @@ from ragfactory.warehouse.store import conform
 
 def hotpot_row(rid: str, question="Which?", answer="Yes", context=None) -> dict:
     context = [["Title A", ["First.", " Second."]]] if context is None else context
-    return {"_id": rid, "answer": answer, "question": question, "supporting_facts": [],
-            "context": context, "type": "bridge", "level": "hard"}
+    return {
+        "_id": rid,
+        "answer": answer,
+        "question": question,
+        "supporting_facts": [],
+        "context": context,
+        "type": "bridge",
+        "level": "hard",
+    }
 
 
 def musique_row(rid: str = "2hop__1_2", **changes) -> dict:
@@ -37,10 +44,12 @@ def musique_row(rid: str = "2hop__1_2", **changes) -> dict:
 
 def write_lines(path, lines: list) -> None:
     """Each item: bytes as is, str encoded, anything else as JSON; joined with newlines."""
+
     def encode(item):
         if isinstance(item, bytes):
             return item
         return (item if isinstance(item, str) else json.dumps(item)).encode("utf-8")
+
     path.write_bytes(b"\n".join(encode(item) for item in lines) + b"\n")
 
 
@@ -59,8 +68,7 @@ BAD_HOTPOT_LINES = [
     ("[1, 2]", "expected a JSON object, got array"),
     (hotpot_row("a9", answer="  No \n"), None),
     (hotpot_row("a10", question="   "), "empty field 'question'"),
-    (hotpot_row("a11", context=[["T", "not a list"]]),
-     "field 'context' item 0 must be [title, [sentences]]"),
+    (hotpot_row("a11", context=[["T", "not a list"]]), "field 'context' item 0 must be [title, [sentences]]"),
 ]
 
 
@@ -75,8 +83,7 @@ def test_each_bad_line_is_rejected_with_its_reason_and_line(bad_file):
     result = load_questions(bad_file, "hotpotqa", "hotpotqa")
     expected = [(n, reason) for n, (_, reason) in enumerate(BAD_HOTPOT_LINES, 1) if reason]
     assert [(r["line"], r["reason"]) for r in result.rejects] == expected
-    assert all(r["dataset"] == "hotpotqa" and r["source_file"] == str(bad_file)
-               for r in result.rejects)
+    assert all(r["dataset"] == "hotpotqa" and r["source_file"] == str(bad_file) for r in result.rejects)
     assert conform("rejects", result.rejects).num_rows == len(expected)
 
 
@@ -118,32 +125,53 @@ FORMAT_CASES = [
     ("bamboogle", {"question": "q"}, "missing field 'answer'"),
     ("bamboogle", {"question": "q", "answer": None}, "missing field 'answer'"),
     ("musique", musique_row("m2", paragraphs=[]), "empty context"),
-    ("musique", musique_row("m2", answer_aliases="b"),
-     "field 'answer_aliases' must be an array, got string"),
-    ("musique", musique_row("m2", answer_aliases=["ok", 3]),
-     "field 'answer_aliases' item 1 must be a string, got number"),
-    ("musique", musique_row("m2", question_decomposition=[{"id": 1, "question": "q"}]),
-     "missing field 'question_decomposition[1].answer'"),
-    ("musique", musique_row("m2", paragraphs=[{"idx": 0, "title": "T"}]),
-     "field 'paragraphs' item 0 needs string 'title' and 'paragraph_text'"),
+    ("musique", musique_row("m2", answer_aliases="b"), "field 'answer_aliases' must be an array, got string"),
+    (
+        "musique",
+        musique_row("m2", answer_aliases=["ok", 3]),
+        "field 'answer_aliases' item 1 must be a string, got number",
+    ),
+    (
+        "musique",
+        musique_row("m2", question_decomposition=[{"id": 1, "question": "q"}]),
+        "missing field 'question_decomposition[1].answer'",
+    ),
+    (
+        "musique",
+        musique_row("m2", paragraphs=[{"idx": 0, "title": "T"}]),
+        "field 'paragraphs' item 0 needs string 'title' and 'paragraph_text'",
+    ),
     ("musique", {k: v for k, v in musique_row("m2").items() if k != "id"}, "missing field 'id'"),
-    ("flashrag", {"id": "f2", "question": "q", "golden_answers": "a"},
-     "field 'golden_answers' must be an array, got string"),
-    ("flashrag", {"id": "f2", "question": "q", "golden_answers": [" "]},
-     "empty field 'golden_answers'"),
-    ("flashrag", {"id": "f2", "question": "q", "golden_answers": ["a"], "metadata": [1]},
-     "field 'metadata' must be an object, got array"),
-    ("flashrag", {"id": True, "question": "q", "golden_answers": ["a"]},
-     "field 'id' must be a string or integer, got boolean"),
-    ("2wikimultihopqa", hotpot_row("w2", context=[["T", ["s", 1]]]),
-     "field 'context' item 0 must be [title, [sentences]]"),
+    (
+        "flashrag",
+        {"id": "f2", "question": "q", "golden_answers": "a"},
+        "field 'golden_answers' must be an array, got string",
+    ),
+    ("flashrag", {"id": "f2", "question": "q", "golden_answers": [" "]}, "empty field 'golden_answers'"),
+    (
+        "flashrag",
+        {"id": "f2", "question": "q", "golden_answers": ["a"], "metadata": [1]},
+        "field 'metadata' must be an object, got array",
+    ),
+    (
+        "flashrag",
+        {"id": True, "question": "q", "golden_answers": ["a"]},
+        "field 'id' must be a string or integer, got boolean",
+    ),
+    (
+        "2wikimultihopqa",
+        hotpot_row("w2", context=[["T", ["s", 1]]]),
+        "field 'context' item 0 must be [title, [sentences]]",
+    ),
     ("hotpotqa", hotpot_row(["x"]), "field '_id' must be a string or integer, got array"),
 ]
 GOOD_ROWS = {
     "bamboogle": [{"question": "q1", "answer": "a1"}, {"question": "q3", "answer": "a3"}],
     "musique": [musique_row("m1"), musique_row("m3")],
-    "flashrag": [{"id": "f1", "question": "q", "golden_answers": ["a"]},
-                 {"id": 3, "question": "q", "golden_answers": ["a", " a"], "metadata": {"k": 1}}],
+    "flashrag": [
+        {"id": "f1", "question": "q", "golden_answers": ["a"]},
+        {"id": 3, "question": "q", "golden_answers": ["a", " a"], "metadata": {"k": 1}},
+    ],
     "2wikimultihopqa": [hotpot_row("w1"), hotpot_row("w3")],
     "hotpotqa": [hotpot_row("h1"), hotpot_row("h3")],
 }
@@ -172,8 +200,12 @@ def test_flashrag_rows_keep_metadata_and_integer_ids(tmp_path):
 
 def test_flashrag_musique_decomposition_becomes_the_gold_plan(tmp_path):
     row = musique_row()
-    flash = {"id": row["id"], "question": row["question"], "golden_answers": ["B"],
-             "metadata": {"question_decomposition": row["question_decomposition"]}}
+    flash = {
+        "id": row["id"],
+        "question": row["question"],
+        "golden_answers": ["B"],
+        "metadata": {"question_decomposition": row["question_decomposition"]},
+    }
     path = tmp_path / "f.jsonl"
     write_lines(path, [flash])
     plan = load_questions(path, "musique", "flashrag").questions[0]["gold_plan"]

@@ -43,5 +43,3 @@ def running(tmp_path_factory, embedded_model):
 def first_build(running):
     flow_run = run_checked(running, "build/nightly-build", nightly_parameters())
     return flow_run, build_run_id(running.root)
-
-

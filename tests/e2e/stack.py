@@ -73,10 +73,15 @@ class Running:
 def run_checked(running: Running, name: str, parameters: dict, job_variables: dict | None = None):
     from prefect.deployments import run_deployment
 
-    flow_run = run_deployment(name, parameters=parameters, job_variables=job_variables,
-                              timeout=RUN_TIMEOUT_S, poll_interval=2, as_subflow=False)
-    assert flow_run.state is not None and flow_run.state.is_completed(), (
-        f"{name}: {flow_run.state}\n{running.logs()}")
+    flow_run = run_deployment(
+        name,
+        parameters=parameters,
+        job_variables=job_variables,
+        timeout=RUN_TIMEOUT_S,
+        poll_interval=2,
+        as_subflow=False,
+    )
+    assert flow_run.state is not None and flow_run.state.is_completed(), f"{name}: {flow_run.state}\n{running.logs()}"
     return flow_run
 
 
@@ -100,9 +105,18 @@ class Chromium:
             assert Path(path).exists(), f"{path} missing: `make test` installs Debian's chromium"
         options = webdriver.ChromeOptions()
         options.binary_location = "/usr/bin/chromium"
-        for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                     "--no-first-run", f"--user-data-dir={self.profile}", "--window-size=1400,1000"):
+        for flag in (
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={self.profile}",
+            "--window-size=1400,1000",
+        ):
             options.add_argument(flag)
         self.driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
         return self.driver

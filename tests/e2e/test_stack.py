@@ -110,14 +110,17 @@ def test_the_scheduler_schedules_the_next_nightly_builds_at_two(running):
 def test_nightly_build_lands_rows_and_publishes_its_artifacts(running, first_build):
     flow_run, run_id = first_build
     wh = Warehouse(running.root)
-    counts = query(wh, """
+    counts = query(
+        wh,
+        """
         select (select count(*) from nodes where run_id = $run) as nodes,
                (select count(*) from nodes where run_id = $run and format_error is not null) as format_errors,
                (select count(*) from llm_calls where run_id = $run) as llm_calls,
                (select count(distinct model_fingerprint) from llm_calls where run_id = $run) as models,
                (select count(*) from sft_examples where run_id = $run) as sft_examples,
                (select count(*) from preference_pairs where run_id = $run) as pairs""",
-                   {"run": run_id}).to_pylist()[0]
+        {"run": run_id},
+    ).to_pylist()[0]
     assert counts["nodes"] > 0 and counts["format_errors"] == 0, counts
     assert counts["llm_calls"] > 0 and counts["models"] == 1, counts
     assert counts["sft_examples"] > 0 and counts["pairs"] > 0, counts
@@ -138,10 +141,14 @@ def test_nightly_build_lands_rows_and_publishes_its_artifacts(running, first_bui
 def test_training_runs_on_the_build_export(running, first_build, method):
     """train-sft and train-dpo, through their deployments, on the embedded model's own data."""
     _, run_id = first_build
-    flow_run = run_checked(running, f"train/train-{method}", {"config": {"method": method, "trl": TRL, "run_id": run_id}},
-                    CPU_JOB)
-    models = [row for row in Warehouse(running.root).read("models").to_pylist()
-              if json.loads(row["lineage"])["run_id"] == run_id and row["method"] == method]
+    flow_run = run_checked(
+        running, f"train/train-{method}", {"config": {"method": method, "trl": TRL, "run_id": run_id}}, CPU_JOB
+    )
+    models = [
+        row
+        for row in Warehouse(running.root).read("models").to_pylist()
+        if json.loads(row["lineage"])["run_id"] == run_id and row["method"] == method
+    ]
     assert len(models) == 1, models
     assert Path(models[0]["path"]).is_dir()
     artifact = _artifacts(flow_run)[f"train-{models[0]['model_id']}"]
@@ -154,17 +161,28 @@ def test_evaluate_answers_test_questions_the_trained_model_never_saw(running, fi
     its export, and the evaluate deployment answers the test partition; the two never meet."""
     _, run_id = first_build
     wh = Warehouse(running.root)
-    models = [row for row in wh.read("models").to_pylist()
-              if json.loads(row["lineage"])["run_id"] == run_id and row["method"] == "sft"]
+    models = [
+        row
+        for row in wh.read("models").to_pylist()
+        if json.loads(row["lineage"])["run_id"] == run_id and row["method"] == "sft"
+    ]
     assert models, "train-sft registered no model (test_training_runs_on_the_build_export runs first)"
     model_id, trained = models[0]["model_id"], set(models[0]["question_ids"])
     config = {"model": model_id, "datasets": ["hotpotqa"], "modes": ["direct"], "max_tokens": 16, "limit": 4}
     run_checked(running, "evaluate/evaluate", {"config": config})
-    evaluated = query(wh, "select question_id, partition, is_seen from evals where model_id = $m",
-                      {"m": model_id}).to_pylist()
+    evaluated = query(
+        wh, "select question_id, partition, is_seen from evals where model_id = $m", {"m": model_id}
+    ).to_pylist()
     assert evaluated and {(r["partition"], r["is_seen"]) for r in evaluated} == {("test", False)}, evaluated
-    partitions = query(wh, "select distinct partition from questions where list_contains($ids, question_id)",
-                       {"ids": sorted(trained)}).column(0).to_pylist()
+    partitions = (
+        query(
+            wh,
+            "select distinct partition from questions where list_contains($ids, question_id)",
+            {"ids": sorted(trained)},
+        )
+        .column(0)
+        .to_pylist()
+    )
     assert trained and partitions == ["train"]
     assert trained.isdisjoint(r["question_id"] for r in evaluated)
     seen = query(wh, "select sum(n_seen) as n from eval_summary where model_id = $m", {"m": model_id})
@@ -210,10 +228,10 @@ def test_ui_opens_the_custom_run_form_of_train_dpo(running, first_build):
 
 def _form_field(label: str) -> str:
     """XPath of the run form's field labelled ``label`` (the UI re-renders it on every change)."""
-    return (f"//span[normalize-space()='{label}']"
-            "/ancestor::div[contains(concat(' ', @class, ' '), ' schema-form-property ')][1]")
-
-
+    return (
+        f"//span[normalize-space()='{label}']"
+        "/ancestor::div[contains(concat(' ', @class, ' '), ' schema-form-property ')][1]"
+    )
 
 
 def test_a_command_line_evaluation_on_the_served_warehouse_shows_on_the_stack(running, first_build):
@@ -226,12 +244,26 @@ def test_a_command_line_evaluation_on_the_served_warehouse_shows_on_the_stack(ru
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    command = [str(Path(sys.executable).with_name("ragfactory")), "evaluate", "--model", "embedded",
-               "--dataset", "hotpotqa", "--limit", "1", "--mode", "direct", "--max-tokens", "16",
-               "--root", str(running.root)]
+    command = [
+        str(Path(sys.executable).with_name("ragfactory")),
+        "evaluate",
+        "--model",
+        "embedded",
+        "--dataset",
+        "hotpotqa",
+        "--limit",
+        "1",
+        "--mode",
+        "direct",
+        "--max-tokens",
+        "16",
+        "--root",
+        str(running.root),
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["evaluate"])))
-    assert any(run.state and run.state.is_completed() and run.parameters.get("config", {}).get("limit") == 1
-               for run in runs), [(r.name, r.state_name, r.parameters) for r in runs]
+    assert any(
+        run.state and run.state.is_completed() and run.parameters.get("config", {}).get("limit") == 1 for run in runs
+    ), [(r.name, r.state_name, r.parameters) for r in runs]

@@ -85,10 +85,14 @@ def test_tree_viewer_shows_a_pruned_nodes_value(running, first_build, dashboard,
     from selenium.webdriver.common.by import By
 
     _, run_id = first_build
-    [pruned] = query(Warehouse(running.root), """
+    [pruned] = query(
+        Warehouse(running.root),
+        """
         select node_id, question_id, value from nodes
         where run_id = $run and strategy = 'decex' and not is_selected and value is not null
-        order by depth, node_id limit 1""", {"run": run_id}).to_pylist()
+        order by depth, node_id limit 1""",
+        {"run": run_id},
+    ).to_pylist()
     browser.get(f"{dashboard}/tree?run={run_id}&strategy=decex&question={pruned['question_id']}")
     _wait(browser).until(lambda d: d.execute_script("return document.body.dataset.treeReadyMs"))
     node = browser.find_element(By.CSS_SELECTOR, f"#tree g.node[data-node-id='{pruned['node_id']}']")
@@ -124,7 +128,8 @@ def test_train_page_starts_dpo_and_follows_it_to_completed(running, first_build,
     browser.find_element(By.ID, "submit").click()
     _wait(browser).until(lambda d: "/train/runs/" in d.current_url)
     _wait(browser, RUN_TIMEOUT_S).until(
-        lambda d: d.find_element(By.ID, "state").text in ("Completed", "Failed", "Crashed", "Cancelled"))
+        lambda d: d.find_element(By.ID, "state").text in ("Completed", "Failed", "Crashed", "Cancelled")
+    )
     state = browser.find_element(By.ID, "state").text
     assert state == "Completed", f"{state}: {browser.find_element(By.ID, 'state-message').text}\n{running.logs()}"
     flow_run_id = browser.find_element(By.ID, "state").get_attribute("data-flow-run")
@@ -133,8 +138,11 @@ def test_train_page_starts_dpo_and_follows_it_to_completed(running, first_build,
     link = browser.find_element(By.ID, "flow-run-link").get_attribute("href")
     assert link == f"{running.stack.ui_url}/runs/flow-run/{flow_run_id}"
     _shoot(browser, running, "train-run")
-    trained = [row for row in Warehouse(running.root).read("models").to_pylist()
-               if row["method"] == "dpo" and json.loads(row["config"])["trl"] == DASHBOARD_TRL]
+    trained = [
+        row
+        for row in Warehouse(running.root).read("models").to_pylist()
+        if row["method"] == "dpo" and json.loads(row["config"])["trl"] == DASHBOARD_TRL
+    ]
     assert len(trained) == 1 and json.loads(trained[0]["lineage"])["run_id"] == run_id
     browser.get(f"{dashboard}/models")  # the model the page trained is on the Models page
     row = _wait(browser).until(lambda d: d.find_element(By.ID, f"model-{trained[0]['model_id']}"))
@@ -172,7 +180,9 @@ def test_train_page_refuses_a_build_without_pairs(running, first_build, dashboar
     browser.get(f"{dashboard}/train?run=e2e-no-pairs&method=dpo")
     _wait(browser).until(lambda d: d.find_element(By.ID, "submit")).click()
     message = _wait(browser).until(lambda d: d.find_element(By.ID, "train-message")).text
-    assert message == ("refused: build e2e-no-pairs has no preference_pairs rows, which dpo trains on "
-                       "(its strategies exported none); pick another build or method")
+    assert message == (
+        "refused: build e2e-no-pairs has no preference_pairs rows, which dpo trains on "
+        "(its strategies exported none); pick another build or method"
+    )
     assert "/train/runs/" not in browser.current_url
     _shoot(browser, running, "train-refused")

@@ -34,8 +34,11 @@ def topic(text: str) -> str:
 
 
 def hits(query: str, k: int) -> list[Hit]:
-    return [Hit(f"p-{name}", name, f"{name} was directed by {director}.", 1.0)
-            for name, director in DIRECTORS.items() if name in query]
+    return [
+        Hit(f"p-{name}", name, f"{name} was directed by {director}.", 1.0)
+        for name, director in DIRECTORS.items()
+        if name in query
+    ]
 
 
 def retriever() -> FunctionRetriever:
@@ -46,8 +49,11 @@ def policy(request: Request, sample: int) -> str:
     system, user = request.messages[0].content, request.messages[-1].content
     if "extract relevant evidence" in system:
         found = re.search(r"Wikipedia Title: \w+\n(.+?)</reference>", user, re.DOTALL)
-        return f"Based on the query, the relevant evidence is <evidence>{found.group(1).strip()}" \
-            if found else "<evidence>None"
+        return (
+            f"Based on the query, the relevant evidence is <evidence>{found.group(1).strip()}"
+            if found
+            else "<evidence>None"
+        )
     if "question-answering assistant" in system:
         if "<evidence>" not in user:
             return f"I need the director. So the next query is <query>{topic(user)} director"

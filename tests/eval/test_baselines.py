@@ -48,12 +48,15 @@ def test_direct_needs_no_retriever_and_rag_does():
         asyncio.run(answer_rag(JAWS, Batcher(ScriptedBackend(policy)), None, CONFIG))
 
 
-@pytest.mark.parametrize("reply,prediction,errors", [
-    ("  Steven Spielberg\n", "Steven Spielberg", []),
-    ("So the answer is <answer>Steven Spielberg</answer>.", "Steven Spielberg", []),
-    ("", "", ["empty output"]),
-    ("<think>hmm</think>", "", ["empty output"]),
-])
+@pytest.mark.parametrize(
+    "reply,prediction,errors",
+    [
+        ("  Steven Spielberg\n", "Steven Spielberg", []),
+        ("So the answer is <answer>Steven Spielberg</answer>.", "Steven Spielberg", []),
+        ("", "", ["empty output"]),
+        ("<think>hmm</think>", "", ["empty output"]),
+    ],
+)
 def test_free_form_predictions(reply, prediction, errors):
     outcome, _, _ = run(answer_direct, reply=lambda r, i: reply)
     assert (outcome.prediction, outcome.errors) == (prediction, errors)

@@ -43,7 +43,10 @@ def test_ten_questions_by_hand():
     assert (result["em_a"], result["em_b"]) == (pytest.approx(0.6), pytest.approx(0.3))
     assert result["em_delta"] == pytest.approx(0.3)
     assert (result["f1_a"], result["f1_b"], result["f1_delta"]) == (
-        pytest.approx(0.675), pytest.approx(0.35), pytest.approx(0.325))
+        pytest.approx(0.675),
+        pytest.approx(0.35),
+        pytest.approx(0.325),
+    )
     assert (result["n_a_only"], result["n_b_only"]) == (4, 1)
     assert result["mcnemar_p"] == 0.375
     assert (result["em_delta_low"], result["em_delta_high"]) == (pytest.approx(-0.1), pytest.approx(0.7))
@@ -72,8 +75,19 @@ def test_identical_differences_give_a_point_interval():
 
 def test_rows_pair_questions_per_dataset_and_mode():
     def rows(run, model, em, f1, questions):
-        return [{"run_id": run, "model_id": model, "dataset": "d", "mode": "direct", "partition": "test",
-                 "question_id": q, "em": e, "f1": f} for q, e, f in zip(questions, em, f1)]
+        return [
+            {
+                "run_id": run,
+                "model_id": model,
+                "dataset": "d",
+                "mode": "direct",
+                "partition": "test",
+                "question_id": q,
+                "em": e,
+                "f1": f,
+            }
+            for q, e, f in zip(questions, em, f1)
+        ]
 
     ids = [f"q{i:02d}" for i in range(10)]
     a = rows("eval-a", "sft-1", EM_A, F1_A, ids) + rows("eval-a", "sft-1", [1.0], [1.0], ["only-a"])

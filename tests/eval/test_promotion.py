@@ -57,7 +57,9 @@ def test_only_the_shared_questions_are_paired():
 def test_the_bootstrap_is_repeatable_and_chunked_the_same_as_whole():
     deltas = np.array([1.0, -0.5, 0.25, 0.0])
     whole = bootstrap_means(deltas, PromotionConfig(n_resamples=1000, chunk=1000))
-    assert whole.shape == (1000,) and np.array_equal(whole, bootstrap_means(deltas, PromotionConfig(n_resamples=1000, chunk=1000)))
+    assert whole.shape == (1000,) and np.array_equal(
+        whole, bootstrap_means(deltas, PromotionConfig(n_resamples=1000, chunk=1000))
+    )
     assert bootstrap_means(deltas, PromotionConfig(n_resamples=1000, chunk=300)).shape == (1000,)
 
 

@@ -27,13 +27,16 @@ NOW = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 GOLD = EvalQuestion("q1", "Who directed Jaws?", ("Steven Spielberg", "Spielberg, Steven"))
 
 
-@pytest.mark.parametrize("prediction,em,f1,cover_em", [
-    ("Steven Spielberg", 1.0, 1.0, 1.0),
-    ("steven spielberg.", 1.0, 1.0, 1.0),
-    ("Spielberg", 0.0, 2 / 3, 0.0),  # P 1, R 1/2
-    ("It was Steven Spielberg", 0.0, 2 / 3, 1.0),  # P 1/2, R 1
-    ("", 0.0, 0.0, 0.0),
-])
+@pytest.mark.parametrize(
+    "prediction,em,f1,cover_em",
+    [
+        ("Steven Spielberg", 1.0, 1.0, 1.0),
+        ("steven spielberg.", 1.0, 1.0, 1.0),
+        ("Spielberg", 0.0, 2 / 3, 0.0),  # P 1, R 1/2
+        ("It was Steven Spielberg", 0.0, 2 / 3, 1.0),  # P 1/2, R 1
+        ("", 0.0, 0.0, 0.0),
+    ],
+)
 def test_rows_score_the_prediction_against_every_golden_answer(prediction, em, f1, cover_em):
     outcome = Outcome(prediction, n_steps=3, n_retrievals=1, call_ids=["c1", "c2", "c3"])
     [row] = eval_rows("eval-x", "m", "hotpotqa", "agentic", [GOLD], [outcome], NOW)
@@ -52,8 +55,12 @@ def test_format_errors_are_kept_on_the_row():
 def test_eval_ids_are_stable_and_tell_rows_apart():
     key = ("eval-a", "hotpotqa", "agentic", "q1")
     assert eval_id(*key) == eval_id(*key)
-    others = [("eval-b", "hotpotqa", "agentic", "q1"), ("eval-a", "musique", "agentic", "q1"),
-              ("eval-a", "hotpotqa", "rag", "q1"), ("eval-a", "hotpotqa", "agentic", "q2")]
+    others = [
+        ("eval-b", "hotpotqa", "agentic", "q1"),
+        ("eval-a", "musique", "agentic", "q1"),
+        ("eval-a", "hotpotqa", "rag", "q1"),
+        ("eval-a", "hotpotqa", "agentic", "q2"),
+    ]
     assert len({eval_id(*key), *(eval_id(*other) for other in others)}) == 5
 
 
@@ -66,24 +73,74 @@ def test_eval_hash_depends_on_model_and_settings_only():
 
 def test_aggregate_means_per_model_dataset_and_mode():
     rows = [
-        {"model_id": "a", "dataset": "d", "mode": "rag", "em": 1.0, "f1": 1.0, "cover_em": 1.0,
-         "n_retrievals": 1, "n_steps": 1, "format_error": None},
-        {"model_id": "a", "dataset": "d", "mode": "rag", "em": 0.0, "f1": 0.5, "cover_em": 1.0,
-         "n_retrievals": 1, "n_steps": 1, "format_error": "empty output", "is_seen": True},
-        {"model_id": "b", "dataset": "d", "mode": "rag", "em": 0.0, "f1": 0.0, "cover_em": 0.0,
-         "n_retrievals": 3, "n_steps": 5, "format_error": None, "is_seen": False},
+        {
+            "model_id": "a",
+            "dataset": "d",
+            "mode": "rag",
+            "em": 1.0,
+            "f1": 1.0,
+            "cover_em": 1.0,
+            "n_retrievals": 1,
+            "n_steps": 1,
+            "format_error": None,
+        },
+        {
+            "model_id": "a",
+            "dataset": "d",
+            "mode": "rag",
+            "em": 0.0,
+            "f1": 0.5,
+            "cover_em": 1.0,
+            "n_retrievals": 1,
+            "n_steps": 1,
+            "format_error": "empty output",
+            "is_seen": True,
+        },
+        {
+            "model_id": "b",
+            "dataset": "d",
+            "mode": "rag",
+            "em": 0.0,
+            "f1": 0.0,
+            "cover_em": 0.0,
+            "n_retrievals": 3,
+            "n_steps": 5,
+            "format_error": None,
+            "is_seen": False,
+        },
     ]
     assert aggregate(rows) == [
-        {"model_id": "a", "dataset": "d", "mode": "rag", "n_questions": 2, "em": 0.5, "f1": 0.75,
-         "cover_em": 1.0, "n_retrievals": 1.0, "n_steps": 1.0, "n_format_errors": 1, "n_seen": 1},
-        {"model_id": "b", "dataset": "d", "mode": "rag", "n_questions": 1, "em": 0.0, "f1": 0.0,
-         "cover_em": 0.0, "n_retrievals": 3.0, "n_steps": 5.0, "n_format_errors": 0, "n_seen": 0},
+        {
+            "model_id": "a",
+            "dataset": "d",
+            "mode": "rag",
+            "n_questions": 2,
+            "em": 0.5,
+            "f1": 0.75,
+            "cover_em": 1.0,
+            "n_retrievals": 1.0,
+            "n_steps": 1.0,
+            "n_format_errors": 1,
+            "n_seen": 1,
+        },
+        {
+            "model_id": "b",
+            "dataset": "d",
+            "mode": "rag",
+            "n_questions": 1,
+            "em": 0.0,
+            "f1": 0.0,
+            "cover_em": 0.0,
+            "n_retrievals": 3.0,
+            "n_steps": 5.0,
+            "n_format_errors": 0,
+            "n_seen": 0,
+        },
     ]
 
 
 def _questions(n: int) -> list[EvalQuestion]:
-    return [EvalQuestion(f"q{i}", QUESTIONS[i % 2].question, QUESTIONS[i % 2].golden_answers)
-            for i in range(n)]
+    return [EvalQuestion(f"q{i}", QUESTIONS[i % 2].question, QUESTIONS[i % 2].golden_answers) for i in range(n)]
 
 
 @pytest.mark.parametrize("n", [1, 4, 9])
@@ -116,8 +173,9 @@ def test_unknown_modes_are_refused_by_name():
 def test_calls_of_picks_the_calls_a_shard_used():
     cache = CallCache("eval-x")
     backend = ScriptedBackend(policy)
-    outcomes = asyncio.run(answer_questions(QUESTIONS, ["agentic", "direct"], Batcher(backend, cache),
-                                            retriever(), CONFIG, 4))
+    outcomes = asyncio.run(
+        answer_questions(QUESTIONS, ["agentic", "direct"], Batcher(backend, cache), retriever(), CONFIG, 4)
+    )
     rows = {mode: eval_rows("eval-x", "m", "d", mode, QUESTIONS, found, NOW) for mode, found in outcomes.items()}
     agentic = calls_of(rows["agentic"], cache.rows())
     direct = calls_of(rows["direct"], cache.rows())
@@ -127,7 +185,10 @@ def test_calls_of_picks_the_calls_a_shard_used():
 
 
 def test_eval_summary_view_compares_models(warehouse):
-    for model, predictions in {"base": ["Nobody", "Ridley Scott"], "sft-1": ["Steven Spielberg", "Ridley Scott"]}.items():
+    for model, predictions in {
+        "base": ["Nobody", "Ridley Scott"],
+        "sft-1": ["Steven Spielberg", "Ridley Scott"],
+    }.items():
         run_id = f"eval-{model}"
         outcomes = [Outcome(p, n_steps=2, n_retrievals=1) for p in predictions]
         rows = eval_rows(run_id, model, "hotpotqa", "rag", QUESTIONS, outcomes, NOW)

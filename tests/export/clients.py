@@ -20,8 +20,13 @@ def run_client(name: str, args: dict) -> dict:
     """``name``'s result for ``args``, from the client venv; fails the test when that venv is missing."""
     if not CLIENTS_PYTHON.exists():
         pytest.fail(f"{CLIENTS_PYTHON} is missing: run `make venv-clients`")
-    done = subprocess.run([str(CLIENTS_PYTHON), str(SCRIPT), name, json.dumps(args)],
-                          capture_output=True, text=True, timeout=600, cwd=args.get("output"))
+    done = subprocess.run(
+        [str(CLIENTS_PYTHON), str(SCRIPT), name, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=args.get("output"),
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stderr[-4000:]
     return json.loads(lines[-1].removeprefix("RESULT "))

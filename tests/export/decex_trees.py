@@ -14,12 +14,27 @@ def small_tree(answer_value=1.0, sub_values=(0.76, 0.75), same_text=False, kept_
     root = tree.add_root("Capital of France?")
     texts = ["Which country?", "Which country?" if same_text else "Which city?"]
     subs = [
-        tree.add_child(root, f"s{i}", "sub_question", parsed={"reasoning": "", "question": t},
-                       value=v, visits=2, reward=v, is_selected=i == 0)
+        tree.add_child(
+            root,
+            f"s{i}",
+            "sub_question",
+            parsed={"reasoning": "", "question": t},
+            value=v,
+            visits=2,
+            reward=v,
+            is_selected=i == 0,
+        )
         for i, (t, v) in enumerate(zip(texts, sub_values))
     ]
-    state = tree.add_child(subs[0], "w0", "self_answer", parsed={"answer": "France"}, value=1.0,
-                           is_selected=True)
-    tree.add_child(state, "a0", "answer", parsed={"reasoning": "So.", "answer": "Paris"},
-                   value=answer_value, reward=answer_value, is_leaf=True, is_selected=kept_answer)
+    state = tree.add_child(subs[0], "w0", "self_answer", parsed={"answer": "France"}, value=1.0, is_selected=True)
+    tree.add_child(
+        state,
+        "a0",
+        "answer",
+        parsed={"reasoning": "So.", "answer": "Paris"},
+        value=answer_value,
+        reward=answer_value,
+        is_leaf=True,
+        is_selected=kept_answer,
+    )
     return tree.node_rows()

@@ -66,8 +66,10 @@ def test_wrong_runs_make_no_examples():
 def test_call_types_can_be_chosen(jaws):
     config = ApexExportConfig(calls=("query_first", "query_next"))
     examples = executor_sft_examples(jaws[0].nodes, [QUESTION], config)
-    mother = ["Need his mother. <query>Steven Spielberg mother</query>",
-              "Try his parents. <query>Spielberg parents</query>"]
+    mother = [
+        "Need his mother. <query>Steven Spielberg mother</query>",
+        "Try his parents. <query>Spielberg parents</query>",
+    ]
     outputs = [e["messages"][1]["content"] for e in examples]
     assert outputs == mother + ["<query>Jaws director</query>"] + mother
     with pytest.raises(ValueError, match="unknown"):
@@ -110,7 +112,12 @@ def test_warehouse_round_trip_and_apex_plans_view(jaws, warehouse):
     view = {(r["source"], tuple(r["sub_questions"])): r for r in rows}
     best = view[("planner", ("Who directed Jaws?", "Who is the mother of #1?"))]
     assert (best["f1"], best["n_matched"], best["is_executed"], best["final_answer"], best["answer_em"]) == (
-        1.0, 2, True, "Leah Adler", 1.0)
+        1.0,
+        2,
+        True,
+        "Leah Adler",
+        1.0,
+    )
     assert (best["n_sub_questions"], best["n_queries"], best["n_execution_format_errors"]) == (2, 3, 1)
     gold = view[("gold", ("Who is the director of Jaws?", "Who is the mother of #1?"))]
     assert (gold["f1"], gold["is_executed"], gold["final_answer"]) == (None, True, "Leah Adler")

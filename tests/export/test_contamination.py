@@ -31,7 +31,6 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.export.contamination import (
     ContaminationConfig,
     EvalSet,
@@ -42,6 +41,7 @@ from ragfactory.tasks.export.contamination import (
 )
 from ragfactory.tasks.export.ngrams import NgramConfig, match_ngrams, normalize_questions
 from ragfactory.tasks.llm.cache import CallCache
+from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.llm.engine import make_batcher
 from ragfactory.tasks.rewards.answer import normalize_answer
 from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache
@@ -52,13 +52,13 @@ EVAL = {
     "e2": "Which is older, the Eiffel Tower or the Statue of Liberty?",
     "e3": "Were Scott Derrickson and Ed Wood of the same nationality?",
     "e4": "What is the name of the fight song of the university whose main campus is in Lawrence, "
-          "Kansas and whose branch campuses are in the Kansas City metropolitan area?",
+    "Kansas and whose branch campuses are in the Kansas City metropolitan area?",
 }
 TRAIN = {
     "t1": EVAL["e1"],
     "t2": "WHO DIRECTED THE 1975 FILM 'JAWS' -- ADAPTED FROM THE NOVEL BY PETER BENCHLEY",
     "t3": "Besides its football team, what is the name of the fight song of the university whose "
-          "main campus is in Lawrence, Kansas?",
+    "main campus is in Lawrence, Kansas?",
     "t4": "Did Scott Derrickson and Ed Wood share the same nationality?",
     "t5": "How much money did the 1975 film Jaws make at the box office?",
     "t6": "Which is older, Harvard University or Yale University?",
@@ -76,14 +76,20 @@ def minilm():
 def test_normalisation_is_the_answer_normalisation_on_ascii():
     texts = ["The Eiffel Tower!", "  Hewlett-Packard, an  American company ", "Theatre of the absurd?"]
     assert normalize_questions(texts).to_list() == [normalize_answer(t) for t in texts]
-    assert normalize_questions([TRAIN["t2"]]).to_list() == ["who directed 1975 film jaws adapted from novel by peter benchley"]
+    assert normalize_questions([TRAIN["t2"]]).to_list() == [
+        "who directed 1975 film jaws adapted from novel by peter benchley"
+    ]
 
 
 def test_hand_picked_pairs(minilm):
     found = screen_questions(TRAIN, EVAL_SET, ContaminationConfig(), cache=minilm)
     assert sorted(found) == ["t1", "t2", "t3", "t4"]
     assert {q: (m["eval_question_id"], m["method"]) for q, m in found.items()} == {
-        "t1": ("e1", "exact"), "t2": ("e1", "exact"), "t3": ("e4", "ngram"), "t4": ("e3", "embedding")}
+        "t1": ("e1", "exact"),
+        "t2": ("e1", "exact"),
+        "t3": ("e4", "ngram"),
+        "t4": ("e3", "embedding"),
+    }
     assert found["t1"]["score"] == found["t2"]["score"] == 1.0
     assert found["t3"]["score"] == pytest.approx(8 / 12)
     assert found["t4"]["score"] >= 0.9 and found["t4"]["judged"] is None
@@ -101,8 +107,11 @@ def test_contamination_rows_name_the_evaluation_question_and_drop_or_flag(minilm
     kept, flagged = contaminated_rows("sft_examples", "example_id", rows, TRAIN, found, "drop")
     assert [r["question_id"] for r in kept] == ["t5", "t6"]
     assert [(f["row_id"], f["eval_question_id"], f["method"], f["action"]) for f in flagged] == [
-        ("x-t1", "e1", "exact", "dropped"), ("x-t2", "e1", "exact", "dropped"),
-        ("x-t3", "e4", "ngram", "dropped"), ("x-t4", "e3", "embedding", "dropped")]
+        ("x-t1", "e1", "exact", "dropped"),
+        ("x-t2", "e1", "exact", "dropped"),
+        ("x-t3", "e4", "ngram", "dropped"),
+        ("x-t4", "e3", "embedding", "dropped"),
+    ]
     assert flagged[2]["question"] == TRAIN["t3"] and flagged[2]["export_table"] == "sft_examples"
     kept, flagged = contaminated_rows("sft_examples", "example_id", rows, TRAIN, found, "flag")
     assert len(kept) == 6 and {f["action"] for f in flagged} == {"flagged"}
@@ -118,7 +127,8 @@ def test_an_ngram_never_spans_two_questions():
     evaluation = normalize_questions(["w1 w2 w3 w4 w5 w6 w7 w8"])
     assert match_ngrams(train, evaluation).height == 0
     assert match_ngrams(normalize_questions(["w0 w1 w2 w3 w4 w5 w6 w7 w8"]), evaluation).to_dicts() == [
-        {"train": 0, "eval": 0, "score": 0.5}]  # 2 8-grams, 1 shared
+        {"train": 0, "eval": 0, "score": 0.5}
+    ]  # 2 8-grams, 1 shared
 
 
 def test_an_ngram_in_many_questions_is_a_template():
@@ -135,8 +145,9 @@ def test_an_ngram_in_many_questions_is_a_template():
 
 def test_a_template_and_the_first_word_of_a_name_is_not_a_copy():
     template = "what is the date of death of the director of film {}"
-    evaluation = normalize_questions([template.format(f"Film{i} Part") for i in range(12)]
-                                     + [template.format("Sijapi Didofi")])
+    evaluation = normalize_questions(
+        [template.format(f"Film{i} Part") for i in range(12)] + [template.format("Sijapi Didofi")]
+    )
     # "date of death of director of film sijapi": 8 words, one content word (sijapi)
     assert match_ngrams(normalize_questions([template.format("Sijapi Xoro")]), evaluation).height == 0
     # the whole name shared: "of death of director of film sijapi didofi" holds two content words
@@ -146,14 +157,19 @@ def test_a_template_and_the_first_word_of_a_name_is_not_a_copy():
 
 def _judge(verdicts: dict[str, str]) -> ScriptedBackend:
     """A judge answering by the training question its prompt holds."""
+
     def reply(request, sample):
         return next(answer for text, answer in verdicts.items() if text in request.messages[-1].content)
+
     return ScriptedBackend(reply, fingerprint="judge")
 
 
 def test_the_judge_confirms_or_rejects_embedding_candidates():
-    close = {"Who played the shark?": [1.0, 0.0], "Which actor was the shark?": [0.95, 0.312],
-             "Who was the mother of the director?": [0.92, 0.392]}
+    close = {
+        "Who played the shark?": [1.0, 0.0],
+        "Which actor was the shark?": [0.95, 0.312],
+        "Who was the mother of the director?": [0.92, 0.392],
+    }
     cache = EmbeddingCache(TableEmbedder(close))
     eval_set = EvalSet(("e",), ("Who played the shark?",), ("warehouse:test",))
     train = ["Which actor was the shark?", "Who was the mother of the director?"]
@@ -163,14 +179,17 @@ def test_the_judge_confirms_or_rejects_embedding_candidates():
     judge = make_batcher(LLMConfig(), CallCache("r"), backends={"judge": backend})
     judged = find_contamination(train, eval_set, ContaminationConfig(judge=True), cache, judge)
     assert judged.select("train", "method", "judged").to_dicts() == [
-        {"train": 0, "method": "embedding", "judged": True}]
+        {"train": 0, "method": "embedding", "judged": True}
+    ]
     assert backend.calls == 1 and len(backend.batches[0]) == 2
     with pytest.raises(ValueError, match="no judge"):
         find_contamination(train, eval_set, ContaminationConfig(judge=True), cache)
 
 
-@pytest.mark.parametrize("text,verdict", [("Yes", True), ("yes, the same", True), (" YES.", True),
-                                          ("No", False), ("", False), ("I think yes", False)])
+@pytest.mark.parametrize(
+    "text,verdict",
+    [("Yes", True), ("yes, the same", True), (" YES.", True), ("No", False), ("", False), ("I think yes", False)],
+)
 def test_judge_verdicts(text, verdict):
     assert is_yes(text) is verdict
 

@@ -7,17 +7,18 @@ import pytest
 
 from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.export.dpo import DpoConfig
-from ragfactory.tasks.search.decex.exports import preference_pairs
 from ragfactory.tasks.export.sft import SftConfig
-from ragfactory.tasks.search.decex.exports import sft_examples
+from ragfactory.tasks.search.decex.exports import preference_pairs, sft_examples
 from ragfactory.tasks.search.tree import QuestionTree
 from tests.export.decex_trees import QUESTIONS, small_tree
+
 
 def test_sft_rows_fit_their_table_and_are_stable():
     rows = sft_examples(small_tree(), QUESTIONS)
     assert len(rows) == 1 and rows == sft_examples(small_tree(), QUESTIONS)
     assert rows[0]["messages"][1]["content"] == (
-        "Step 1:\nSub-question: Which country?\nAnswer: France\n\nSo.\n<answer> Paris </answer>")
+        "Step 1:\nSub-question: Which country?\nAnswer: France\n\nSo.\n<answer> Paris </answer>"
+    )
     assert len(rows[0]["node_ids"]) == 4
     assert pa.Table.from_pylist(rows, schema=table_spec("sft_examples").schema).num_rows == 1
 

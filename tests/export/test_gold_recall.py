@@ -10,8 +10,13 @@ from tests.warehouse.labelled import BLACK_BOOK, TOKAREV, hotpotqa_warehouse
 
 
 def _row(question: str, *paths: str) -> dict:
-    return {"example_id": f"{question}{paths[-1]}", "run_id": "r1", "question_id": question, "strategy": "treeps",
-            "node_ids": [f"{question}|{p}" for p in paths]}
+    return {
+        "example_id": f"{question}{paths[-1]}",
+        "run_id": "r1",
+        "question_id": question,
+        "strategy": "treeps",
+        "node_ids": [f"{question}|{p}" for p in paths],
+    }
 
 
 def test_chains_below_the_gold_recall_are_skipped_with_their_figures(tmp_path):
@@ -39,10 +44,22 @@ def _chains(inputs, config, run_seed) -> list[dict]:
     nodes = inputs["nodes"]
     rows = []
     for leaf in (n for n in nodes if n["is_leaf"]):
-        path = [n["node_id"] for n in nodes if n["question_id"] == leaf["question_id"]
-                and (leaf["path"] == n["path"] or leaf["path"].startswith(n["path"] + "/"))]
-        rows.append({"example_id": leaf["node_id"], "run_id": "r1", "question_id": leaf["question_id"],
-                     "strategy": "treeps", "messages": [{"role": "user", "content": "q"}], "node_ids": path})
+        path = [
+            n["node_id"]
+            for n in nodes
+            if n["question_id"] == leaf["question_id"]
+            and (leaf["path"] == n["path"] or leaf["path"].startswith(n["path"] + "/"))
+        ]
+        rows.append(
+            {
+                "example_id": leaf["node_id"],
+                "run_id": "r1",
+                "question_id": leaf["question_id"],
+                "strategy": "treeps",
+                "messages": [{"role": "user", "content": "q"}],
+                "node_ids": path,
+            }
+        )
     return rows
 
 
@@ -63,5 +80,10 @@ def test_the_export_task_keeps_the_chains_that_found_the_gold(tmp_path):
     kept = query(wh, "select example_id from sft_examples").to_pylist()
     assert sorted(r["example_id"] for r in kept) == [f"{BLACK_BOOK}|q/s1/s2/a", f"{TOKAREV}|q/s0/s1/s2/a"]
     skips = query(wh, "select question_id, exporter, reason from export_skips").to_pylist()
-    assert skips == [{"question_id": BLACK_BOOK, "exporter": "sft_examples",
-                      "reason": "require_gold_recall: searches found 0 of 2 gold paragraphs (recall 0.00 < 1)"}]
+    assert skips == [
+        {
+            "question_id": BLACK_BOOK,
+            "exporter": "sft_examples",
+            "reason": "require_gold_recall: searches found 0 of 2 gold paragraphs (recall 0.00 < 1)",
+        }
+    ]

@@ -42,14 +42,19 @@ async def expand_mute(question: Mapping[str, Any], context: ShardContext, config
 
 NODES = {"nodes": ("node_id", "run_id", "question_id", "kind", "text"), "questions": ("question_id", "question")}
 TOY = StrategyExports("toy", (Exporter("sft_examples", NODES, toy_sft),))
-MUTE = StrategyExports("mute", (Exporter("sft_examples", NODES, lambda *_: []),
-                                Exporter("preference_pairs", NODES, lambda *_: [])))
+MUTE = StrategyExports(
+    "mute", (Exporter("sft_examples", NODES, lambda *_: []), Exporter("preference_pairs", NODES, lambda *_: []))
+)
 
 
 @pytest.fixture
 def strategies():
-    with (STRATEGIES.registered(Strategy("toy", ToyConfig, expand_toy)), EXPORTS.registered(TOY),
-          STRATEGIES.registered(Strategy("mute", ToyConfig, expand_mute)), EXPORTS.registered(MUTE)):
+    with (
+        STRATEGIES.registered(Strategy("toy", ToyConfig, expand_toy)),
+        EXPORTS.registered(TOY),
+        STRATEGIES.registered(Strategy("mute", ToyConfig, expand_mute)),
+        EXPORTS.registered(MUTE),
+    ):
         yield
 
 
@@ -66,13 +71,19 @@ def test_an_empty_shard_has_no_row_group_and_every_reader_takes_it(tmp_path):
 def test_a_strategy_that_exports_nothing_leaves_every_folder_loadable(tmp_path, strategies, engines, prefect_api):
     engines(ScriptedBackend(lambda request, sample: GOLD[request.messages[0].content]))
     root = tmp_path / "wh"
-    summary = build(BuildConfig.model_validate({
-        "name": "mute-test", "warehouse": {"root": str(root)},
-        "datasets": [{"name": "hotpotqa", "limit": 3}],
-        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
-        "retrieval": {"dense": {"enabled": False}}, "llm": scripted_llm(),
-        "search": {"strategies": ["toy", "mute"]},
-    }))
+    summary = build(
+        BuildConfig.model_validate(
+            {
+                "name": "mute-test",
+                "warehouse": {"root": str(root)},
+                "datasets": [{"name": "hotpotqa", "limit": 3}],
+                "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
+                "retrieval": {"dense": {"enabled": False}},
+                "llm": scripted_llm(),
+                "search": {"strategies": ["toy", "mute"]},
+            }
+        )
+    )
     assert summary["status"] == "completed", summary
     assert sorted(summary["exports"], key=lambda e: e["strategy"]) == [
         {"strategy": "mute", "sft_examples": 0, "preference_pairs": 0, "contaminated": 0},
@@ -85,19 +96,26 @@ def test_a_strategy_that_exports_nothing_leaves_every_folder_loadable(tmp_path, 
     assert sorted(row["messages"][1]["content"] for row in loaded) == sorted(GOLD.values())
 
     assert [t.relative_to(root).as_posix() for t in export_targets(wh)] == [
-        f"preference_pairs/{run}", f"sft_examples/{run}",
+        f"preference_pairs/{run}",
+        f"sft_examples/{run}",
         f"artifacts/llamafactory/{summary['run_id']}/toy_sft.parquet",
     ]
     problems, n_loaded = unloadable(wh)
     assert [(p.path.relative_to(root).as_posix(), p.detail) for p in problems] == [
-        (f"preference_pairs/{run}", "no rows: nothing for a trainer to load")]
+        (f"preference_pairs/{run}", "no rows: nothing for a trainer to load")
+    ]
     assert n_loaded == 2
     assert check(wh) == []  # the empty shards are recorded like any other
 
 
 def _example(run_id: str, n: int) -> dict:
-    return {"example_id": f"e{n}", "run_id": run_id, "question_id": f"q{n}", "strategy": "toy",
-            "messages": [{"role": "user", "content": f"question {n}"}, {"role": "assistant", "content": "Paris"}]}
+    return {
+        "example_id": f"e{n}",
+        "run_id": run_id,
+        "question_id": f"q{n}",
+        "strategy": "toy",
+        "messages": [{"role": "user", "content": f"question {n}"}, {"role": "assistant", "content": "Paris"}],
+    }
 
 
 def test_check_exports_finds_the_empty_row_group_a_warehouse_wrote_before(tmp_path):

@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from ragfactory.tasks.export.registry import (
-    EXPORTS, TREE_COLUMNS, Exporter, ExportRegistry, StrategyExports,
+    EXPORTS,
+    TREE_COLUMNS,
+    Exporter,
+    ExportRegistry,
+    StrategyExports,
 )
 from ragfactory.tasks.search.registry import STRATEGIES
 
@@ -16,7 +20,11 @@ def _rows(inputs, config, run_seed):
 
 def test_every_shipped_strategy_has_its_exporters():
     assert [e.table for e in EXPORTS.get("treeps").exporters] == [
-        "trajectories", "grpo_prompts", "verl_prompts", "step_labels"]
+        "trajectories",
+        "grpo_prompts",
+        "verl_prompts",
+        "step_labels",
+    ]
     assert [e.table for e in EXPORTS.get("decex").exporters] == ["sft_examples", "preference_pairs"]
     # tables in EXPORT_INPUTS order, each with the union of its exporters' columns in schema order
     assert EXPORTS.get("apex").reads == {

@@ -76,7 +76,10 @@ def test_exported_token_ids_and_logprobs_are_the_sampled_ones(exported):
         steps = [calls[node_calls[node]] for node in row["node_ids"][1:]]
         last = steps[-1]
         assert row["prompt_token_ids"] == steps[0]["prompt_token_ids"]
-        assert row["prompt_token_ids"] + row["completion_token_ids"] == last["prompt_token_ids"] + last["completion_token_ids"]
+        assert (
+            row["prompt_token_ids"] + row["completion_token_ids"]
+            == last["prompt_token_ids"] + last["completion_token_ids"]
+        )
         for span, call in zip(row["step_token_spans"], steps):
             start, end = span["token_start"], span["token_end"]
             kept = end - start
@@ -102,4 +105,3 @@ def test_the_tree_advantage_features_are_the_exported_ids(exported, embedded_mod
     sampled = [row for row in rows if row["is_sampled"]]
     assert [f["input_ids"] for f in features] == [r["prompt_token_ids"] + r["completion_token_ids"] for r in sampled]
     assert [f["loss_mask"] for f in features] == [[0] * len(r["prompt_token_ids"]) + r["loss_mask"] for r in sampled]
-

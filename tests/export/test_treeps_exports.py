@@ -13,13 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from ragfactory.schemas.tables import table_spec
+from ragfactory.tasks.export.verl import write_verl_parquet
+from ragfactory.tasks.llm.seeds import derive_seed
+from ragfactory.tasks.search.treeps.exports import verl_rows
 from ragfactory.tasks.search.treeps.grpo import grpo_prompt_rows
 from ragfactory.tasks.search.treeps.step_labels import StepLabelConfig, step_label_rows
-from ragfactory.tasks.search.treeps.trajectories import SAMPLE_PATH, TrajectoryConfig, trajectory_rows
-from ragfactory.tasks.export.verl import write_verl_parquet
-from ragfactory.tasks.search.treeps.exports import verl_rows
-from ragfactory.tasks.llm.seeds import derive_seed
 from ragfactory.tasks.search.treeps.steps import initial_prompt
+from ragfactory.tasks.search.treeps.trajectories import SAMPLE_PATH, TrajectoryConfig, trajectory_rows
 from tests.search.jaws_scenario import expand as expand_jaws
 from tests.search.treeps_scenario import QUESTIONS, build, mixed
 
@@ -39,8 +39,9 @@ def trajectories(nodes):
 
 def load(warehouse, table, rows):
     path = warehouse.write(table, rows, "treeps")
-    return datasets.load_dataset("parquet", data_files=str(path), split="train",
-                                 cache_dir=str(warehouse.root / "hf-cache"))
+    return datasets.load_dataset(
+        "parquet", data_files=str(path), split="train", cache_dir=str(warehouse.root / "hf-cache")
+    )
 
 
 def test_every_root_to_leaf_path_is_a_trajectory_with_the_nodes_advantages(nodes, trajectories):
@@ -52,11 +53,11 @@ def test_every_root_to_leaf_path_is_a_trajectory_with_the_nodes_advantages(nodes
         assert [s["advantage"] for s in row["step_spans"]] == row["advantages"]
         assert row["reward"] == by_id[row["leaf_node_id"]]["reward"]
         for span, step in zip(row["step_spans"], steps):
-            assert row["response"][span["char_start"]:span["char_end"]] == step["text"]
+            assert row["response"][span["char_start"] : span["char_end"]] == step["text"]
         searches = [s for s in steps if s["kind"] == "sub_query"]
         assert len(row["observation_spans"]) == len(searches)
         for span, _search in zip(row["observation_spans"], searches):
-            block = row["response"][span["char_start"]:span["char_end"]]
+            block = row["response"][span["char_start"] : span["char_end"]]
             assert block.startswith("\n\n<information>Doc 1(Title: T)") and block.endswith("</information>\n\n")
             assert all(f"Title: T) text {i}" in block for i in range(3))
 
@@ -67,7 +68,7 @@ def test_a_hand_checked_trajectory(trajectories):
     docs = "".join(f"Doc {i + 1}(Title: T) text {i}\n" for i in range(3))
     observation = f"\n\n<information>{docs}</information>\n\n"
     answer = "<reason>Known.</reason> <answer> Paris </answer>"
-    expected = (search.format("q") + observation + search.format("q/s2") + observation + answer)
+    expected = search.format("q") + observation + search.format("q/s2") + observation + answer
     assert row["response"] == expected
     assert [m["role"] for m in row["messages"]] == ["user", "assistant", "user", "assistant", "user", "assistant"]
     assert row["messages"][0] == row["prompt"][0]
@@ -110,11 +111,19 @@ VERL_TYPES = {
     "data_source": pa.string(),
     "prompt": pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])),
     "ability": pa.string(),
-    "reward_model": pa.struct([("style", pa.string()),
-                               ("ground_truth", pa.struct([("target", pa.list_(pa.string()))]))]),
-    "extra_info": pa.struct([("split", pa.string()), ("index", pa.int64()), ("question_id", pa.string()),
-                             ("run_id", pa.string()), ("strategy", pa.string()),
-                             ("node_ids", pa.list_(pa.string()))]),
+    "reward_model": pa.struct(
+        [("style", pa.string()), ("ground_truth", pa.struct([("target", pa.list_(pa.string()))]))]
+    ),
+    "extra_info": pa.struct(
+        [
+            ("split", pa.string()),
+            ("index", pa.int64()),
+            ("question_id", pa.string()),
+            ("run_id", pa.string()),
+            ("strategy", pa.string()),
+            ("node_ids", pa.list_(pa.string())),
+        ]
+    ),
 }
 
 
@@ -123,15 +132,20 @@ def test_verl_parquet_has_the_five_search_r1_fields(tmp_path, warehouse, nodes):
     path = write_verl_parquet(rows, tmp_path / "verl" / "train.parquet")
     schema = pq.read_schema(path)
     assert {name: schema.field(name).type for name in schema.names} == VERL_TYPES
-    loaded = datasets.load_dataset("parquet", data_files=str(path), split="train",
-                                   cache_dir=str(tmp_path / "hf-cache"))
+    loaded = datasets.load_dataset("parquet", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf-cache"))
     row = loaded[0]
     assert row["data_source"] == "searchR1_hotpotqa" and row["ability"] == "fact-reasoning"
     assert row["prompt"] == [{"role": "user", "content": initial_prompt("Capital of country 0?", "treeps_step")}]
     assert row["reward_model"] == {"style": "rule", "ground_truth": {"target": ["Paris"]}}
     root = next(n for n in nodes if n["question_id"] == "q0" and n["parent_id"] is None)
-    assert row["extra_info"] == {"split": "train", "index": 0, "question_id": "q0", "run_id": "run",
-                                 "strategy": "treeps", "node_ids": [root["node_id"]]}
+    assert row["extra_info"] == {
+        "split": "train",
+        "index": 0,
+        "question_id": "q0",
+        "run_id": "run",
+        "strategy": "treeps",
+        "node_ids": [root["node_id"]],
+    }
     assert load(warehouse, "verl_prompts", rows).num_rows == 2
 
 

@@ -35,8 +35,7 @@ def _verl_main(overrides: list[str], wrong: str) -> dict:
 
     with initialize_config_module("verl.trainer.config", version_base=None):
         config = compose("ppo_trainer", overrides=overrides)
-    validate_config(config=config, use_reference_policy=need_reference_policy(config),
-                    use_critic=need_critic(config))
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     tokenizer = AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path)
     dataset = create_rl_dataset(config.data.train_files, config.data, tokenizer, None)
     rows = [dataset[i] for i in range(len(dataset))]
@@ -45,17 +44,27 @@ def _verl_main(overrides: list[str], wrong: str) -> dict:
         ids = torch.tensor([tokenizer(f"<answer> {answer} </answer>")["input_ids"]])
         return DataProto.from_dict(
             tensors={"responses": ids, "attention_mask": torch.ones_like(ids)},
-            non_tensors={key: np.array([row[key]], dtype=object)
-                         for key in ("data_source", "reward_model", "extra_info")})
+            non_tensors={
+                key: np.array([row[key]], dtype=object) for key in ("data_source", "reward_model", "extra_info")
+            },
+        )
 
     async def scores() -> list[list[float]]:
         manager = load_reward_manager(config, tokenizer)
-        return [[(await manager.run_single(batch(row, answer)))["reward_score"]
-                 for answer in (row["reward_model"]["ground_truth"]["target"][0], wrong)]
-                for row in rows]
+        return [
+            [
+                (await manager.run_single(batch(row, answer)))["reward_score"]
+                for answer in (row["reward_model"]["ground_truth"]["target"][0], wrong)
+            ]
+            for row in rows
+        ]
 
-    return {"rows": len(dataset), "data_sources": [row["data_source"] for row in rows],
-            "reward_function": config.reward.custom_reward_function.path, "scores": asyncio.run(scores())}
+    return {
+        "rows": len(dataset),
+        "data_sources": [row["data_source"] for row in rows],
+        "reward_function": config.reward.custom_reward_function.path,
+        "scores": asyncio.run(scores()),
+    }
 
 
 def llamafactory(args: dict) -> dict:
@@ -65,12 +74,21 @@ def llamafactory(args: dict) -> dict:
     from llamafactory.hparams import get_train_args
     from llamafactory.model import load_tokenizer
 
-    model_args, data_args, training_args, _, _ = get_train_args({
-        "stage": args["stage"], "do_train": True, "model_name_or_path": args["model"],
-        "dataset": args["dataset"], "dataset_dir": args["folder"], "template": "smollm2",
-        "cutoff_len": 4096, "output_dir": args["output"], "overwrite_cache": True,
-        "report_to": "none", "use_cpu": True,
-    })
+    model_args, data_args, training_args, _, _ = get_train_args(
+        {
+            "stage": args["stage"],
+            "do_train": True,
+            "model_name_or_path": args["model"],
+            "dataset": args["dataset"],
+            "dataset_dir": args["folder"],
+            "template": "smollm2",
+            "cutoff_len": 4096,
+            "output_dir": args["output"],
+            "overwrite_cache": True,
+            "report_to": "none",
+            "use_cpu": True,
+        }
+    )
     tokenizer_module = load_tokenizer(model_args)
     tokenizer = tokenizer_module["tokenizer"]
     template = get_template_and_fix_tokenizer(tokenizer, data_args)
@@ -148,16 +166,36 @@ def openrlhf(args: dict) -> dict:
     for cli, argv in args["runs"]:
         parsed = _openrlhf_args(cli, argv)
         data, strategy = parsed.data, _Strategy(parsed)
-        rows = blending_datasets(data.dataset, data.dataset_probs, strategy, parsed.train.seed,
-                                 max_count=data.max_samples, dataset_split=data.dataset_split)
+        rows = blending_datasets(
+            data.dataset,
+            data.dataset_probs,
+            strategy,
+            parsed.train.seed,
+            max_count=data.max_samples,
+            dataset_split=data.dataset_split,
+        )
         tokenizer = AutoTokenizer.from_pretrained(parsed.model.model_name_or_path)
         if cli == "train_sft":
-            dataset = SFTDataset(rows, tokenizer, data.max_len, strategy, input_template=data.input_template,
-                                 num_processors=1, multiturn=data.multiturn)
+            dataset = SFTDataset(
+                rows,
+                tokenizer,
+                data.max_len,
+                strategy,
+                input_template=data.input_template,
+                num_processors=1,
+                multiturn=data.multiturn,
+            )
             first = dataset.prompts[0] + dataset.responses[0]
         else:
-            dataset = RewardDataset(rows, tokenizer, data.max_len, strategy, input_template=data.input_template,
-                                    is_dpo=True, num_processors=1)
+            dataset = RewardDataset(
+                rows,
+                tokenizer,
+                data.max_len,
+                strategy,
+                input_template=data.input_template,
+                is_dpo=True,
+                num_processors=1,
+            )
             first = dataset.prompts[0] + dataset.chosens[0]
         out.append({"loaded": len(rows), "kept": len(dataset), "max_len": data.max_len, "first": first})
     return {"runs": out}
@@ -181,13 +219,21 @@ def flashrag(args: dict) -> dict:
     config = {"dataset_name": "nq"}  # any name but curatedtrec, whose answers are regexes
     em, f1, cover = ExactMatch(config), F1_Score(config), Sub_ExactMatch(config)
     cases = json.loads(Path(args["cases_file"]).read_text(encoding="utf-8"))
-    return {"em": [em.calculate_em(p, g) for p, g in cases],
-            "f1": [f1.token_level_scores(p, g)["f1"] for p, g in cases],
-            "cover_em": [cover.calculate_sub_em(p, g) for p, g in cases]}
+    return {
+        "em": [em.calculate_em(p, g) for p, g in cases],
+        "f1": [f1.token_level_scores(p, g)["f1"] for p, g in cases],
+        "cover_em": [cover.calculate_sub_em(p, g) for p, g in cases],
+    }
 
 
 if __name__ == "__main__":
-    clients = {"verl_main": verl_main, "llamafactory": llamafactory, "llamafactory_train": llamafactory_train,
-               "openrlhf": openrlhf, "load_folders": load_folders, "flashrag": flashrag}
+    clients = {
+        "verl_main": verl_main,
+        "llamafactory": llamafactory,
+        "llamafactory_train": llamafactory_train,
+        "openrlhf": openrlhf,
+        "load_folders": load_folders,
+        "flashrag": flashrag,
+    }
     result = clients[sys.argv[1]](json.loads(sys.argv[2]))
     print("RESULT " + json.dumps(result))

@@ -21,11 +21,21 @@ def _cli() -> list[str]:
 def run_cli(args: list[str], cwd: Path, root: Path, timeout_s: float) -> subprocess.CompletedProcess:
     """Run the CLI with the network unreachable and the root and Prefect home under ``cwd``."""
     # the CLI itself must go offline: the test session's own offline settings are not passed on
-    env = {k: v for k, v in os.environ.items() if k not in {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "RAGFACTORY_ENGINE"}}
-    env |= {"RAGFACTORY_HOME": str(root), "PREFECT_HOME": str(cwd / "prefect-home"),
-            "HTTPS_PROXY": UNREACHABLE, "HTTP_PROXY": UNREACHABLE, "https_proxy": UNREACHABLE,
-            "http_proxy": UNREACHABLE, "HF_ENDPOINT": UNREACHABLE, "NO_PROXY": "127.0.0.1,localhost",
-            "no_proxy": "127.0.0.1,localhost", "COLUMNS": "400"}
+    env = {
+        k: v for k, v in os.environ.items() if k not in {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "RAGFACTORY_ENGINE"}
+    }
+    env |= {
+        "RAGFACTORY_HOME": str(root),
+        "PREFECT_HOME": str(cwd / "prefect-home"),
+        "HTTPS_PROXY": UNREACHABLE,
+        "HTTP_PROXY": UNREACHABLE,
+        "https_proxy": UNREACHABLE,
+        "http_proxy": UNREACHABLE,
+        "HF_ENDPOINT": UNREACHABLE,
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+        "COLUMNS": "400",
+    }
     return subprocess.run(_cli() + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
 
 

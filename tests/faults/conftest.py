@@ -27,9 +27,12 @@ def _prefect(prefect_api):
 def slow_engine():
     """The echo server answering after 300 s: an engine call a signal always interrupts."""
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "tests.echo_server", "--model", "echo",
-                               "--port", str(port), "--delay-s", "300"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.echo_server", "--model", "echo", "--port", str(port), "--delay-s", "300"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:

@@ -46,8 +46,12 @@ def build_config(tmp_path: Path, **extra) -> Path:
 
 def start_build(config: Path, root: Path, log: Path) -> subprocess.Popen:
     with log.open("w") as out:
-        return subprocess.Popen([sys.executable, "-m", "ragfactory.cli", "build", "--config", str(config),
-                                 "--root", str(root)], stdout=out, stderr=subprocess.STDOUT, env=shell_env())
+        return subprocess.Popen(
+            [sys.executable, "-m", "ragfactory.cli", "build", "--config", str(config), "--root", str(root)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=shell_env(),
+        )
 
 
 def wait_for_engine_call(build: subprocess.Popen, port: int) -> None:
@@ -75,9 +79,17 @@ def alive_pids(pids: list[int]) -> list[int]:
 def start_mid_shard_build(tmp_path: Path, port: int) -> tuple[subprocess.Popen, Path, Path]:
     """A DecEx build on the slow echo engine at ``port``, once it is mid-shard; (process, root, log)."""
     policy = {"backend": "openai", "model": "echo", "base_url": f"http://127.0.0.1:{port}/v1", "retries": 0}
-    config = build_config(tmp_path, datasets=[{"name": "hotpotqa", "limit": 10}], llm={"policy": policy},
-                     search={"strategies": ["decex"], "partition": "train", "questions_per_dataset": 2,
-                             "decex": {"k": 2, "n_rollouts": 1, "t_max": 1, "termination_samples": 1}})
+    config = build_config(
+        tmp_path,
+        datasets=[{"name": "hotpotqa", "limit": 10}],
+        llm={"policy": policy},
+        search={
+            "strategies": ["decex"],
+            "partition": "train",
+            "questions_per_dataset": 2,
+            "decex": {"k": 2, "n_rollouts": 1, "t_max": 1, "termination_samples": 1},
+        },
+    )
     root, log = tmp_path / "wh", tmp_path / "build.log"
     build = start_build(config, root, log)
     try:

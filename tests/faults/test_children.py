@@ -94,8 +94,12 @@ def test_kill_9_of_a_build_leaves_no_process_it_started(tmp_path, slow_engine):
         if build.poll() is None:
             build.kill()
     assert _gone_within(children, [home], GONE_WITHIN_S) == ([], [])
-    [settings] = [line for path in (root / "logs").glob("build-*.log") for line in path.read_text().splitlines()
-                  if "prefect settings:" in line]
+    [settings] = [
+        line
+        for path in (root / "logs").glob("build-*.log")
+        for line in path.read_text().splitlines()
+        if "prefect settings:" in line
+    ]
     assert f"prefect settings: home={home} server_startup_timeout_s=180" in settings
 
 

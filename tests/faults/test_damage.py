@@ -31,6 +31,8 @@ pytestmark = pytest.mark.timeout(300)
 
 runner = CliRunner()
 RUN = "decex-test"  # the run id every test names, set by the build below
+
+
 @pytest.fixture(scope="module")
 def undisturbed(tmp_path_factory):
     root = tmp_path_factory.mktemp("undisturbed") / "wh"
@@ -85,8 +87,10 @@ def test_a_truncated_shard_fails_only_its_table_and_repair_rebuilds_it(undisturb
     code, out = _cli("check", "--root", str(damaged))
     assert code == 1
     assert out.splitlines()[0].startswith(f"damaged: {relative} (nodes): ")
-    assert out.splitlines()[-1] == (f"1 file(s) under {damaged} cannot be trusted; `ragfactory check --repair "
-                                    f"--root {damaged}` rebuilds the damaged ones")
+    assert out.splitlines()[-1] == (
+        f"1 file(s) under {damaged} cannot be trusted; `ragfactory check --repair "
+        f"--root {damaged}` rebuilds the damaged ones"
+    )
 
     code, out = _cli("check", "--repair", "--root", str(damaged))
     assert code == 0, out
@@ -129,9 +133,15 @@ def test_a_deleted_index_file_is_named_and_the_index_rebuilt(undisturbed, damage
     assert code == 0, out
     assert victim.is_file()
     original = undisturbed / "artifacts" / "indexes" / folders[0].name
-    assert {p.relative_to(original).as_posix(): p.read_bytes() for p in original.rglob("*") if p.is_file()
-            and p.name != "manifest.json"} == {p.relative_to(folders[0]).as_posix(): p.read_bytes()
-                                               for p in folders[0].rglob("*") if p.is_file() and p.name != "manifest.json"}
+    assert {
+        p.relative_to(original).as_posix(): p.read_bytes()
+        for p in original.rglob("*")
+        if p.is_file() and p.name != "manifest.json"
+    } == {
+        p.relative_to(folders[0]).as_posix(): p.read_bytes()
+        for p in folders[0].rglob("*")
+        if p.is_file() and p.name != "manifest.json"
+    }
     assert table_rows(damaged) == table_rows(undisturbed)
 
 

@@ -126,8 +126,11 @@ def retrieval_server(tmp_path_factory):
     """`ragfactory retrieval serve` (BM25) over the small warehouse's passages; its port."""
     root = fill(_warehouse(tmp_path_factory.mktemp("served"))).root
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "ragfactory.cli", "retrieval", "serve", "--port", str(port),
-                               "--root", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ragfactory.cli", "retrieval", "serve", "--port", str(port), "--root", str(root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and server.poll() is None:
         try:

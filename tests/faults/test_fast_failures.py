@@ -61,9 +61,14 @@ def test_training_on_a_build_without_that_export_fails_fast(tmp_path):
     _warehouse_with_a_build(root, {"name": "r"})
     done, elapsed = run_cli(["train", "--method", "sft", "--run-id", "r1"], tmp_path, root, FAST_S)
     assert_cpu_within(elapsed)
-    assert_fails_with(done, (
-        "error: run_id: run 'r1' exported no sft_examples rows, which --method sft trains on; build with a "
-        "strategy that exports them, or give --parquet"), root)
+    assert_fails_with(
+        done,
+        (
+            "error: run_id: run 'r1' exported no sft_examples rows, which --method sft trains on; build with a "
+            "strategy that exports them, or give --parquet"
+        ),
+        root,
+    )
     assert "Starting temporary server" not in done.stdout + done.stderr
 
 
@@ -71,19 +76,30 @@ def test_training_on_a_run_that_does_not_exist_fails_fast(tmp_path):
     root = tmp_path / "wh"
     done, elapsed = run_cli(["train", "--method", "dpo", "--run-id", "no-such-run"], tmp_path, root, FAST_S)
     assert_cpu_within(elapsed)
-    assert_fails_with(done, (
-        f"error: run_id: no run 'no-such-run' in {root}; list the builds with "
-        "`ragfactory sql \"select run_id, status from runs where flow = 'build'\"`"), root)
+    assert_fails_with(
+        done,
+        (
+            f"error: run_id: no run 'no-such-run' in {root}; list the builds with "
+            "`ragfactory sql \"select run_id, status from runs where flow = 'build'\"`"
+        ),
+        root,
+    )
 
 
 def test_evaluating_a_dataset_never_ingested_fails_fast(tmp_path):
     root = tmp_path / "wh"
-    done, elapsed = run_cli(["evaluate", "--dataset", "nosuchds", "--limit", "1", "--mode", "direct"],
-                            tmp_path, root, FAST_S)
+    done, elapsed = run_cli(
+        ["evaluate", "--dataset", "nosuchds", "--limit", "1", "--mode", "direct"], tmp_path, root, FAST_S
+    )
     assert_cpu_within(elapsed)
-    assert_fails_with(done, (
-        f"error: datasets[0]: no questions of 'nosuchds' in {root}: build them first (`ragfactory build`), or "
-        "name a bundled dataset: 2wikimultihopqa, bamboogle, hotpotqa, musique"), root)
+    assert_fails_with(
+        done,
+        (
+            f"error: datasets[0]: no questions of 'nosuchds' in {root}: build them first (`ragfactory build`), or "
+            "name a bundled dataset: 2wikimultihopqa, bamboogle, hotpotqa, musique"
+        ),
+        root,
+    )
     assert not (root / "runs").exists()
 
 
@@ -95,9 +111,14 @@ def test_a_repair_whose_run_cannot_run_here_moves_nothing_and_fails_fast(tmp_pat
     shard.write_bytes(shard.read_bytes()[:100])
     done, elapsed = run_cli(["check", "--repair"], tmp_path, root, FAST_S)
     assert_cpu_within(elapsed)
-    assert_fails_with(done, (
-        f"error: nothing was moved: cannot rebuild: run r1: datasets[0].path: {gone} does not exist; fix the "
-        f"path (a relative path is read from {tmp_path})"), root)
+    assert_fails_with(
+        done,
+        (
+            f"error: nothing was moved: cannot rebuild: run r1: datasets[0].path: {gone} does not exist; fix the "
+            f"path (a relative path is read from {tmp_path})"
+        ),
+        root,
+    )
     assert not (root / "_quarantine").exists() and shard.stat().st_size == 100
     assert [(p.kind, p.path) for p in check(wh)] == [("damaged", "nodes/run_id=r1/decex-0000.parquet")]
 
@@ -107,11 +128,13 @@ def test_serving_on_a_port_in_use_fails_fast(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        done, elapsed = run_cli(["serve", "--port", str(port), "--dashboard-port", "0"], tmp_path,
-                                tmp_path / "wh", FAST_S)
+        done, elapsed = run_cli(
+            ["serve", "--port", str(port), "--dashboard-port", "0"], tmp_path, tmp_path / "wh", FAST_S
+        )
     assert_cpu_within(elapsed)
-    assert_fails_with(done, (
-        f"error: 127.0.0.1:{port} is in use (another Prefect server?); pick one with --port"), tmp_path / "wh")
+    assert_fails_with(
+        done, (f"error: 127.0.0.1:{port} is in use (another Prefect server?); pick one with --port"), tmp_path / "wh"
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -35,12 +35,15 @@ HOTPOTQA_PASSAGES = 4956
 
 
 def _counts(wh: Warehouse) -> dict[str, int]:
-    rows = query(wh, """
+    rows = query(
+        wh,
+        """
         select 'questions' as t, count(*) as n from questions where dataset = 'hotpotqa'
         union all select 'distinct_questions', count(distinct question_id) from questions where dataset = 'hotpotqa'
         union all select 'passages', count(*) from passages where source = 'hotpotqa'
         union all select 'distinct_passages', count(distinct passage_id) from passages where source = 'hotpotqa'
-    """).to_pylist()
+    """,
+    ).to_pylist()
     return {row["t"]: row["n"] for row in rows}
 
 
@@ -50,8 +53,12 @@ def test_a_limit_3_ingest_after_a_full_one_leaves_every_row(tmp_path):
     small = ingest_dataset(str(wh.root), DatasetConfig(name="hotpotqa", limit=3))
     assert (full["questions"], full["passages"]) == (HOTPOTQA_QUESTIONS, HOTPOTQA_PASSAGES)
     assert small["questions"] == 3 and small["version"] != full["version"]
-    assert _counts(wh) == {"questions": HOTPOTQA_QUESTIONS, "distinct_questions": HOTPOTQA_QUESTIONS,
-                           "passages": HOTPOTQA_PASSAGES, "distinct_passages": HOTPOTQA_PASSAGES}
+    assert _counts(wh) == {
+        "questions": HOTPOTQA_QUESTIONS,
+        "distinct_questions": HOTPOTQA_QUESTIONS,
+        "passages": HOTPOTQA_PASSAGES,
+        "distinct_passages": HOTPOTQA_PASSAGES,
+    }
     [row] = query(wh, "select question_ids from ingests where version = $v", {"v": small["version"]}).to_pylist()
     assert row["question_ids"] == [q["question_id"] for q in load_bundled("hotpotqa", limit=3).questions]
 
@@ -66,16 +73,21 @@ def test_ingesting_the_same_version_again_does_nothing(tmp_path):
 
 
 def _decex_config(root, name: str, datasets: list[dict]) -> BuildConfig:
-    return BuildConfig.model_validate({
-        "name": name,
-        "warehouse": {"root": str(root)},
-        "datasets": datasets,
-        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},  # expand every question
-        "retrieval": {"dense": {"enabled": False}},
-        "llm": scripted_llm(),
-        "search": {"strategies": ["decex"], "shard_size": 2,
-                   "decex": {"k": 2, "n_rollouts": 1, "t_max": 2, "termination_samples": 1}},
-    })
+    return BuildConfig.model_validate(
+        {
+            "name": name,
+            "warehouse": {"root": str(root)},
+            "datasets": datasets,
+            "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},  # expand every question
+            "retrieval": {"dense": {"enabled": False}},
+            "llm": scripted_llm(),
+            "search": {
+                "strategies": ["decex"],
+                "shard_size": 2,
+                "decex": {"k": 2, "n_rollouts": 1, "t_max": 2, "termination_samples": 1},
+            },
+        }
+    )
 
 
 def test_two_builds_with_different_configs_at_once_leave_both_intact(tmp_path, engines):
@@ -109,24 +121,37 @@ def test_two_builds_with_different_configs_at_once_leave_both_intact(tmp_path, e
     assert held == sorted(hotpot + musique)  # the union of both builds' questions, each once
     expected = {"small": set(hotpot[:3]), "wide": set(hotpot + musique)}
     for name, summary in summaries.items():
-        expanded = query(wh, "select distinct question_id from nodes where run_id = $r",
-                         {"r": summary["run_id"]}).column("question_id").to_pylist()
+        expanded = (
+            query(wh, "select distinct question_id from nodes where run_id = $r", {"r": summary["run_id"]})
+            .column("question_id")
+            .to_pylist()
+        )
         assert set(expanded) == expected[name], name
         [run_row] = query(wh, "select inputs from runs where run_id = $r", {"r": summary["run_id"]}).to_pylist()
         versions = {r["source"]: r["version"] for r in summary["ingested"]}
         assert {i["dataset"]: i["version"] for i in run_row["inputs"]} == versions
-        chosen = query(wh, "select unnest(question_ids) as q from ingests where list_contains($v, version)",
-                       {"v": list(versions.values())}).column("q").to_pylist()
+        chosen = (
+            query(
+                wh,
+                "select unnest(question_ids) as q from ingests where list_contains($v, version)",
+                {"v": list(versions.values())},
+            )
+            .column("q")
+            .to_pylist()
+        )
         assert set(chosen) == expected[name], name
 
 
 def test_a_0_byte_dataset_warns_in_the_log_and_the_run(tmp_path, caplog):
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
-    config = BuildConfig.model_validate({
-        "name": "empty", "warehouse": {"root": str(tmp_path / "wh")},
-        "datasets": [{"name": "mine", "format": "hotpotqa", "path": str(empty)}],
-    })
+    config = BuildConfig.model_validate(
+        {
+            "name": "empty",
+            "warehouse": {"root": str(tmp_path / "wh")},
+            "datasets": [{"name": "mine", "format": "hotpotqa", "path": str(empty)}],
+        }
+    )
     summary = build(config)
     message = f"dataset mine: {empty} is empty (0 bytes); nothing ingested"
     assert summary["status"] == "completed" and message in summary["warnings"]
@@ -137,9 +162,11 @@ def test_a_0_byte_dataset_warns_in_the_log_and_the_run(tmp_path, caplog):
 
 def test_an_oversize_passage_lands_in_rejects_with_its_id_and_size(tmp_path):
     corpus = tmp_path / "wiki.jsonl"
-    lines = ['{"id": "ok-1", "contents": "\\"Paris\\"\\nParis is the capital of France."}',
-             '{"id": "big-7", "contents": "\\"Blob\\"\\n' + "x" * 150 + '"}',
-             '{"id": "huge-9", "contents": "' + "y" * 20_000 + '"}']  # over 128 bytes per allowed char
+    lines = [
+        '{"id": "ok-1", "contents": "\\"Paris\\"\\nParis is the capital of France."}',
+        '{"id": "big-7", "contents": "\\"Blob\\"\\n' + "x" * 150 + '"}',
+        '{"id": "huge-9", "contents": "' + "y" * 20_000 + '"}',
+    ]  # over 128 bytes per allowed char
     corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
     wh = Warehouse(tmp_path / "wh")
     result = ingest_corpus(str(wh.root), str(corpus), max_passage_chars=100)
@@ -188,8 +215,12 @@ def test_an_oversize_paragraph_of_a_dataset_is_a_reject_and_its_question_loads(t
     from ragfactory.tasks.data.loaders import load_questions
     from ragfactory.tasks.data.passages import passage_id
 
-    row = {"_id": "q1", "question": "Who?", "answer": "Ann",
-           "context": [["Small", ["Ann wrote it."]], ["Blob", ["z" * 200]]]}
+    row = {
+        "_id": "q1",
+        "question": "Who?",
+        "answer": "Ann",
+        "context": [["Small", ["Ann wrote it."]], ["Blob", ["z" * 200]]],
+    }
     path = tmp_path / "dev.jsonl"
     path.write_text(json.dumps(row) + "\n", encoding="utf-8")
     result = load_questions(path, "mine", "hotpotqa", limits=JsonlLimits.for_passages(100))

@@ -22,15 +22,20 @@ from ragfactory.warehouse.confined import close, default_memory_limit
 from tests.warehouse.filled import PARTITION_VALUES, fill, sample
 
 CROSS_JOIN = "select a.*, b.*, c.*, d.* from nodes a, nodes b, nodes c, nodes d order by random()"
-LONG_COUNT = ("select sum(hash(a.node_id, b.node_id, c.node_id, d.node_id, e.node_id)) "
-              "from nodes a, nodes b, nodes c, nodes d, nodes e")
+LONG_COUNT = (
+    "select sum(hash(a.node_id, b.node_id, c.node_id, d.node_id, e.node_id)) "
+    "from nodes a, nodes b, nodes c, nodes d, nodes e"
+)
 
 
 @pytest.fixture
 def nodes(warehouse):
     schema = TABLES["nodes"].schema
-    warehouse.write("nodes", [{f.name: PARTITION_VALUES.get(f.name) or sample(f.type, f.name, i) for f in schema}
-                              for i in range(60)], shard="shard0")
+    warehouse.write(
+        "nodes",
+        [{f.name: PARTITION_VALUES.get(f.name) or sample(f.type, f.name, i) for f in schema} for i in range(60)],
+        shard="shard0",
+    )
     return warehouse
 
 
@@ -42,16 +47,19 @@ def _sql(*args: str):
 def test_the_cross_join_ends_with_the_memory_limit_line(nodes):
     code, lines = _sql(CROSS_JOIN, "--root", str(nodes.root), "--memory-limit", "256MiB", "--timeout", "300")
     assert code == 1
-    assert lines == ["error: query stopped: it needs more than its 256MiB memory limit (raise it with "
-                     "--memory-limit or $RAGFACTORY_SQL_MEMORY_LIMIT; nothing spills to disk)"]
+    assert lines == [
+        "error: query stopped: it needs more than its 256MiB memory limit (raise it with "
+        "--memory-limit or $RAGFACTORY_SQL_MEMORY_LIMIT; nothing spills to disk)"
+    ]
 
 
 def test_a_long_query_ends_with_the_time_limit_line(nodes, monkeypatch):
     monkeypatch.setenv("RAGFACTORY_SQL_TIMEOUT_S", "1")
     code, lines = _sql(LONG_COUNT, "--root", str(nodes.root))
     assert code == 1
-    assert lines == ["error: query stopped: it ran past its 1 s time limit (raise it with --timeout or "
-                     "$RAGFACTORY_SQL_TIMEOUT_S)"]
+    assert lines == [
+        "error: query stopped: it ran past its 1 s time limit (raise it with --timeout or $RAGFACTORY_SQL_TIMEOUT_S)"
+    ]
     code, lines = _sql("select count(*) as n from nodes", "--root", str(nodes.root), "--format", "csv")
     assert (code, lines) == (0, ['"n"', "60"])
 
@@ -60,9 +68,11 @@ def test_the_dashboard_row_limit_names_itself_and_a_result_within_it_is_whole(no
     limits = SqlLimits(max_rows=59, flags=False)
     with pytest.raises(LimitReached) as refused:
         user_query(nodes, "select node_id from nodes", limits=limits)
-    assert str(refused.value) == ("query stopped: its result has more than 59 rows, the row limit here (add a "
-                                  "LIMIT, use `ragfactory sql`, or raise it with $RAGFACTORY_SQL_MAX_ROWS where "
-                                  "this server starts)")
+    assert str(refused.value) == (
+        "query stopped: its result has more than 59 rows, the row limit here (add a "
+        "LIMIT, use `ragfactory sql`, or raise it with $RAGFACTORY_SQL_MAX_ROWS where "
+        "this server starts)"
+    )
     assert user_query(nodes, "select node_id from nodes", limits=SqlLimits(max_rows=60)).num_rows == 60
 
 

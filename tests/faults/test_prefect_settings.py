@@ -29,10 +29,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 def _run(args: list[str], root: Path, **extra: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     """The command's result and the ``prefect settings`` lines of its flows' logs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    done = subprocess.run([sys.executable, "-m", "ragfactory.cli", *args, "--root", str(root)],
-                          env=env | {"COLUMNS": "400", **extra}, capture_output=True, text=True, timeout=900)
-    lines = [line.split("prefect settings: ", 1)[1] for log in sorted((root / "logs").glob("*.log"))
-             for line in log.read_text().splitlines() if "prefect settings: " in line]
+    done = subprocess.run(
+        [sys.executable, "-m", "ragfactory.cli", *args, "--root", str(root)],
+        env=env | {"COLUMNS": "400", **extra},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    lines = [
+        line.split("prefect settings: ", 1)[1]
+        for log in sorted((root / "logs").glob("*.log"))
+        for line in log.read_text().splitlines()
+        if "prefect settings: " in line
+    ]
     return done, lines
 
 
@@ -54,8 +63,23 @@ def test_the_train_flow_runs_under_the_commands_prefect_settings(tmp_path):
 
 
 def test_the_evaluate_flow_runs_under_the_commands_prefect_settings(tmp_path):
-    done, lines = _run(["evaluate", "--model", "embedded", "-d", "bamboogle", "--limit", "1", "--mode", "direct",
-                        "--max-tokens", "16"], tmp_path / "wh", RAGFACTORY_ENGINE="transformers")
+    done, lines = _run(
+        [
+            "evaluate",
+            "--model",
+            "embedded",
+            "-d",
+            "bamboogle",
+            "--limit",
+            "1",
+            "--mode",
+            "direct",
+            "--max-tokens",
+            "16",
+        ],
+        tmp_path / "wh",
+        RAGFACTORY_ENGINE="transformers",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     _assert_own_settings(lines)
 

@@ -28,16 +28,22 @@ BUILD_S = 600.0  # the same for a build that starts its flow (Prefect's temporar
 def unknown_model(field: str, name: str) -> str:
     from huggingface_hub import constants
 
-    return (f"{field}: unknown model {name!r}: not 'embedded', a local folder, a model id or latest:NAME from "
-            f"the models table, or a model already in the local Hugging Face cache ({constants.HF_HUB_CACHE}); "
-            "fix the name, or allow downloads (allow_downloads: true, or --allow-downloads) to fetch it from the hub")
+    return (
+        f"{field}: unknown model {name!r}: not 'embedded', a local folder, a model id or latest:NAME from "
+        f"the models table, or a model already in the local Hugging Face cache ({constants.HF_HUB_CACHE}); "
+        "fix the name, or allow downloads (allow_downloads: true, or --allow-downloads) to fetch it from the hub"
+    )
 
 
 @pytest.mark.subprocess
 def test_unknown_model_fails_fast_without_the_network(tmp_path):
     root = tmp_path / "wh"
-    done = run_cli(["evaluate", "--model", "sft-doesnotexist0000", "-d", "hotpotqa", "--limit", "1",
-                             "--mode", "direct"], tmp_path, root, PREFLIGHT_S)
+    done = run_cli(
+        ["evaluate", "--model", "sft-doesnotexist0000", "-d", "hotpotqa", "--limit", "1", "--mode", "direct"],
+        tmp_path,
+        root,
+        PREFLIGHT_S,
+    )
     assert_fails_with(done, "error: " + unknown_model("model", "sft-doesnotexist0000"), root)
     assert not (root / "runs").exists()
 
@@ -46,10 +52,10 @@ def test_unknown_model_fails_fast_without_the_network(tmp_path):
 def test_unknown_policy_model_of_a_build_fails_before_the_flow(tmp_path):
     root = tmp_path / "wh"
     (tmp_path / "build.yaml").write_text(
-        "name: t\ndatasets: [{name: hotpotqa, limit: 3}]\nllm: {policy: {model: org/nowhere-1b}}\n")
+        "name: t\ndatasets: [{name: hotpotqa, limit: 3}]\nllm: {policy: {model: org/nowhere-1b}}\n"
+    )
     done = run_cli(["build", "-c", "build.yaml"], tmp_path, root, PREFLIGHT_S)
-    assert_fails_with(done,
-                      "error: build.yaml: " + unknown_model("llm.policy.model", "org/nowhere-1b"), root)
+    assert_fails_with(done, "error: build.yaml: " + unknown_model("llm.policy.model", "org/nowhere-1b"), root)
     assert "Starting temporary server" not in done.stdout + done.stderr
 
 
@@ -57,8 +63,12 @@ def test_unknown_policy_model_of_a_build_fails_before_the_flow(tmp_path):
 def test_unknown_base_model_of_a_training_fails_before_the_flow(tmp_path):
     root = tmp_path / "wh"
     (tmp_path / "sft.parquet").write_bytes(b"")
-    done = run_cli(["train", "--method", "sft", "--parquet", "sft.parquet", "--base-model", "org/nowhere-1b"],
-                            tmp_path, root, PREFLIGHT_S)
+    done = run_cli(
+        ["train", "--method", "sft", "--parquet", "sft.parquet", "--base-model", "org/nowhere-1b"],
+        tmp_path,
+        root,
+        PREFLIGHT_S,
+    )
     assert_fails_with(done, "error: " + unknown_model("base_model", "org/nowhere-1b"), root)
 
 
@@ -66,14 +76,18 @@ def test_unknown_base_model_of_a_training_fails_before_the_flow(tmp_path):
 def test_missing_dataset_path_is_one_line_before_any_work(tmp_path):
     root = tmp_path / "wh"
     (tmp_path / "build.yaml").write_text(
-        "name: t\ndatasets:\n  - {name: hotpotqa, path: data/hotpot_dev.jsonl}\n"
-        "corpus: {files: [data]}\n")
+        "name: t\ndatasets:\n  - {name: hotpotqa, path: data/hotpot_dev.jsonl}\ncorpus: {files: [data]}\n"
+    )
     (tmp_path / "data").mkdir()
     done = run_cli(["build", "--config", "build.yaml"], tmp_path, root, PREFLIGHT_S)
-    assert_fails_with(done, (
-        "error: build.yaml: datasets[0].path: data/hotpot_dev.jsonl does not exist; fix the path (a relative "
-        f"path is read from {tmp_path.resolve()}); corpus.files[0]: data is not a file (a JSONL file is expected)"),
-        root)
+    assert_fails_with(
+        done,
+        (
+            "error: build.yaml: datasets[0].path: data/hotpot_dev.jsonl does not exist; fix the path (a relative "
+            f"path is read from {tmp_path.resolve()}); corpus.files[0]: data is not a file (a JSONL file is expected)"
+        ),
+        root,
+    )
     assert not (root / "runs").exists()
 
 
@@ -86,11 +100,14 @@ def test_debug_puts_the_traceback_on_screen_too(tmp_path):
     assert error_lines(done)[-1].startswith("error: build.yaml: datasets[0].path: missing.jsonl does not exist")
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ("", "the config file is empty; give at least `name` and `datasets` (see configs/demo.yaml)"),
-    ("# only a comment\n", "the config file is empty; give at least `name` and `datasets` (see configs/demo.yaml)"),
-    ("- name: hotpotqa\n", "expected a mapping of settings (name, datasets, search, ...), got a YAML list"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", "the config file is empty; give at least `name` and `datasets` (see configs/demo.yaml)"),
+        ("# only a comment\n", "the config file is empty; give at least `name` and `datasets` (see configs/demo.yaml)"),
+        ("- name: hotpotqa\n", "expected a mapping of settings (name, datasets, search, ...), got a YAML list"),
+    ],
+)
 @pytest.mark.subprocess
 def test_empty_or_non_mapping_config_is_an_error_naming_the_file(tmp_path, text, problem):
     root = tmp_path / "wh"
@@ -106,13 +123,17 @@ def test_binary_dataset_fails_once_with_one_line_and_the_traceback_in_the_log(tm
     binary = tmp_path / "hotpot.jsonl"
     binary.write_bytes(bytes(range(256)) * 16)
     (tmp_path / "build.yaml").write_text(
-        f"name: t\ndatasets: [{{name: hotpotqa, path: {binary}}}]\nretrieval: {{dense: {{enabled: false}}}}\n")
+        f"name: t\ndatasets: [{{name: hotpotqa, path: {binary}}}]\nretrieval: {{dense: {{enabled: false}}}}\n"
+    )
     done = run_cli(["build", "-c", "build.yaml"], tmp_path, root, BUILD_S)
     logs = sorted((root / "logs").glob("build-*.log"))
     assert len(logs) == 1, done.stdout + done.stderr
-    assert_fails_with(done, (
-        f"error: shard hotpotqa failed: {binary}: not a JSONL file (binary content) (log: {logs[0]})"), root,
-        before_flow=False)
+    assert_fails_with(
+        done,
+        (f"error: shard hotpotqa failed: {binary}: not a JSONL file (binary content) (log: {logs[0]})"),
+        root,
+        before_flow=False,
+    )
     log = logs[0].read_text()
     assert "Retry 1/2" not in log and "Retry" not in done.stdout  # one attempt: permanent errors are not retried
     assert log.count("Finished in state Failed('Task run encountered an exception NotJsonlError") == 1
@@ -131,17 +152,20 @@ class _State:
         return self.data
 
 
-@pytest.mark.parametrize(("error", "permanent"), [
-    (FileNotFoundError("data/x.jsonl"), True),
-    (IsADirectoryError("data"), True),
-    (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), True),
-    (json.JSONDecodeError("Expecting value", "x", 0), True),
-    (NotJsonlError("x.jsonl: not a JSONL file (binary content)"), True),
-    (PermanentError("unknown model"), True),
-    (RuntimeError("engine failed"), False),
-    (ConnectionError("reset by peer"), False),
-    (TimeoutError("read timed out"), False),
-])
+@pytest.mark.parametrize(
+    ("error", "permanent"),
+    [
+        (FileNotFoundError("data/x.jsonl"), True),
+        (IsADirectoryError("data"), True),
+        (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), True),
+        (json.JSONDecodeError("Expecting value", "x", 0), True),
+        (NotJsonlError("x.jsonl: not a JSONL file (binary content)"), True),
+        (PermanentError("unknown model"), True),
+        (RuntimeError("engine failed"), False),
+        (ConnectionError("reset by peer"), False),
+        (TimeoutError("read timed out"), False),
+    ],
+)
 def test_retry_condition_gives_up_on_permanent_errors_only(error, permanent):
     assert is_permanent(error) is permanent
     assert retry_unless_permanent(None, None, _State(error)) is (not permanent)
@@ -168,7 +192,6 @@ def test_validation_errors_are_permanent():
     assert is_permanent(info.value)
 
 
-
 # The preflight checks themselves, without Prefect or a subprocess.
 
 
@@ -188,37 +211,53 @@ def test_models_resolve_from_the_registry_a_folder_or_the_local_hub_cache(tmp_pa
         assert model_problem("model", spec, wh) is None, spec
     assert model_problem("model", "org/other-1b", wh, allow_downloads=True) is None
     assert model_problem("model", "sft-gone", wh) == (
-        f"model: model 'sft-gone' is registered in {wh.root} but its weights are not on disk")
+        f"model: model 'sft-gone' is registered in {wh.root} but its weights are not on disk"
+    )
     assert model_problem("model", "latest:gone", wh).startswith(
-        "model: no trained model of lineage 'gone' with weights on disk in ")
+        "model: no trained model of lineage 'gone' with weights on disk in "
+    )
     assert model_problem("model", "org/other-1b", wh).startswith("model: unknown model 'org/other-1b': ")
     assert encoder_problem("retrieval.dense.model", "all-MiniLM-L6-v2") is None
     assert encoder_problem("retrieval.dense.model", "paraphrase-x").startswith(
-        "retrieval.dense.model: unknown sentence-transformers model 'paraphrase-x': ")
+        "retrieval.dense.model: unknown sentence-transformers model 'paraphrase-x': "
+    )
 
 
 def test_a_build_check_names_every_problem_at_once(tmp_path):
     from ragfactory.flows.config import BuildConfig
     from ragfactory.tasks.preflight import PreflightError, check_build
 
-    config = BuildConfig.model_validate({
-        "datasets": [{"name": "hotpotqa"}, {"name": "mine"}, {"name": "x", "path": str(tmp_path)}],
-        "corpus": {"files": [str(tmp_path / "wiki.jsonl")]},
-        "llm": {"judge": {"model": "nowhere-judge"}},
-        "retrieval": {"dense": {"enabled": False}},
-    })
+    config = BuildConfig.model_validate(
+        {
+            "datasets": [{"name": "hotpotqa"}, {"name": "mine"}, {"name": "x", "path": str(tmp_path)}],
+            "corpus": {"files": [str(tmp_path / "wiki.jsonl")]},
+            "llm": {"judge": {"model": "nowhere-judge"}},
+            "retrieval": {"dense": {"enabled": False}},
+        }
+    )
     with pytest.raises(PreflightError) as info:
         check_build(config, Warehouse(tmp_path / "wh"))
     message = str(info.value)
-    problems = ["datasets[1]: no bundled dataset 'mine'; bundled: ", f"datasets[2].path: {tmp_path} is not a file",
-                f"corpus.files[0]: {tmp_path / 'wiki.jsonl'} does not exist", "llm.judge.model: unknown model 'nowhere-judge'"]
+    problems = [
+        "datasets[1]: no bundled dataset 'mine'; bundled: ",
+        f"datasets[2].path: {tmp_path} is not a file",
+        f"corpus.files[0]: {tmp_path / 'wiki.jsonl'} does not exist",
+        "llm.judge.model: unknown model 'nowhere-judge'",
+    ]
     positions = [message.find("; " + problem if i else problem) for i, problem in enumerate(problems)]
     assert positions[0] == 0 and positions == sorted(positions) and -1 not in positions, message
     assert "\n" not in message
     assert is_permanent(info.value) and isinstance(info.value, LookupError)
-    check_build(config.model_copy(update={"datasets": [], "corpus": config.corpus.model_copy(update={"files": []}),
-                                          "llm": config.llm.model_copy(update={"judge": None})}),
-                Warehouse(tmp_path / "wh"))
+    check_build(
+        config.model_copy(
+            update={
+                "datasets": [],
+                "corpus": config.corpus.model_copy(update={"files": []}),
+                "llm": config.llm.model_copy(update={"judge": None}),
+            }
+        ),
+        Warehouse(tmp_path / "wh"),
+    )
 
 
 def test_the_network_policy_turns_an_imported_hub_client_offline(monkeypatch):
@@ -244,9 +283,14 @@ def test_an_engine_not_registered_in_this_process_fails_before_the_flow(tmp_path
     from tests.fakes import ScriptedBackend, scripted_llm
 
     name = engines(ScriptedBackend())
-    check_build(BuildConfig.model_validate({"llm": {"policy": {"backend": name, "model": "served-elsewhere"}}}),
-                Warehouse(tmp_path))
+    check_build(
+        BuildConfig.model_validate({"llm": {"policy": {"backend": name, "model": "served-elsewhere"}}}),
+        Warehouse(tmp_path),
+    )
     config = BuildConfig.model_validate({"llm": scripted_llm(judge="scripted:other-process")})
-    with pytest.raises(PreflightError, match=r"llm.judge.backend: no engine 'scripted:other-process' is "
-                                             r"registered in this process; registered: null, openai, scripted:engine"):
+    with pytest.raises(
+        PreflightError,
+        match=r"llm.judge.backend: no engine 'scripted:other-process' is "
+        r"registered in this process; registered: null, openai, scripted:engine",
+    ):
         check_build(config, Warehouse(tmp_path))

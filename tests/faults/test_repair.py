@@ -64,12 +64,17 @@ def _repair(root: Path, **env: str) -> subprocess.CompletedProcess:
     """`ragfactory check --repair` in a process of its own, as from a shell (no Prefect API)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     base |= {"PYTHONPATH": str(REPO), "COLUMNS": "400", **env}
-    return subprocess.run([sys.executable, "-m", "ragfactory.cli", "check", "--repair", "--root", str(root)],
-                          cwd=REPO, env=base, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "ragfactory.cli", "check", "--repair", "--root", str(root)],
+        cwd=REPO,
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
-def test_a_repair_whose_prefect_never_starts_leaves_the_loss_named_and_a_second_repair_ends_it(
-        undisturbed, tmp_path):
+def test_a_repair_whose_prefect_never_starts_leaves_the_loss_named_and_a_second_repair_ends_it(undisturbed, tmp_path):
     root = tmp_path / "copy"
     shutil.copytree(undisturbed, root)
     shard = root / SHARD
@@ -79,16 +84,17 @@ def test_a_repair_whose_prefect_never_starts_leaves_the_loss_named_and_a_second_
     failed = _repair(root, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="1")
     assert failed.returncode == 1, failed.stdout + failed.stderr
     [line] = [line for line in failed.stdout.splitlines() if line.startswith("error:")]
-    assert line.endswith(f"; the repair did not finish: 1 shard(s) quarantined or missing ({SHARD}), their rows "
-                         f"not in the warehouse; `ragfactory check --repair --root {root}` finishes it"), line
+    assert line.endswith(
+        f"; the repair did not finish: 1 shard(s) quarantined or missing ({SHARD}), their rows "
+        f"not in the warehouse; `ragfactory check --repair --root {root}` finishes it"
+    ), line
     assert "Traceback" not in failed.stdout + failed.stderr
 
     result = CliRunner().invoke(app, ["check", "--root", str(root)])
     assert result.exit_code == 1
     [stamp] = [p.name for p in (root / "_quarantine").iterdir()]
     assert result.output.splitlines() == [
-        f"quarantined: {SHARD} (nodes): its {recorded} rows set aside in "
-        f"_quarantine/{stamp}/{SHARD}, not rebuilt yet",
+        f"quarantined: {SHARD} (nodes): its {recorded} rows set aside in _quarantine/{stamp}/{SHARD}, not rebuilt yet",
         f"1 file(s) under {root} cannot be trusted; 1 of them quarantined or missing: their rows are not in the "
         f"warehouse; `ragfactory check --repair --root {root}` rebuilds the damaged ones",
     ]
@@ -103,9 +109,12 @@ def test_a_repair_whose_prefect_never_starts_leaves_the_loss_named_and_a_second_
     assert after["config_hash"] == before["config_hash"]
     logs = sorted((root / "logs").glob("repair-*.log"))
     # the repair flow's line, and the line of the build it ran again
-    settings = {line.split(" - ")[-1].split("prefect settings: ")[1].rsplit(" api=", 1)[0]
-                for log in logs for line in log.read_text().splitlines() if "prefect settings:" in line}
+    settings = {
+        line.split(" - ")[-1].split("prefect settings: ")[1].rsplit(" api=", 1)[0]
+        for log in logs
+        for line in log.read_text().splitlines()
+        if "prefect settings:" in line
+    }
     [(home, timeout)] = [tuple(part.split("=", 1)[1] for part in line.split()) for line in settings]
     assert Path(home).name.startswith("ragfactory-prefect-") and timeout == "180"
     assert not Path(home).exists()  # removed when the command ended
-

@@ -35,7 +35,12 @@ from ragfactory.cli import app
 from ragfactory.warehouse.runs import holding_run, mark_abandoned_runs, now
 from ragfactory.warehouse.store import Warehouse
 from tests.faults.processes import (
-    START_WITHIN_S, alive_pids, build_config, shell_env, start_build, start_mid_shard_build,
+    START_WITHIN_S,
+    alive_pids,
+    build_config,
+    shell_env,
+    start_build,
+    start_mid_shard_build,
 )
 
 EXIT_WITHIN_S = 30  # from the signal to the build's exit, the Prefect server stopped included
@@ -130,8 +135,10 @@ def test_an_error_in_a_held_run_records_failed_naming_it(warehouse):
 def test_a_partial_build_is_a_failed_prefect_state_and_prints_its_summary(tmp_path):
     broken = tmp_path / "broken.jsonl"
     broken.write_text("this is not json\n")
-    config = build_config(tmp_path, datasets=[{"name": "bamboogle", "limit": 2},
-                                         {"name": "custom", "format": "flashrag", "path": str(broken)}])
+    config = build_config(
+        tmp_path,
+        datasets=[{"name": "bamboogle", "limit": 2}, {"name": "custom", "format": "flashrag", "path": str(broken)}],
+    )
     log = tmp_path / "build.log"
     build = start_build(config, tmp_path / "wh", log)
     assert build.wait(timeout=START_WITHIN_S + 120) == 1
@@ -177,9 +184,26 @@ def test_sigterm_during_an_evaluation_records_interrupted_and_leaves_no_process(
     root, log = tmp_path / "wh", tmp_path / "evaluate.log"
     with log.open("w") as out:
         evaluation = subprocess.Popen(
-            [sys.executable, "-m", "ragfactory.cli", "evaluate", "--model", "embedded", "-d", "hotpotqa",
-             "--limit", "20", "--mode", "agentic", "--root", str(root)],
-            stdout=out, stderr=subprocess.STDOUT, env=shell_env() | {"RAGFACTORY_ENGINE": "transformers"})
+            [
+                sys.executable,
+                "-m",
+                "ragfactory.cli",
+                "evaluate",
+                "--model",
+                "embedded",
+                "-d",
+                "hotpotqa",
+                "--limit",
+                "20",
+                "--mode",
+                "agentic",
+                "--root",
+                str(root),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=shell_env() | {"RAGFACTORY_ENGINE": "transformers"},
+        )
     try:
         deadline = time.monotonic() + START_WITHIN_S
         while not (root / "runs").exists() or Warehouse(root).read("runs").num_rows == 0:

@@ -34,10 +34,19 @@ def null_config(root, questions: int = 1, limit: int | None = 20) -> dict:
 def frontier_config(root, model: str = "scripted-model") -> BuildConfig:
     llm = scripted_llm(max_in_flight=2)
     llm["policy"]["model"] = model
-    return BuildConfig.model_validate({
-        "name": "frontier", "warehouse": {"root": str(root)},
-        "datasets": [{"name": "hotpotqa", "limit": 40}],
-        "retrieval": {"dense": {"enabled": False}}, "llm": llm,
-        "search": {"strategies": ["decex"], "select": "frontier", "questions_per_night": 2, "shard_size": 2,
-                   "decex": {"k": 2, "n_rollouts": 1, "t_max": 1, "termination_samples": 1}},
-    })
+    return BuildConfig.model_validate(
+        {
+            "name": "frontier",
+            "warehouse": {"root": str(root)},
+            "datasets": [{"name": "hotpotqa", "limit": 40}],
+            "retrieval": {"dense": {"enabled": False}},
+            "llm": llm,
+            "search": {
+                "strategies": ["decex"],
+                "select": "frontier",
+                "questions_per_night": 2,
+                "shard_size": 2,
+                "decex": {"k": 2, "n_rollouts": 1, "t_max": 1, "termination_samples": 1},
+            },
+        }
+    )

@@ -47,18 +47,23 @@ def treeps_and_decex(request: Request, sample: int) -> str:
 
 def decex_config(root, **decex) -> BuildConfig:
     """DecEx over three HotpotQA questions in two shards on the scripted engine; ``decex`` overrides."""
-    return BuildConfig.model_validate({
-        "name": "decex-test",
-        "warehouse": {"root": str(root)},
-        "datasets": [{"name": "hotpotqa", "limit": 3}],
-        # every question in train: this build is about DecEx itself (tests/flows/test_honest_loop.py
-        # is about partitions)
-        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
-        "retrieval": {"dense": {"enabled": False}},
-        "llm": scripted_llm(max_in_flight=3),
-        "search": {"strategies": ["decex"], "shard_size": 2,
-                   "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1, **decex}},
-    })
+    return BuildConfig.model_validate(
+        {
+            "name": "decex-test",
+            "warehouse": {"root": str(root)},
+            "datasets": [{"name": "hotpotqa", "limit": 3}],
+            # every question in train: this build is about DecEx itself (tests/flows/test_honest_loop.py
+            # is about partitions)
+            "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
+            "retrieval": {"dense": {"enabled": False}},
+            "llm": scripted_llm(max_in_flight=3),
+            "search": {
+                "strategies": ["decex"],
+                "shard_size": 2,
+                "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1, **decex},
+            },
+        }
+    )
 
 
 # The evaluate flow's two models (tests/flows/test_evaluate.py, test_train_process.py).
@@ -78,7 +83,7 @@ def trained_policy(request, sample: int) -> str:
     if "question-answering assistant" in system:
         if "<evidence>" in user:
             return f"So the answer is <answer>{hotpotqa_gold(user)}"
-        return f"So the next query is <query>{user.splitlines()[0][len('Question: '):]}"
+        return f"So the next query is <query>{user.splitlines()[0][len('Question: ') :]}"
     return hotpotqa_gold(user)
 
 

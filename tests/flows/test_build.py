@@ -62,8 +62,15 @@ def test_rebuild_replaces_shards_and_loads_the_index(built):
 def test_sql_command_shows_four_datasets(built):
     root, _ = built
     result = CliRunner().invoke(
-        app, ["sql", "select dataset, count(*) as n from questions group by 1 order by 1",
-              "--format", "json", "--root", str(root)]
+        app,
+        [
+            "sql",
+            "select dataset, count(*) as n from questions group by 1 order by 1",
+            "--format",
+            "json",
+            "--root",
+            str(root),
+        ],
     )
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.output.splitlines()]

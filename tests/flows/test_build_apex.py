@@ -25,15 +25,17 @@ def scripted(engines):
 
 def test_apex_plans_are_scored_executed_and_joined(tmp_path, scripted):
     root = tmp_path / "wh"
-    config = BuildConfig.model_validate({
-        "name": "apex-test",
-        "warehouse": {"root": str(root)},
-        "datasets": [{"name": "musique", "limit": 2}],
-        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},  # both questions expanded
-        "retrieval": {"dense": {"enabled": False}},
-        "llm": scripted_llm(),
-        "search": {"strategies": ["apex"], "apex": {"n_plans": 2, "max_hops": 1}},
-    })
+    config = BuildConfig.model_validate(
+        {
+            "name": "apex-test",
+            "warehouse": {"root": str(root)},
+            "datasets": [{"name": "musique", "limit": 2}],
+            "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},  # both questions expanded
+            "retrieval": {"dense": {"enabled": False}},
+            "llm": scripted_llm(),
+            "search": {"strategies": ["apex"], "apex": {"n_plans": 2, "max_hops": 1}},
+        }
+    )
     summary = build(config)
     assert summary["status"] == "completed", summary
     wh = Warehouse(root)

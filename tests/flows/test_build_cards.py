@@ -18,24 +18,34 @@ GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", 
 
 def test_every_export_folder_has_a_card_the_hub_parses_and_datasets_loads(tmp_path, engines):
     engines(ScriptedBackend(decex_policy(GOLD)))
-    config = BuildConfig.model_validate({
-        "name": "cards-test", "warehouse": {"root": str(tmp_path / "wh")},
-        "datasets": [{"name": "hotpotqa", "limit": 2}],
-        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
-        "retrieval": {"dense": {"enabled": False}},
-        "llm": scripted_llm(max_in_flight=2),
-        "search": {"strategies": ["decex"], "shard_size": 2,
-                   "decex": {"k": 2, "n_rollouts": 1, "t_max": 2, "termination_samples": 1}},
-    })
+    config = BuildConfig.model_validate(
+        {
+            "name": "cards-test",
+            "warehouse": {"root": str(tmp_path / "wh")},
+            "datasets": [{"name": "hotpotqa", "limit": 2}],
+            "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
+            "retrieval": {"dense": {"enabled": False}},
+            "llm": scripted_llm(max_in_flight=2),
+            "search": {
+                "strategies": ["decex"],
+                "shard_size": 2,
+                "decex": {"k": 2, "n_rollouts": 1, "t_max": 2, "termination_samples": 1},
+            },
+        }
+    )
     summary = build(config)
     assert summary["status"] == "completed", summary
     wh, run = Warehouse(tmp_path / "wh"), summary["run_id"]
     cards = sorted(p.relative_to(wh.root).as_posix() for p in wh.root.rglob("README.md"))
-    assert cards == [f"artifacts/llamafactory/{run}/README.md", f"preference_pairs/run_id={run}/README.md",
-                     f"sft_examples/run_id={run}/README.md"]
+    assert cards == [
+        f"artifacts/llamafactory/{run}/README.md",
+        f"preference_pairs/run_id={run}/README.md",
+        f"sft_examples/run_id={run}/README.md",
+    ]
     export = summary["exports"][0]
-    for relative, rows in zip(cards, (export["sft_examples"] + export["preference_pairs"], export["preference_pairs"],
-                                      export["sft_examples"])):
+    for relative, rows in zip(
+        cards, (export["sft_examples"] + export["preference_pairs"], export["preference_pairs"], export["sft_examples"])
+    ):
         folder = wh.root / relative.removesuffix("/README.md")
         card = DatasetCard.load(folder / "README.md")
         assert card.data.license == "cc-by-sa-4.0" and card.data.size_categories == ["n<1K"]
@@ -47,7 +57,8 @@ def test_every_export_folder_has_a_card_the_hub_parses_and_datasets_loads(tmp_pa
             rows = export["preference_pairs"]
         assert loaded.num_rows == rows, relative
         # one cache for every folder, as a user's: each folder reads its own table, not a cached neighbour's
-        assert ("chosen" if "preference_pairs" in relative or relative.startswith("artifacts/") else "messages") \
-            in loaded.column_names, (relative, loaded.column_names)
+        assert (
+            "chosen" if "preference_pairs" in relative or relative.startswith("artifacts/") else "messages"
+        ) in loaded.column_names, (relative, loaded.column_names)
         if relative.startswith("sft_examples/"):
             assert "## Label sources" in card.text and "kept reasoning chains" in card.text

@@ -22,6 +22,7 @@ from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend
 from tests.flows.scripted_policies import decex_config, decex_hotpotqa
 
+
 def _table_bytes(wh: Warehouse, table: str) -> dict[str, object]:
     return {str(p.relative_to(wh.root)): pq.read_table(p) for p in wh.files(table)}
 
@@ -33,9 +34,12 @@ def test_build_expands_exports_and_rebuilds_from_cache(tmp_path, scripted, capsy
     assert [s["shard"] for s in summary["shards"]] == ["decex-0000", "decex-0001"]
     assert scripted.calls > 0
     wh = Warehouse(root)
-    counts = query(wh, """
+    counts = query(
+        wh,
+        """
         select count(distinct question_id) as questions, count(*) filter (where is_selected) as kept,
-               count(*) filter (where not is_selected) as pruned from nodes""").to_pylist()[0]
+               count(*) filter (where not is_selected) as pruned from nodes""",
+    ).to_pylist()[0]
     assert counts["questions"] == 3 and counts["kept"] > 0 and counts["pruned"] > 0
     assert query(wh, "select count(*) as n from llm_calls").to_pylist()[0]["n"] > 0
     layers = query(wh, "select * from decex_layers where kind = 'sub_question' and layer = 0").to_pylist()
@@ -129,10 +133,13 @@ def test_build_publishes_its_table_and_sql_artifacts(tmp_path, scripted):
     summary = build(decex_config(tmp_path / "wh"))
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["build-decex-test", "build-decex-test-sql"])))
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["build-decex-test", "build-decex-test-sql"]))
+        )
     mine = [a for a in artifacts if summary["run_id"] in (a.description or "")]
     assert {a.type for a in mine} == {"table", "markdown"}
-    table = max((a for a in mine if a.type == "table"), key=lambda a: a.created)  # the newest: other tests built this run id
+    table = max(
+        (a for a in mine if a.type == "table"), key=lambda a: a.created
+    )  # the newest: other tests built this run id
     data = json.loads(table.data) if isinstance(table.data, str) else table.data
     assert {"item": "shards", "value": 2} in data
     markdown = max((a for a in mine if a.type == "markdown"), key=lambda a: a.created)
@@ -150,6 +157,9 @@ def test_a_build_without_pruning_exports_its_trees(tmp_path, scripted):
     [export] = summary["exports"]
     assert export["strategy"] == "decex_no_pruning"
     assert export["sft_examples"] > 0 and export["preference_pairs"] > 0
-    rows = query(Warehouse(root), """
-        select strategy, count(*) as n from sft_examples group by 1""").to_pylist()
+    rows = query(
+        Warehouse(root),
+        """
+        select strategy, count(*) as n from sft_examples group by 1""",
+    ).to_pylist()
     assert rows == [{"strategy": "decex_no_pruning", "n": export["sft_examples"]}]

@@ -23,12 +23,16 @@ from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm
 from tests.flows.scripted_policies import decex_policy
 
-HELDOUT = [("1", "Who directed the 1975 film Jaws, adapted from the novel by Peter Benchley?", "Steven Spielberg"),
-           ("2", "Were Scott Derrickson and Ed Wood of the same nationality?", "yes")]
-TRAINSET = [("1", "WHO DIRECTED THE 1975 FILM 'JAWS' -- ADAPTED FROM THE NOVEL BY PETER BENCHLEY", "Steven Spielberg"),
-            ("2", "Did Scott Derrickson and Ed Wood share the same nationality?", "yes"),
-            ("3", "How much money did the 1975 film Jaws make at the box office?", "$476 million"),
-            ("4", "What is the capital of Canada?", "Ottawa")]
+HELDOUT = [
+    ("1", "Who directed the 1975 film Jaws, adapted from the novel by Peter Benchley?", "Steven Spielberg"),
+    ("2", "Were Scott Derrickson and Ed Wood of the same nationality?", "yes"),
+]
+TRAINSET = [
+    ("1", "WHO DIRECTED THE 1975 FILM 'JAWS' -- ADAPTED FROM THE NOVEL BY PETER BENCHLEY", "Steven Spielberg"),
+    ("2", "Did Scott Derrickson and Ed Wood share the same nationality?", "yes"),
+    ("3", "How much money did the 1975 film Jaws make at the box office?", "$476 million"),
+    ("4", "What is the capital of Canada?", "Ottawa"),
+]
 EXTRA = [("1", "What is the capital of Canada?", "Ottawa")]
 
 
@@ -44,31 +48,54 @@ def scripted(engines):
 
 
 def _config(tmp_path, mode: str, judge: str | None = None) -> BuildConfig:
-    return BuildConfig.model_validate({
-        "name": f"decontaminate-{mode}", "warehouse": {"root": str(tmp_path / "wh")},
-        "datasets": [
-            {"name": "hotpotqa", "limit": 3},
-            {"name": "trainset", "format": "flashrag", "path": _write(tmp_path / "train.jsonl", TRAINSET),
-             "partition": "train"},
-            {"name": "heldout", "format": "flashrag", "path": _write(tmp_path / "heldout.jsonl", HELDOUT),
-             "partition": "test"},
-        ],
-        "retrieval": {"dense": {"enabled": False}},
-        "llm": scripted_llm(judge=judge),
-        "search": {"strategies": ["decex"], "datasets": ["trainset"],
-                   "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1}},
-        "export": {"decontamination": {"mode": mode, "eval_files": [
-            {"name": "extra", "format": "flashrag", "path": _write(tmp_path / "extra.jsonl", EXTRA)}]}},
-    })
+    return BuildConfig.model_validate(
+        {
+            "name": f"decontaminate-{mode}",
+            "warehouse": {"root": str(tmp_path / "wh")},
+            "datasets": [
+                {"name": "hotpotqa", "limit": 3},
+                {
+                    "name": "trainset",
+                    "format": "flashrag",
+                    "path": _write(tmp_path / "train.jsonl", TRAINSET),
+                    "partition": "train",
+                },
+                {
+                    "name": "heldout",
+                    "format": "flashrag",
+                    "path": _write(tmp_path / "heldout.jsonl", HELDOUT),
+                    "partition": "test",
+                },
+            ],
+            "retrieval": {"dense": {"enabled": False}},
+            "llm": scripted_llm(judge=judge),
+            "search": {
+                "strategies": ["decex"],
+                "datasets": ["trainset"],
+                "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1},
+            },
+            "export": {
+                "decontamination": {
+                    "mode": mode,
+                    "eval_files": [
+                        {"name": "extra", "format": "flashrag", "path": _write(tmp_path / "extra.jsonl", EXTRA)}
+                    ],
+                }
+            },
+        }
+    )
 
 
 def test_contaminated_rows_are_dropped_and_recorded(tmp_path, scripted):
     summary = build(_config(tmp_path, "drop"))
     assert summary["status"] == "completed", summary
     wh = Warehouse(tmp_path / "wh")
-    matches = query(wh, """
+    matches = query(
+        wh,
+        """
         select distinct question_id, eval_question_id, method, action, eval_source from contamination
-        order by question_id""").to_pylist()
+        order by question_id""",
+    ).to_pylist()
     assert [(m["question_id"], m["eval_question_id"], m["method"], m["action"]) for m in matches] == [
         ("trainset:1", "heldout:1", "exact", "dropped"),
         ("trainset:2", "heldout:2", "embedding", "dropped"),
@@ -77,9 +104,12 @@ def test_contaminated_rows_are_dropped_and_recorded(tmp_path, scripted):
     assert matches[0]["eval_source"] == "warehouse:test" and matches[2]["eval_source"].endswith("extra.jsonl")
     tables = query(wh, "select distinct export_table from contamination order by 1").column(0).to_pylist()
     assert tables == ["preference_pairs", "sft_examples"]
-    exported = query(wh, """
+    exported = query(
+        wh,
+        """
         select distinct question_id from (select question_id from sft_examples
-                                          union all select question_id from preference_pairs)""")
+                                          union all select question_id from preference_pairs)""",
+    )
     assert exported.column(0).to_pylist() == ["trainset:3"]
     counted = query(wh, "select count(*) as n from contamination").to_pylist()[0]["n"]
     assert summary["exports"][0]["contaminated"] == counted > 3

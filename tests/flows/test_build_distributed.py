@@ -33,25 +33,33 @@ pytestmark = [pytest.mark.cluster, pytest.mark.subprocess, pytest.mark.timeout(6
 RUN = "cluster-test"
 # When a row was written and by which flow run; the runs row's config (and so its hash) names the
 # warehouse root, which differs between the two builds.
-VOLATILE = {"runs": {"started_at", "finished_at", "flow_run_id", "config", "config_hash"},
-            "ingests": {"created_at"}, "llm_calls": {"created_at", "latency_ms", "cached"}}
+VOLATILE = {
+    "runs": {"started_at", "finished_at", "flow_run_id", "config", "config_hash"},
+    "ingests": {"created_at"},
+    "llm_calls": {"created_at", "latency_ms", "cached"},
+}
 ENGINE = "scripted:cluster"  # registered by tests/cluster_engine.py
 WORKERS = {"kind": "dask", "workers": 2, "preload": ["tests.cluster_engine"]}
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _config(root: Path, runner: dict | None = None) -> BuildConfig:
-    return BuildConfig.model_validate({
-        "name": "cluster-test",
-        "warehouse": {"root": str(root)},
-        "datasets": [{"name": "hotpotqa", "limit": 4}],
-        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
-        "retrieval": {"dense": {"enabled": False}},
-        "llm": {"policy": {"backend": ENGINE}},
-        "search": {"strategies": ["decex"], "shard_size": 1,
-                   "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1}},
-        **({"runner": runner} if runner else {}),
-    })
+    return BuildConfig.model_validate(
+        {
+            "name": "cluster-test",
+            "warehouse": {"root": str(root)},
+            "datasets": [{"name": "hotpotqa", "limit": 4}],
+            "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
+            "retrieval": {"dense": {"enabled": False}},
+            "llm": {"policy": {"backend": ENGINE}},
+            "search": {
+                "strategies": ["decex"],
+                "shard_size": 1,
+                "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1},
+            },
+            **({"runner": runner} if runner else {}),
+        }
+    )
 
 
 def _rows(root: Path) -> dict[str, list[str]]:
@@ -133,14 +141,22 @@ def test_the_command_line_build_gives_its_workers_its_own_prefect_server(local, 
     (tmp_path / "build.yaml").write_text(yaml.safe_dump(config))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
-    done = subprocess.run([sys.executable, "-m", "ragfactory.cli", "build", "--config", str(tmp_path / "build.yaml"),
-                           "--run-id", RUN], cwd=REPO, env=env, capture_output=True, text=True, timeout=500)
+    done = subprocess.run(
+        [sys.executable, "-m", "ragfactory.cli", "build", "--config", str(tmp_path / "build.yaml"), "--run-id", RUN],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=500,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "ephemeral Prefect API server" not in done.stdout + done.stderr
     assert _rows(tmp_path / "wh") == local
 
 
-def test_a_build_into_an_object_store_killed_and_rerun_elsewhere_leaves_the_local_tables(local, tmp_path, s3, monkeypatch):
+def test_a_build_into_an_object_store_killed_and_rerun_elsewhere_leaves_the_local_tables(
+    local, tmp_path, s3, monkeypatch
+):
     """``ragfactory build`` into ``s3://`` on one worker, killed (build, cluster and all) once a
     shard is committed; rerun from another machine's mirror, it skips what the store holds and
     ends with the local build's tables, each row once, read back through ``ragfactory sql``."""
@@ -153,12 +169,21 @@ def test_a_build_into_an_object_store_killed_and_rerun_elsewhere_leaves_the_loca
     base["PREFECT_HOME"] = str(tmp_path / "prefect-home")
     first_home = tmp_path / "machine-a"
     committed = first_home / "mirrors" / "s3" / "nightly" / "wh" / "nodes" / f"run_id={RUN}" / "*.parquet"
-    env = base | {"RAGFACTORY_HOME": str(first_home), "RAGFACTORY_TEST_STALL": str(tmp_path),
-                  "RAGFACTORY_TEST_STALL_AFTER": str(committed)}
+    env = base | {
+        "RAGFACTORY_HOME": str(first_home),
+        "RAGFACTORY_TEST_STALL": str(tmp_path),
+        "RAGFACTORY_TEST_STALL_AFTER": str(committed),
+    }
     command = [sys.executable, "-m", "ragfactory.cli", "build", "--run-id", RUN, "--config"]
     with open(tmp_path / "first.log", "w") as log:
-        first = subprocess.Popen([*command, str(tmp_path / "first.yaml")], cwd=REPO, env=env, stdout=log,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
+        first = subprocess.Popen(
+            [*command, str(tmp_path / "first.yaml")],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline, marker = time.monotonic() + 300, tmp_path / "stalled"
         try:
             while time.monotonic() < deadline and first.poll() is None and not (marker.exists() and marker.read_text()):
@@ -169,23 +194,49 @@ def test_a_build_into_an_object_store_killed_and_rerun_elsewhere_leaves_the_loca
             first.wait()
     assert marker.exists(), (tmp_path / "first.log").read_text()[-3000:]
     client = s3.client()
-    stored = {o["Key"]: o["LastModified"] for o in client.list_objects_v2(Bucket="nightly")["Contents"]
-              if o["Key"].startswith(f"wh/nodes/run_id={RUN}/")}
+    stored = {
+        o["Key"]: o["LastModified"]
+        for o in client.list_objects_v2(Bucket="nightly")["Contents"]
+        if o["Key"].startswith(f"wh/nodes/run_id={RUN}/")
+    }
     assert 1 <= len(stored) < 4  # killed mid-way: some shards in the store, not all
 
-    rerun = subprocess.run([*command, str(tmp_path / "rerun.yaml")], cwd=REPO, capture_output=True, text=True,
-                           env=base | {"RAGFACTORY_HOME": str(tmp_path / "machine-b")}, timeout=500)
+    rerun = subprocess.run(
+        [*command, str(tmp_path / "rerun.yaml")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=base | {"RAGFACTORY_HOME": str(tmp_path / "machine-b")},
+        timeout=500,
+    )
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
-    after = {o["Key"]: o["LastModified"] for o in client.list_objects_v2(Bucket="nightly")["Contents"]
-             if o["Key"].startswith(f"wh/nodes/run_id={RUN}/")}
+    after = {
+        o["Key"]: o["LastModified"]
+        for o in client.list_objects_v2(Bucket="nightly")["Contents"]
+        if o["Key"].startswith(f"wh/nodes/run_id={RUN}/")
+    }
     assert len(after) == 4 and {k: after[k] for k in stored} == stored  # what the store held was not redone
 
     monkeypatch.setenv("RAGFACTORY_HOME", str(tmp_path / "machine-c"))
     Warehouse(uri).pull()
     assert _rows(uri) == local
-    counted = subprocess.run([sys.executable, "-m", "ragfactory.cli", "sql", "--root", uri, "--format", "csv",
-                              "select count(*) as n, count(distinct node_id) as ids from nodes"],
-                             cwd=REPO, env=base | {"RAGFACTORY_HOME": str(tmp_path / "laptop")},
-                             capture_output=True, text=True, timeout=300)
+    counted = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ragfactory.cli",
+            "sql",
+            "--root",
+            uri,
+            "--format",
+            "csv",
+            "select count(*) as n, count(distinct node_id) as ids from nodes",
+        ],
+        cwd=REPO,
+        env=base | {"RAGFACTORY_HOME": str(tmp_path / "laptop")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert counted.returncode == 0, counted.stderr
     assert counted.stdout == f'"n","ids"\n{len(local["nodes"])},{len(local["nodes"])}\n'

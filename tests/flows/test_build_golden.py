@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 
-
 from ragfactory.flows.build import build
 from ragfactory.flows.config import BuildConfig
 from ragfactory.warehouse.store import Warehouse
@@ -28,18 +27,40 @@ VOLATILE = {"llm_calls": ("created_at", "latency_s"), "questions": ("source_file
 # so the pinned values still prove every earlier column unchanged; what they hold is asserted below
 # (the token columns: tests/export/test_tokens.py; the scripted engine reports no ids).
 TOKENS = ("prompt_token_ids", "tokenizer_fingerprint")
-ADDED = {"llm_calls": ("strategy", "question_id", "node_id", "cached", *TOKENS, "completion_token_ids",
-                       "completion_logprobs"),
-         "rollouts": ("metric", "metric_score"),
-         "trajectories": (*TOKENS, "completion_token_ids", "loss_mask", "behaviour_logprobs", "step_token_spans",
-                          "dropped_sampled_tokens"),
-         "grpo_prompts": TOKENS, "verl_prompts": TOKENS}
+ADDED = {
+    "llm_calls": (
+        "strategy",
+        "question_id",
+        "node_id",
+        "cached",
+        *TOKENS,
+        "completion_token_ids",
+        "completion_logprobs",
+    ),
+    "rollouts": ("metric", "metric_score"),
+    "trajectories": (
+        *TOKENS,
+        "completion_token_ids",
+        "loss_mask",
+        "behaviour_logprobs",
+        "step_token_spans",
+        "dropped_sampled_tokens",
+    ),
+    "grpo_prompts": TOKENS,
+    "verl_prompts": TOKENS,
+}
 GOLDEN = {
-    "questions": "d857112eb243e5e1", "passages": "2c452904ec52c8fb", "nodes": "b2f30cf0a8ac67a5",
-    "rollouts": "79482bc431e5eb8c", "llm_calls": "c755602eeaa7bbb6", "sft_examples": "07ec417bd2d33fcf",
-    "preference_pairs": "52373e21195e7f14", "trajectories": "555ec4e61b5f2268",
+    "questions": "d857112eb243e5e1",
+    "passages": "2c452904ec52c8fb",
+    "nodes": "b2f30cf0a8ac67a5",
+    "rollouts": "79482bc431e5eb8c",
+    "llm_calls": "c755602eeaa7bbb6",
+    "sft_examples": "07ec417bd2d33fcf",
+    "preference_pairs": "52373e21195e7f14",
+    "trajectories": "555ec4e61b5f2268",
     # verl_prompts: data_source is verl's reward name, searchR1_<dataset> (tasks/export/verl.py)
-    "grpo_prompts": "de7d9f4df75ecc14", "verl_prompts": "b193626199ae1dfa",
+    "grpo_prompts": "de7d9f4df75ecc14",
+    "verl_prompts": "b193626199ae1dfa",
     "step_labels": "44b69f948dd70c2f",
     "contamination": "e3b0c44298fc1c14",  # no row: nothing of this build is held out
 }
@@ -53,25 +74,32 @@ def table_digest(wh: Warehouse, table: str) -> str:
 
 
 def file_bytes(wh: Warehouse) -> dict[str, bytes]:
-    return {str(p.relative_to(wh.root)): p.read_bytes()
-            for table in GOLDEN for p in sorted((wh.root / table).rglob("*.parquet"))}
+    return {
+        str(p.relative_to(wh.root)): p.read_bytes()
+        for table in GOLDEN
+        for p in sorted((wh.root / table).rglob("*.parquet"))
+    }
 
 
 def test_the_build_is_the_one_pinned_and_a_rebuild_calls_no_engine(tmp_path, engines):
     backend = ScriptedBackend(treeps_and_decex)
     engines(backend)
-    config = BuildConfig.model_validate({
-        "name": "golden",
-        "warehouse": {"root": str(tmp_path / "wh")},
-        "datasets": [{"name": "hotpotqa", "limit": 2}],
-        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
-        "retrieval": {"dense": {"enabled": False}},
-        "llm": scripted_llm(),
-        "search": {"strategies": ["decex", "treeps"],
-                   "decex": {"k": 2, "n_rollouts": 2, "t_max": 1, "termination_samples": 1},
-                   "treeps": {"n": 4, "depth": 2}},
-        "export": {"trajectories": {"n_samples": 2}},
-    })
+    config = BuildConfig.model_validate(
+        {
+            "name": "golden",
+            "warehouse": {"root": str(tmp_path / "wh")},
+            "datasets": [{"name": "hotpotqa", "limit": 2}],
+            "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
+            "retrieval": {"dense": {"enabled": False}},
+            "llm": scripted_llm(),
+            "search": {
+                "strategies": ["decex", "treeps"],
+                "decex": {"k": 2, "n_rollouts": 2, "t_max": 1, "termination_samples": 1},
+                "treeps": {"n": 4, "depth": 2},
+            },
+            "export": {"trajectories": {"n_samples": 2}},
+        }
+    )
     # the run id is given: a default one hashes the config, whose warehouse root is this tmp_path
     assert build(config, run_id="golden")["status"] == "completed"
     wh = Warehouse(config.warehouse.root)
@@ -85,4 +113,3 @@ def test_the_build_is_the_one_pinned_and_a_rebuild_calls_no_engine(tmp_path, eng
     assert build(config, run_id="golden")["status"] == "completed"
     assert backend.calls == calls, "the rebuild called the engine"
     assert file_bytes(wh) == before
-

@@ -12,6 +12,7 @@ from ragfactory.flows.config import BuildConfig
 from ragfactory.warehouse.store import Warehouse
 from tests.flows.configs import STRATEGIES, null_config
 
+
 @pytest.mark.slow  # ~45 s on 2 shared cores: the tokenizer, APEX's SEPR embedder and Prefect load
 def test_a_null_engine_build_runs_every_stage_without_a_format_error(tmp_path):
     config = BuildConfig.model_validate(null_config(tmp_path / "wh"))
@@ -19,8 +20,7 @@ def test_a_null_engine_build_runs_every_stage_without_a_format_error(tmp_path):
     assert summary["status"] == "completed", summary["errors"]
     wh = Warehouse(config.warehouse.root)
     nodes = wh.read("nodes")
-    assert sorted(set(nodes.column("strategy").to_pylist())) == sorted(
-        STRATEGIES)
+    assert sorted(set(nodes.column("strategy").to_pylist())) == sorted(STRATEGIES)
     assert pc.sum(nodes.column("is_format_error")).as_py() == 0
     calls = wh.read("llm_calls")
     assert calls.num_rows > 0

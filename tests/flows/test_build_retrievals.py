@@ -40,17 +40,28 @@ def counting():
 
 
 def _config(root) -> BuildConfig:
-    return BuildConfig.model_validate({
-        "name": "ledger-test",
-        "warehouse": {"root": str(root)},
-        "datasets": [{"name": "hotpotqa", "limit": 3}],
-        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
-        "retrieval": {"default": KIND, "bm25": {"enabled": False}, "dense": {"enabled": False}},
-        "llm": scripted_llm(max_in_flight=3),
-        "search": {"strategies": ["decex"], "shard_size": 2,
-                   "decex": {"k": 2, "n_rollouts": 1, "t_max": 2, "termination_samples": 1, "top_k": 2,
-                                            "no_pruning": True}},  # every sub-question searches
-    })
+    return BuildConfig.model_validate(
+        {
+            "name": "ledger-test",
+            "warehouse": {"root": str(root)},
+            "datasets": [{"name": "hotpotqa", "limit": 3}],
+            "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
+            "retrieval": {"default": KIND, "bm25": {"enabled": False}, "dense": {"enabled": False}},
+            "llm": scripted_llm(max_in_flight=3),
+            "search": {
+                "strategies": ["decex"],
+                "shard_size": 2,
+                "decex": {
+                    "k": 2,
+                    "n_rollouts": 1,
+                    "t_max": 2,
+                    "termination_samples": 1,
+                    "top_k": 2,
+                    "no_pruning": True,
+                },
+            },  # every sub-question searches
+        }
+    )
 
 
 def test_a_rerun_shard_replays_its_retrievals_from_the_ledger(tmp_path, engines, counting):
@@ -73,9 +84,12 @@ def test_a_rerun_shard_replays_its_retrievals_from_the_ledger(tmp_path, engines,
     assert all(r["node_id"] is not None for r in rows), "each search's passages are held by a node"
 
     # The engine calls and rollouts say who asked and how the build scored, without a join.
-    calls_by = query(wh, """select strategy, count(*) filter (where question_id is null) as no_question,
+    calls_by = query(
+        wh,
+        """select strategy, count(*) filter (where question_id is null) as no_question,
                                    count(*) filter (where node_id is null) as no_node, bool_or(cached) as cached
-                            from llm_calls group by all""").to_pylist()
+                            from llm_calls group by all""",
+    ).to_pylist()
     assert calls_by == [{"strategy": "decex_no_pruning", "no_question": 0, "no_node": 0, "cached": False}]
     metrics = query(wh, "select distinct metric, metric_score = f1 as same from rollouts").to_pylist()
     assert metrics == [{"metric": "f1", "same": True}]

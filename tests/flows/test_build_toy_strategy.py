@@ -8,17 +8,17 @@ answered from the call cache.
 
 from __future__ import annotations
 
-
 import pytest
 
 from ragfactory.flows.build import build
 from ragfactory.flows.config import BuildConfig
-from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.export.registry import EXPORTS
+from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm
 from tests.toy_strategy import GOLD, TOY, TOY_EXPORTS
+
 
 @pytest.fixture
 def toy():
@@ -27,19 +27,23 @@ def toy():
 
 
 def _config(root) -> BuildConfig:
-    return BuildConfig.model_validate({
-        "name": "toy-test",
-        "warehouse": {"root": str(root)},
-        "datasets": [{"name": "hotpotqa", "limit": 3}],
-        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
-        "retrieval": {"dense": {"enabled": False}},
-        "llm": scripted_llm(),
-        "search": {"strategies": ["toy"], "shard_size": 2},
-    })
+    return BuildConfig.model_validate(
+        {
+            "name": "toy-test",
+            "warehouse": {"root": str(root)},
+            "datasets": [{"name": "hotpotqa", "limit": 3}],
+            "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
+            "retrieval": {"dense": {"enabled": False}},
+            "llm": scripted_llm(),
+            "search": {"strategies": ["toy"], "shard_size": 2},
+        }
+    )
 
 
 def test_an_unregistered_strategy_is_a_config_error_naming_the_known_ones(tmp_path):
-    with pytest.raises(ValueError, match=r"unknown \['toy'\]; registered strategies: \['apex', 'decex', 'mcts', 'r3', 'treeps'\]"):
+    with pytest.raises(
+        ValueError, match=r"unknown \['toy'\]; registered strategies: \['apex', 'decex', 'mcts', 'r3', 'treeps'\]"
+    ):
         _config(tmp_path)
 
 
@@ -53,8 +57,11 @@ def test_a_registered_toy_strategy_builds_exports_and_rebuilds_from_cache(tmp_pa
     assert backend.calls > 0
     wh = Warehouse(root)
     nodes = query(wh, "select strategy, kind, reward from nodes order by question_id, path").to_pylist()
-    assert nodes == [{"strategy": "toy", "kind": kind, "reward": reward}
-                     for _ in range(3) for kind, reward in (("question", None), ("answer", 1.0))]
+    assert nodes == [
+        {"strategy": "toy", "kind": kind, "reward": reward}
+        for _ in range(3)
+        for kind, reward in (("question", None), ("answer", 1.0))
+    ]
     assert summary["exports"] == [{"strategy": "toy", "sft_examples": 3, "contaminated": 0}]
     examples = query(wh, "select strategy, messages from sft_examples").to_pylist()
     assert sorted(e["messages"][1]["content"] for e in examples) == sorted(GOLD.values())

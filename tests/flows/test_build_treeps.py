@@ -26,23 +26,28 @@ def scripted(engines):
 
 def test_treeps_and_decex_build_side_by_side(tmp_path, scripted):
     root = tmp_path / "wh"
-    config = BuildConfig.model_validate({
-        "name": "treeps-test",
-        "warehouse": {"root": str(root)},
-        "datasets": [{"name": "hotpotqa", "limit": 2}],
-        "retrieval": {"dense": {"enabled": False}},
-        "llm": scripted_llm(),
-        "search": {"strategies": ["decex", "treeps"],
-                   "decex": {"k": 2, "n_rollouts": 2, "t_max": 1, "termination_samples": 1},
-                   "treeps": {"n": 4, "depth": 2}},
-        "export": {"trajectories": {"n_samples": 2}},
-    })
+    config = BuildConfig.model_validate(
+        {
+            "name": "treeps-test",
+            "warehouse": {"root": str(root)},
+            "datasets": [{"name": "hotpotqa", "limit": 2}],
+            "retrieval": {"dense": {"enabled": False}},
+            "llm": scripted_llm(),
+            "search": {
+                "strategies": ["decex", "treeps"],
+                "decex": {"k": 2, "n_rollouts": 2, "t_max": 1, "termination_samples": 1},
+                "treeps": {"n": 4, "depth": 2},
+            },
+            "export": {"trajectories": {"n_samples": 2}},
+        }
+    )
     summary = build(config)
     assert summary["status"] == "completed", summary
     assert [(v["shard"], v["rewritten"]) for v in summary["valuations"]] == [("treeps-0000", True)]
     wh = Warehouse(root)
-    per_strategy = query(wh, "select strategy, count(distinct question_id) as q, count(*) as n "
-                             "from nodes group by 1 order by 1").to_pylist()
+    per_strategy = query(
+        wh, "select strategy, count(distinct question_id) as q, count(*) as n from nodes group by 1 order by 1"
+    ).to_pylist()
     assert [(r["strategy"], r["q"]) for r in per_strategy] == [("decex", 2), ("treeps", 2)]
     assert query(wh, "select count(*) = count(distinct node_id) as unique_ids from nodes").to_pylist() == [
         {"unique_ids": True}
@@ -67,14 +72,16 @@ def test_treeps_and_decex_build_side_by_side(tmp_path, scripted):
 
 
 def test_a_rebuild_from_cache_values_nothing_anew_and_calls_no_engine(tmp_path, scripted):
-    config = BuildConfig.model_validate({
-        "name": "treeps-rebuild",
-        "warehouse": {"root": str(tmp_path / "wh")},
-        "datasets": [{"name": "hotpotqa", "limit": 2}],
-        "retrieval": {"dense": {"enabled": False}},
-        "llm": scripted_llm(),
-        "search": {"strategies": ["treeps"], "treeps": {"n": 4, "depth": 2}},
-    })
+    config = BuildConfig.model_validate(
+        {
+            "name": "treeps-rebuild",
+            "warehouse": {"root": str(tmp_path / "wh")},
+            "datasets": [{"name": "hotpotqa", "limit": 2}],
+            "retrieval": {"dense": {"enabled": False}},
+            "llm": scripted_llm(),
+            "search": {"strategies": ["treeps"], "treeps": {"n": 4, "depth": 2}},
+        }
+    )
     first = build(config)
     wh = Warehouse(config.warehouse.root)
     nodes = {p: p.read_bytes() for p in wh.files("nodes")}

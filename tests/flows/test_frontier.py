@@ -24,13 +24,22 @@ GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", 
 
 
 def _expanded(root, run_id: str) -> list[str]:
-    return query(Warehouse(root), "select distinct question_id from nodes where run_id = $r order by 1",
-                 {"r": run_id}).column(0).to_pylist()
+    return (
+        query(Warehouse(root), "select distinct question_id from nodes where run_id = $r order by 1", {"r": run_id})
+        .column(0)
+        .to_pylist()
+    )
 
 
 def _train_ids(root) -> list[str]:
-    return query(Warehouse(root), "select question_id from questions where partition = 'train' "
-                 "order by sample_key, question_id").column(0).to_pylist()
+    return (
+        query(
+            Warehouse(root),
+            "select question_id from questions where partition = 'train' order by sample_key, question_id",
+        )
+        .column(0)
+        .to_pylist()
+    )
 
 
 @pytest.fixture(scope="module")

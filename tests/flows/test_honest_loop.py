@@ -27,13 +27,22 @@ GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", 
 
 
 def _build_config(root, **search) -> BuildConfig:
-    return BuildConfig.model_validate({
-        "name": "honest", "warehouse": {"root": str(root)},
-        "datasets": [{"name": "hotpotqa", "limit": 40}],
-        "retrieval": {"dense": {"enabled": False}}, "llm": scripted_llm(max_in_flight=3),
-        "search": {"strategies": ["decex"], "questions_per_dataset": 3, "shard_size": 3,
-                   "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1}, **search},
-    })
+    return BuildConfig.model_validate(
+        {
+            "name": "honest",
+            "warehouse": {"root": str(root)},
+            "datasets": [{"name": "hotpotqa", "limit": 40}],
+            "retrieval": {"dense": {"enabled": False}},
+            "llm": scripted_llm(max_in_flight=3),
+            "search": {
+                "strategies": ["decex"],
+                "questions_per_dataset": 3,
+                "shard_size": 3,
+                "decex": {"k": 2, "n_rollouts": 2, "t_max": 2, "termination_samples": 1},
+                **search,
+            },
+        }
+    )
 
 
 def _answer_x(request, sample):
@@ -45,8 +54,15 @@ def loop(tmp_path_factory, tiny_model):  # noqa: F811
     root = tmp_path_factory.mktemp("honest")
     with registered_engine(ScriptedBackend(decex_policy(GOLD))):
         built = build(_build_config(root))
-    trained = train(TrainConfig(method="sft", run_id=built["run_id"], base_model=tiny_model,
-                                warehouse={"root": str(root)}, trl={"max_steps": 1, "per_device_train_batch_size": 2}))
+    trained = train(
+        TrainConfig(
+            method="sft",
+            run_id=built["run_id"],
+            base_model=tiny_model,
+            warehouse={"root": str(root)},
+            trl={"max_steps": 1, "per_device_train_batch_size": 2},
+        )
+    )
     return root, built, trained
 
 
@@ -56,20 +72,31 @@ def scripted_evals(engines):
 
 
 def _eval_config(root, model, **extra) -> EvalConfig:
-    return EvalConfig.model_validate({"model": model, "modes": ["direct"], "warehouse": {"root": str(root)},
-                                      "llm": scripted_llm(), **extra})
+    return EvalConfig.model_validate(
+        {"model": model, "modes": ["direct"], "warehouse": {"root": str(root)}, "llm": scripted_llm(), **extra}
+    )
 
 
 def test_the_build_expands_train_questions_in_hash_order(loop, capsys):
     root, built, _ = loop
     wh = Warehouse(root)
     assert built["status"] == "completed" and built["warnings"] == []
-    expanded = query(wh, """
+    expanded = query(
+        wh,
+        """
         select distinct q.question_id, q.partition, q.sample_key from nodes n join questions q using (question_id)
-        order by q.sample_key""").to_pylist()
-    first_train = query(wh, """
+        order by q.sample_key""",
+    ).to_pylist()
+    first_train = (
+        query(
+            wh,
+            """
         select question_id from questions where partition = 'train' order by sample_key, question_id limit 3
-        """).column("question_id").to_pylist()
+        """,
+        )
+        .column("question_id")
+        .to_pylist()
+    )
     assert [r["question_id"] for r in expanded] == first_train
     assert {r["partition"] for r in expanded} == {"train"}
     counts = query(wh, "select * from question_partitions").to_pylist()
@@ -82,12 +109,16 @@ def test_the_build_expands_train_questions_in_hash_order(loop, capsys):
 def test_the_model_records_the_questions_it_trained_on(loop):
     root, built, trained = loop
     wh = Warehouse(root)
-    exported = set(query(wh, "select distinct question_id from sft_examples where run_id = $r",
-                         {"r": built["run_id"]}).column("question_id").to_pylist())
+    exported = set(
+        query(wh, "select distinct question_id from sft_examples where run_id = $r", {"r": built["run_id"]})
+        .column("question_id")
+        .to_pylist()
+    )
     [row] = query(wh, "select question_ids from models").to_pylist()
     assert exported and set(row["question_ids"]) == exported
-    view = query(wh, "select question_id, lineage_source from model_questions where model_id = $m",
-                 {"m": trained["model_id"]}).to_pylist()
+    view = query(
+        wh, "select question_id, lineage_source from model_questions where model_id = $m", {"m": trained["model_id"]}
+    ).to_pylist()
     assert {r["question_id"] for r in view} == exported and {r["lineage_source"] for r in view} == {"recorded"}
 
 
@@ -96,16 +127,22 @@ def test_the_default_evaluation_sees_none_of_the_training_questions(loop, script
     wh = Warehouse(root)
     summary = evaluate(_eval_config(root, trained["model_id"]))
     assert summary["status"] == "completed" and summary["warnings"] == []
-    evaluated = query(wh, "select question_id, partition, is_seen from evals where run_id = $r",
-                      {"r": summary["run_id"]}).to_pylist()
+    evaluated = query(
+        wh, "select question_id, partition, is_seen from evals where run_id = $r", {"r": summary["run_id"]}
+    ).to_pylist()
     assert len(evaluated) == 5  # the test partition of these 40 questions: 31 train, 4 valid, 5 test
     assert {(r["partition"], r["is_seen"]) for r in evaluated} == {("test", False)}
-    overlap = query(wh, """
+    overlap = query(
+        wh,
+        """
         select count(*) as n from model_questions m join evals e using (model_id, question_id)
-        where e.run_id = $r""", {"r": summary["run_id"]}).to_pylist()
+        where e.run_id = $r""",
+        {"r": summary["run_id"]},
+    ).to_pylist()
     assert overlap == [{"n": 0}]
-    rows = query(wh, "select partition, n_questions, n_seen from eval_summary where run_id = $r",
-                 {"r": summary["run_id"]}).to_pylist()
+    rows = query(
+        wh, "select partition, n_questions, n_seen from eval_summary where run_id = $r", {"r": summary["run_id"]}
+    ).to_pylist()
     assert rows == [{"partition": "test", "n_questions": 5, "n_seen": 0}]
 
 
@@ -114,11 +151,14 @@ def test_evaluating_on_train_marks_seen_questions_and_warns(loop, scripted_evals
     wh = Warehouse(root)
     seen = len(query(wh, "select * from model_questions").to_pylist())
     summary = evaluate(_eval_config(root, trained["model_id"], partition="train"))
-    [row] = query(wh, "select n_questions, n_seen from eval_summary where run_id = $r",
-                  {"r": summary["run_id"]}).to_pylist()
+    [row] = query(
+        wh, "select n_questions, n_seen from eval_summary where run_id = $r", {"r": summary["run_id"]}
+    ).to_pylist()
     assert row["n_seen"] == seen > 0 and row["n_questions"] > seen
     assert summary["aggregates"][0]["n_seen"] == seen
-    [warnings] = query(wh, "select warnings from runs where run_id = $r", {"r": summary["run_id"]}).column(0).to_pylist()
+    [warnings] = (
+        query(wh, "select warnings from runs where run_id = $r", {"r": summary["run_id"]}).column(0).to_pylist()
+    )
     assert warnings == summary["warnings"] and len(warnings) == 2
     assert "train partition" in warnings[0] and f"{seen} of {row['n_questions']}" in warnings[1]
 
@@ -129,12 +169,22 @@ def test_a_build_on_the_test_partition_is_warned_about_and_recorded(loop, engine
     config = _build_config(root, partition="test", questions_per_dataset=1)
     summary = build(config.model_copy(update={"name": "honest-test"}))
     assert len(summary["warnings"]) == 1 and "'test'" in summary["warnings"][0]
-    [warnings] = query(Warehouse(root), "select warnings from runs where run_id = $r",
-                       {"r": summary["run_id"]}).column(0).to_pylist()
+    [warnings] = (
+        query(Warehouse(root), "select warnings from runs where run_id = $r", {"r": summary["run_id"]})
+        .column(0)
+        .to_pylist()
+    )
     assert warnings == summary["warnings"]
-    expanded = query(Warehouse(root), """
+    expanded = (
+        query(
+            Warehouse(root),
+            """
         select distinct q.partition from nodes n join questions q using (question_id) where n.run_id = $r""",
-                     {"r": summary["run_id"]}).column(0).to_pylist()
+            {"r": summary["run_id"]},
+        )
+        .column(0)
+        .to_pylist()
+    )
     assert expanded == ["test"]
 
 
@@ -148,8 +198,11 @@ def test_an_evaluation_only_dataset_has_no_train_questions_and_says_so(loop, scr
 
 
 def _train_ids(root, n: int) -> list[str]:
-    rows = query(Warehouse(root), "select question_id from questions where partition = 'train' "
-                 "order by sample_key desc limit $n", {"n": n}).to_pylist()
+    rows = query(
+        Warehouse(root),
+        "select question_id from questions where partition = 'train' order by sample_key desc limit $n",
+        {"n": n},
+    ).to_pylist()
     return [r["question_id"] for r in rows]
 
 
@@ -163,18 +216,25 @@ def test_a_build_expands_exactly_the_listed_questions(loop, per_strategy):
     with registered_engine(ScriptedBackend(decex_policy(GOLD))):
         built = build(_build_config(root, question_ids=listed))
     assert built["status"] == "completed", built
-    expanded = query(Warehouse(root), "select distinct question_id from nodes where run_id = $r",
-                     {"r": built["run_id"]}).column("question_id").to_pylist()
+    expanded = (
+        query(Warehouse(root), "select distinct question_id from nodes where run_id = $r", {"r": built["run_id"]})
+        .column("question_id")
+        .to_pylist()
+    )
     assert sorted(expanded) == sorted(wanted)
 
 
-@pytest.mark.parametrize("pick,message", [("test", "not in the 'train' partition"),
-                                          ("missing", "not in the warehouse's questions")])
+@pytest.mark.parametrize(
+    "pick,message", [("test", "not in the 'train' partition"), ("missing", "not in the warehouse's questions")]
+)
 def test_listed_questions_outside_the_partition_or_unknown_are_refused(loop, pick, message):
     root, _, _ = loop
     if pick == "test":
-        ids = query(Warehouse(root), "select question_id from questions where partition = 'test' limit 1"
-                    ).column("question_id").to_pylist()
+        ids = (
+            query(Warehouse(root), "select question_id from questions where partition = 'test' limit 1")
+            .column("question_id")
+            .to_pylist()
+        )
     else:
         ids = ["hotpotqa:no-such-question"]
     with registered_engine(ScriptedBackend(decex_policy(GOLD))):

@@ -22,8 +22,10 @@ import yaml
 from tests.flows.configs import null_config
 
 # Runs the command in argv[1:] and prints the largest resident set (KiB) of a process it waited for.
-WRAPPER = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "
-           "print('maxrss_kib', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, code)")
+WRAPPER = (
+    "import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "
+    "print('maxrss_kib', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, code)"
+)
 
 
 def peak_kib(tmp_path: Path, questions: int) -> int:

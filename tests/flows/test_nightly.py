@@ -21,8 +21,8 @@ from ragfactory.tasks.training.registry import resolve_model_ref
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, registered_engine, scripted_llm
-from tests.flows.scripted_policies import decex_policy
 from tests.flows.configs import frontier_config
+from tests.flows.scripted_policies import decex_policy
 
 GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=40).questions}
 pytestmark = pytest.mark.slow  # four trainings and eight evaluations: about a minute on 2 cores
@@ -45,11 +45,16 @@ def engine(role, cache_dir):
 
 
 def nightly_config(root, base: str) -> NightlyConfig:
-    return NightlyConfig.model_validate({
-        "build": frontier_config(root).model_dump(), "base_model": base, "trl": {"sft": TINY_TRL, "dpo": TINY_TRL},
-        "window": 1, "mode": "direct",
-        "evaluation": {"modes": ["direct"], "limit": 4, "llm": scripted_llm()},
-    })
+    return NightlyConfig.model_validate(
+        {
+            "build": frontier_config(root).model_dump(),
+            "base_model": base,
+            "trl": {"sft": TINY_TRL, "dpo": TINY_TRL},
+            "window": 1,
+            "mode": "direct",
+            "evaluation": {"modes": ["direct"], "limit": 4, "llm": scripted_llm()},
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +71,20 @@ def test_night_one_trains_sft_then_dpo_and_promotes_a_candidate_that_wins_on_val
     assert [t["method"] for t in first["trained"]] == ["sft", "dpo"]
     decision = first["decision"]
     assert (decision["decision"], decision["candidate"], decision["incumbent"]) == (
-        "promote", first["trained"][-1]["model_id"], tiny_model)
+        "promote",
+        first["trained"][-1]["model_id"],
+        tiny_model,
+    )
     assert (decision["n"], decision["delta"], decision["ci_low"], decision["ci_high"]) == (4, 1.0, 1.0, 1.0)
-    evaluated = query(Warehouse(root), "select distinct partition from evals e join runs r using (run_id) "
-                      "where e.model_id = $m", {"m": decision["candidate"]}).column(0).to_pylist()
+    evaluated = (
+        query(
+            Warehouse(root),
+            "select distinct partition from evals e join runs r using (run_id) where e.model_id = $m",
+            {"m": decision["candidate"]},
+        )
+        .column(0)
+        .to_pylist()
+    )
     assert sorted(evaluated) == ["test", "valid"]  # chosen on valid, reported on test
     assert first["test"]["model_id"] == decision["candidate"]
 
@@ -77,15 +92,24 @@ def test_night_one_trains_sft_then_dpo_and_promotes_a_candidate_that_wins_on_val
 def test_the_promoted_model_is_the_next_nights_policy_and_incumbent(nights):
     root, first, second = nights
     promoted = first["decision"]["candidate"]
-    policy = query(Warehouse(root), "select json_extract_string(config, '$.llm.policy.model') from runs "
-                   "where run_id = $r", {"r": second["build"]["run_id"]}).column(0).to_pylist()
+    policy = (
+        query(
+            Warehouse(root),
+            "select json_extract_string(config, '$.llm.policy.model') from runs where run_id = $r",
+            {"r": second["build"]["run_id"]},
+        )
+        .column(0)
+        .to_pylist()
+    )
     assert policy == [resolve_model_ref(Warehouse(root), promoted).load]
     assert second["decision"]["incumbent"] == promoted
     assert second["earlier"] == [first["build"]["run_id"]]  # a window of one earlier night
     assert second["decision"]["decision"] == "keep" and second["decision"]["reason"].startswith("tie")
     rows = query(Warehouse(root), "select night, decision, promoted from promotions order by night").to_pylist()
-    assert rows == [{"night": "n1", "decision": "promote", "promoted": promoted},
-                    {"night": "n2", "decision": "keep", "promoted": promoted}]
+    assert rows == [
+        {"night": "n1", "decision": "promote", "promoted": promoted},
+        {"night": "n2", "decision": "keep", "promoted": promoted},
+    ]
     assert resolve_model_ref(Warehouse(root), "promoted").model_id == promoted
 
 

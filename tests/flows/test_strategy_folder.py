@@ -27,7 +27,7 @@ from tests.fakes import ScriptedBackend, scripted_llm
 PACKAGE = "ragfactory_toy_strategy"
 FOLDER = {
     "__init__.py": '"""A toy strategy: one greedy answer per question."""\n',
-    "plugin.py": '''
+    "plugin.py": """
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,8 +50,8 @@ async def expand(question, context, config):
 
 TOY = Strategy("toy", GoldConfig, expand, exports=f"{__package__}.exports",
                views=Path(__file__).parent / "views")
-''',
-    "exports.py": '''
+""",
+    "exports.py": """
 from ragfactory.tasks.export.registry import Exporter, StrategyExports
 from ragfactory.tasks.search.tree import stable_id
 
@@ -69,9 +69,9 @@ def sft(inputs, config, run_seed):
 EXPORTS = StrategyExports("toy", (Exporter(
     "sft_examples", {"nodes": ("node_id", "run_id", "question_id", "kind", "text"),
                      "questions": ("question_id", "question")}, sft),))
-''',
+""",
     "views/toy_answers.sql": "select question_id, text as answer, reward from nodes "
-                             "where strategy = 'toy' and kind = 'answer'\n",
+    "where strategy = 'toy' and kind = 'answer'\n",
 }
 GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=3).questions}
 
@@ -83,8 +83,7 @@ def toy_folder(tmp_path):
     for rel, text in FOLDER.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    spec = importlib.util.spec_from_file_location(PACKAGE, root / "__init__.py",
-                                                  submodule_search_locations=[str(root)])
+    spec = importlib.util.spec_from_file_location(PACKAGE, root / "__init__.py", submodule_search_locations=[str(root)])
     sys.modules[PACKAGE] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sys.modules[PACKAGE])
     try:
@@ -99,15 +98,19 @@ def toy_folder(tmp_path):
 def test_a_strategy_folder_builds_exports_and_shows_its_view(tmp_path, toy_folder, engines):
     engines(ScriptedBackend())
     root = tmp_path / "wh"
-    summary = build(BuildConfig.model_validate({
-        "name": "toy-folder",
-        "warehouse": {"root": str(root)},
-        "datasets": [{"name": "hotpotqa", "limit": 3}],
-        "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
-        "retrieval": {"dense": {"enabled": False}},
-        "llm": scripted_llm(),
-        "search": {"strategies": ["toy"], "shard_size": 3},
-    }))
+    summary = build(
+        BuildConfig.model_validate(
+            {
+                "name": "toy-folder",
+                "warehouse": {"root": str(root)},
+                "datasets": [{"name": "hotpotqa", "limit": 3}],
+                "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
+                "retrieval": {"dense": {"enabled": False}},
+                "llm": scripted_llm(),
+                "search": {"strategies": ["toy"], "shard_size": 3},
+            }
+        )
+    )
     assert summary["status"] == "completed", summary
     assert summary["exports"] == [{"strategy": "toy", "sft_examples": 3, "contaminated": 0}]
     wh = Warehouse(root)

@@ -48,8 +48,13 @@ def bytecode_lines(flow_run_id) -> list[str]:
 
 
 def _train_config(root, run_id, model, method="sft") -> TrainConfig:
-    return TrainConfig(method=method, run_id=run_id, base_model=model, warehouse={"root": str(root)},
-                       trl={"max_steps": 1, "per_device_train_batch_size": 2})
+    return TrainConfig(
+        method=method,
+        run_id=run_id,
+        base_model=model,
+        warehouse={"root": str(root)},
+        trl={"max_steps": 1, "per_device_train_batch_size": 2},
+    )
 
 
 def test_train_registers_a_model_and_an_identical_request_is_a_cache_hit(built, tiny_model, monkeypatch):  # noqa: F811
@@ -118,9 +123,23 @@ def test_train_command_trains_then_hits_the_cache(built, tiny_model):  # noqa: F
     from ragfactory.cli import app
 
     root, run_id = built
-    args = ["train", "--method", "sft", "--run-id", run_id, "--base-model", str(tiny_model),
-            "--trl", "max_steps=1", "--trl", "per_device_train_batch_size=2", "--name", "nightly-sft",
-            "--root", str(root)]
+    args = [
+        "train",
+        "--method",
+        "sft",
+        "--run-id",
+        run_id,
+        "--base-model",
+        str(tiny_model),
+        "--trl",
+        "max_steps=1",
+        "--trl",
+        "per_device_train_batch_size=2",
+        "--name",
+        "nightly-sft",
+        "--root",
+        str(root),
+    ]
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
     assert "(trained)" in first.output and "train_loss" in first.output
@@ -130,4 +149,3 @@ def test_train_command_trains_then_hits_the_cache(built, tiny_model):  # noqa: F
     assert json.loads(row["lineage"])["name"] == "nightly-sft"
     bad = CliRunner().invoke(app, [*args[:-2], "--trl", "max_steps", "--root", str(root)])
     assert bad.exit_code == 1 and "expected key=value" in bad.output
-

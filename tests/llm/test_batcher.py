@@ -66,9 +66,7 @@ def test_fan_out_inside_a_question_joins_one_batch(fan_out):
 
     async def question(qid: int):
         first = await batcher.generate(ask(f"q{qid} plan"))
-        siblings = await asyncio.gather(
-            *(batcher.generate(ask(f"q{qid} branch{b}")) for b in range(fan_out))
-        )
+        siblings = await asyncio.gather(*(batcher.generate(ask(f"q{qid} branch{b}")) for b in range(fan_out)))
         return first, siblings
 
     async def main():
@@ -148,9 +146,7 @@ def test_backend_exception_propagates_to_all_gathered_requests():
     batcher = Batcher(ScriptedBackend(fail_times=1))
 
     async def main():
-        return await asyncio.gather(
-            *(batcher.generate(ask(f"q{q}")) for q in range(3)), return_exceptions=True
-        )
+        return await asyncio.gather(*(batcher.generate(ask(f"q{q}")) for q in range(3)), return_exceptions=True)
 
     outcomes = asyncio.run(main())
     assert [type(o) for o in outcomes] == [RuntimeError] * 3
@@ -159,6 +155,7 @@ def test_backend_exception_propagates_to_all_gathered_requests():
 @pytest.mark.timeout(30)
 def test_a_backend_raising_stop_iteration_fails_the_call_instead_of_hanging():
     """asyncio cannot set StopIteration on a future: unconverted, the awaiting call never ends."""
+
     def reply(request, sample):
         return next(iter([]))
 

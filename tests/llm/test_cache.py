@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import replace
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 
 import pyarrow.parquet as pq
 import pytest
@@ -119,7 +119,7 @@ async def shard_build(batcher: Batcher, n_questions: int) -> list[list[str]]:
         for step in range(3):
             seed = derive_seed(0, qid, f"{step}")
             request = Request.chat(
-                [{"role": "user", "content": f"{qid} step {step}: {texts[-1:] }"}],
+                [{"role": "user", "content": f"{qid} step {step}: {texts[-1:]}"}],
                 n=2 if step == 1 else 1,
                 temperature=0.7,
                 seed=seed,
@@ -164,10 +164,15 @@ def test_empty_cache_writes_an_empty_shard(warehouse):
     assert pq.read_table(path).num_rows == 0
 
 
-
 FINGERPRINT = "transformers/smollm2-135m-instruct/float32/0123456789abcdef"
-JAWS = Request.chat([{"role": "user", "content": "Who directed Jaws?"}], n=2, temperature=0.7,
-                    max_tokens=64, stop=("</answer>",), seed=11)
+JAWS = Request.chat(
+    [{"role": "user", "content": "Who directed Jaws?"}],
+    n=2,
+    temperature=0.7,
+    max_tokens=64,
+    stop=("</answer>",),
+    seed=11,
+)
 
 
 def test_free_call_ids_are_those_of_releases_before_grammars():
@@ -182,9 +187,12 @@ def test_a_grammar_is_part_of_the_call_id():
     answer = Grammar("a", 'start: "<answer>" x "</answer>"\nx[max_tokens=8]: /[a-z]+/\n', 26)
     other = Grammar("a", 'start: "<answer>" x "</answer>"\nx[max_tokens=9]: /[a-z]+/\n', 27)
     constrained = replace(JAWS, sampling=replace(JAWS.sampling, grammar=answer))
-    ids = {call_id(FINGERPRINT, r, 0) for r in (JAWS, constrained,
-                                               replace(JAWS, sampling=replace(JAWS.sampling, grammar=other)))}
+    ids = {
+        call_id(FINGERPRINT, r, 0)
+        for r in (JAWS, constrained, replace(JAWS, sampling=replace(JAWS.sampling, grammar=other)))
+    }
     assert len(ids) == 3  # free, constrained, and constrained by another grammar never share rows
     assert constrained.sampling.key()["grammar"] == {"name": "a", "sha256": answer.digest}
-    assert call_id(FINGERPRINT, replace(constrained, sampling=constrained.sampling.free()), 0) == \
-        call_id(FINGERPRINT, JAWS, 0)
+    assert call_id(FINGERPRINT, replace(constrained, sampling=constrained.sampling.free()), 0) == call_id(
+        FINGERPRINT, JAWS, 0
+    )

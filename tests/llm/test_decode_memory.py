@@ -26,8 +26,7 @@ def widths(chunks) -> list[list[int]]:
 
 def test_smollm2_135m_takes_46080_bytes_a_token_in_float32():
     # SmolLM2-135M: 30 layers, 9 heads of 64 over a 576-wide model, 3 KV heads.
-    config = SimpleNamespace(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
-                             hidden_size=576)
+    config = SimpleNamespace(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, hidden_size=576)
     assert kv_bytes_per_token(config, "float32") == 2 * 30 * 3 * 64 * 4 == 46_080
     assert kv_bytes_per_token(config, "bfloat16") == 23_040
     # no KV-head count: every head keeps its keys and values; head size from an explicit head_dim

@@ -19,8 +19,13 @@ from ragfactory.tasks.llm.embedded import (
 
 @pytest.mark.parametrize(
     "spec,expected",
-    [("embedded", True), ("SmolLM2-135M-Instruct", True), (" smollm2 ", True),
-     ("HuggingFaceTB/SmolLM2-135M-Instruct", False), ("/models/qwen", False)],
+    [
+        ("embedded", True),
+        ("SmolLM2-135M-Instruct", True),
+        (" smollm2 ", True),
+        ("HuggingFaceTB/SmolLM2-135M-Instruct", False),
+        ("/models/qwen", False),
+    ],
 )
 def test_is_embedded(spec, expected):
     assert is_embedded(spec) is expected

@@ -112,8 +112,9 @@ def test_a_process_builds_one_engine_per_setting(checkpoint):
     only turns structured generation off still shares the policy's."""
     policy = LLMRoleConfig(model=str(checkpoint), device="cpu", max_batch_size=5)
     first = make_backends(LLMConfig(policy=policy), cache_dir=None)
-    second = make_backends(LLMConfig(policy=policy, judge=policy.model_copy(update={"structured": False})),
-                           cache_dir=None)
+    second = make_backends(
+        LLMConfig(policy=policy, judge=policy.model_copy(update={"structured": False})), cache_dir=None
+    )
     assert first["policy"] is second["policy"] is second["judge"]
     # the pooled engine is one scheduler, running the engine's retries itself
     assert type(first["policy"].backend).__name__ == "TransformersBackend"
@@ -123,8 +124,9 @@ def test_a_process_builds_one_engine_per_setting(checkpoint):
 def test_a_registered_engine_is_built_from_the_name_in_the_config(engines):
     """The batcher's roles get the engine their config names; a second role naming another gets it."""
     policy, judge = ScriptedBackend(fingerprint="p"), ScriptedBackend(fingerprint="j")
-    llm = LLMConfig.model_validate({"policy": {"backend": engines(policy)},
-                                    "judge": {"backend": engines(judge, "scripted:judge")}})
+    llm = LLMConfig.model_validate(
+        {"policy": {"backend": engines(policy)}, "judge": {"backend": engines(judge, "scripted:judge")}}
+    )
     batcher = make_batcher(llm, CallCache("run"))
 
     async def main():
@@ -137,8 +139,11 @@ def test_a_registered_engine_is_built_from_the_name_in_the_config(engines):
 
 def test_an_unregistered_name_is_an_error_naming_what_is_registered():
     role = LLMRoleConfig(backend="scripted:nowhere")
-    with pytest.raises(ValueError, match=r"unknown LLM backend 'scripted:nowhere'; registered in this process: "
-                                         r"null, openai, transformers, vllm"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown LLM backend 'scripted:nowhere'; registered in this process: "
+        r"null, openai, transformers, vllm",
+    ):
         make_backend(role, cache_dir=None)
 
 

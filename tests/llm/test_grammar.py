@@ -11,20 +11,20 @@ import pytest
 
 from ragfactory.tasks.llm.grammar import GrammarError, literal_bytes, render_grammar, token_bound
 
-TAGGED = r'''
+TAGGED = r"""
 // a comment line, and a comment after a rule
 start: "<a>" x "</a>" (y | "zz")?   // optional tail
 x[max_tokens=5]: /[a-z]+/
 y[max_tokens=7]: /[0-9]+/
-'''
+"""
 
-TEMPLATE = r'''
+TEMPLATE = r"""
 start: "<r>" r "</r>" (s | a)
 r[max_tokens=$budget]: /[^<>]+/
 s: "<s>" q "</s>"
 a: "<a>" q "</a>" "!"
 q[max_tokens=3]: /[a-z]+/
-'''
+"""
 
 
 def test_the_bound_is_the_costliest_path():
@@ -68,10 +68,10 @@ def test_other_placeholders_are_filled_and_a_missing_one_is_named():
 @pytest.mark.parametrize(
     "grammar,message",
     [
-        ('start: x\nx: /a+/\n', "'x' matches a regex without a max_tokens bound"),
+        ("start: x\nx: /a+/\n", "'x' matches a regex without a max_tokens bound"),
         ('start: "a"*\n', "unbounded repetition"),
         ('start: x\nx: "(" x ")"\n', "'x' is recursive"),
-        ('start: y\n', "undefined 'y'"),
+        ("start: y\n", "undefined 'y'"),
         ('rule: "a"\n', "no 'start' rule"),
         ('start: ("a"\n', "unbalanced"),
         ('%import common.WS\nstart: "a"\n', "not supported"),

@@ -34,8 +34,9 @@ def test_every_prompt_grammar_has_a_parser_here():
 def test_every_output_parses_under_its_grammar(null, max_tokens):
     for name in grammar_names():
         grammar = load_grammar(name, max_tokens, **PARAMS.get(name, {}))
-        answers = null.generate_batch([_ask(f"q{seed}", grammar=grammar, max_tokens=max_tokens, n=3, seed=seed)
-                                       for seed in range(SAMPLES // 3)])
+        answers = null.generate_batch(
+            [_ask(f"q{seed}", grammar=grammar, max_tokens=max_tokens, n=3, seed=seed) for seed in range(SAMPLES // 3)]
+        )
         for completion in (c for answer in answers for c in answer):
             assert PARSERS[name](completion.text) is None, (name, completion.text)
             assert completion.finish_reason == "stop"

@@ -43,9 +43,7 @@ SLOW_REPLY_S = 1.0
 def _start_server(*args: str, env: dict | None = None, module: str = ECHO_SERVER) -> tuple[subprocess.Popen, str]:
     port = free_port()
     cmd = [sys.executable, "-m", module, "--port", str(port), *args]
-    proc = subprocess.Popen(
-        cmd, env={**os.environ, **(env or {})}, stderr=subprocess.PIPE, text=True, cwd=REPO
-    )
+    proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stderr=subprocess.PIPE, text=True, cwd=REPO)
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
@@ -73,9 +71,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def servers():
-    echo, echo_url = _start_server(
-        "--model", "echo", "--api-key-env", KEY_ENV, env={KEY_ENV: SECRET}
-    )
+    echo, echo_url = _start_server("--model", "echo", "--api-key-env", KEY_ENV, env={KEY_ENV: SECRET})
     flaky_args = "--model echo --fail-first 2 --fail-status 429,503 --delay-s".split()
     flaky, flaky_url = _start_server(*flaky_args, str(SLOW_REPLY_S))
     try:
@@ -99,17 +95,13 @@ def _flaky(servers, **overrides) -> OpenAIBackend:
 
 
 def _ask(text: str, **sampling) -> Request:
-    return Request.chat(
-        [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}], **sampling
-    )
+    return Request.chat([{"role": "system", "content": "be brief"}, {"role": "user", "content": text}], **sampling)
 
 
 @pytest.mark.parametrize("n", [1, 3])
 def test_generates_n_completions_over_http(echo, n):
     [completions] = echo.generate_batch([_ask("alpha beta gamma", n=n)])
-    assert [c.text for c in completions] == ["alpha beta gamma"] + [
-        f"alpha beta gamma [{i}]" for i in range(1, n)
-    ]
+    assert [c.text for c in completions] == ["alpha beta gamma"] + [f"alpha beta gamma [{i}]" for i in range(1, n)]
     assert all(c.finish_reason == "stop" and c.prompt_tokens == 5 for c in completions)
     # The server bills 3 + 4 * (n - 1) tokens; the split keeps that total.
     assert sum(c.completion_tokens for c in completions) == 3 + 4 * (n - 1)
@@ -150,13 +142,9 @@ def test_list_models(echo):
 
 def test_wrong_model_fails_at_once(servers, monkeypatch):
     monkeypatch.setenv(KEY_ENV, SECRET)
-    backend = OpenAIBackend(
-        OpenAIConfig(model="other", base_url=servers["echo"], api_key_env=KEY_ENV)
-    )
+    backend = OpenAIBackend(OpenAIConfig(model="other", base_url=servers["echo"], api_key_env=KEY_ENV))
     started = time.perf_counter()
-    with pytest.raises(
-        OpenAIBackendError, match=r"request 0: HTTP 404: model 'other' does not exist"
-    ):
+    with pytest.raises(OpenAIBackendError, match=r"request 0: HTTP 404: model 'other' does not exist"):
         backend.generate_batch([_ask("a")])
     assert time.perf_counter() - started < 2  # no retries on a 4xx other than 429
 
@@ -169,12 +157,8 @@ def test_bad_request_is_named_in_its_batch(echo):
 def test_api_key_never_shows(servers, monkeypatch):
     wrong = "sk-wrong-key-that-must-not-leak"
     monkeypatch.setenv(KEY_ENV, wrong)
-    backend = OpenAIBackend(
-        OpenAIConfig(model="echo", base_url=servers["echo"], api_key_env=KEY_ENV)
-    )
-    assert (
-        wrong not in repr(backend) and wrong not in str(backend) and "api_key=set" in repr(backend)
-    )
+    backend = OpenAIBackend(OpenAIConfig(model="echo", base_url=servers["echo"], api_key_env=KEY_ENV))
+    assert wrong not in repr(backend) and wrong not in str(backend) and "api_key=set" in repr(backend)
     with pytest.raises(OpenAIBackendError) as failure:
         backend.generate_batch([_ask(f"echo {wrong}")])
     assert "HTTP 401" in str(failure.value) and wrong not in str(failure.value)
@@ -195,14 +179,9 @@ def test_server_speaks_openai_to_any_client(servers):
     }
     assert httpx.post(url, json=body, timeout=5).status_code == 401
     answer = httpx.post(url, json=body, headers=auth, timeout=5).json()
-    assert (
-        answer["object"] == "chat.completion"
-        and answer["choices"][0]["message"]["content"] == "part one "
-    )
+    assert answer["object"] == "chat.completion" and answer["choices"][0]["message"]["content"] == "part one "
     assert answer["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
-    assert (
-        httpx.post(url, json={**body, "stream": True}, headers=auth, timeout=5).status_code == 400
-    )
+    assert httpx.post(url, json={**body, "stream": True}, headers=auth, timeout=5).status_code == 400
 
 
 class RecordingEcho(EchoBackend):
@@ -221,24 +200,16 @@ class RecordingEcho(EchoBackend):
 def test_server_coalesces_concurrent_requests_into_batches():
     engine = RecordingEcho()
     app = create_app(engine, ServerConfig(model_name="echo", max_batch=8, batch_window_s=0.2))
-    backend = OpenAIBackend(
-        OpenAIConfig(model="echo", base_url="http://app/v1"), transport=httpx.ASGITransport(app)
-    )
+    backend = OpenAIBackend(OpenAIConfig(model="echo", base_url="http://app/v1"), transport=httpx.ASGITransport(app))
     results = backend.generate_batch([_ask(f"q{i}") for i in range(20)])
     assert [r[0].text for r in results] == [f"q{i}" for i in range(20)]
-    assert (
-        sum(engine.batch_sizes) == 20
-        and max(engine.batch_sizes) == 8
-        and len(engine.batch_sizes) <= 4
-    )
+    assert sum(engine.batch_sizes) == 20 and max(engine.batch_sizes) == 8 and len(engine.batch_sizes) <= 4
 
 
 def test_retries_429_and_503_then_succeeds(servers):
     backend = _flaky(servers, max_retries=2)
     results = backend.generate_batch([_ask(f"retry me {i}", n=2) for i in range(3)])
-    assert [[c.text for c in r] for r in results] == [
-        [f"retry me {i}", f"retry me {i} [1]"] for i in range(3)
-    ]
+    assert [[c.text for c in r] for r in results] == [[f"retry me {i}", f"retry me {i} [1]"] for i in range(3)]
 
 
 def test_gives_up_after_max_retries(servers):
@@ -250,12 +221,8 @@ def test_gives_up_after_max_retries(servers):
 def test_times_out(servers):
     started = time.perf_counter()
     # The flaky server fails the first two attempts fast; the third, slow answer times out.
-    with pytest.raises(
-        OpenAIBackendError, match=r"gave up after 3 attempts; last: ReadTimeout \(timed out\)"
-    ):
-        _flaky(servers, max_retries=2, timeout_s=SLOW_REPLY_S / 5).generate_batch(
-            [_ask("too slow")]
-        )
+    with pytest.raises(OpenAIBackendError, match=r"gave up after 3 attempts; last: ReadTimeout \(timed out\)"):
+        _flaky(servers, max_retries=2, timeout_s=SLOW_REPLY_S / 5).generate_batch([_ask("too slow")])
     assert time.perf_counter() - started < SLOW_REPLY_S
 
 
@@ -286,9 +253,7 @@ def test_concurrency_is_bounded():
         await asyncio.sleep(0.02)
         in_flight -= 1
         choice = {"index": 0, "message": {"content": "ok"}, "finish_reason": "stop"}
-        return httpx.Response(
-            200, json={"choices": [choice], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
-        )
+        return httpx.Response(200, json={"choices": [choice], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
 
     config = OpenAIConfig(model="m", base_url="http://fake/v1", max_concurrency=3)
     results = OpenAIBackend(config, transport=httpx.MockTransport(handler)).generate_batch(
@@ -309,13 +274,9 @@ def test_tops_up_servers_that_ignore_n():
             "message": {"content": f"seed {body['seed']}"},
             "finish_reason": "stop",
         }
-        return httpx.Response(
-            200, json={"choices": [choice], "usage": {"prompt_tokens": 2, "completion_tokens": 2}}
-        )
+        return httpx.Response(200, json={"choices": [choice], "usage": {"prompt_tokens": 2, "completion_tokens": 2}})
 
-    backend = OpenAIBackend(
-        OpenAIConfig(model="m", base_url="http://fake/v1"), transport=httpx.MockTransport(handler)
-    )
+    backend = OpenAIBackend(OpenAIConfig(model="m", base_url="http://fake/v1"), transport=httpx.MockTransport(handler))
     [completions] = backend.generate_batch([_ask("x", n=3, seed=10)])
     assert [c.text for c in completions] == ["seed 10", "seed 11", "seed 12"]
     assert seeds == [(3, 10), (1, 11), (1, 12)]
@@ -353,8 +314,9 @@ ANSWER_GRAMMAR = Grammar("answer", 'start: "<answer>" x "</answer>"\nx[max_token
 
 def _asgi(engine) -> OpenAIBackend:
     app = create_app(engine, ServerConfig(model_name="echo"))
-    return OpenAIBackend(OpenAIConfig(model="echo", base_url="http://app/v1", max_retries=0),
-                         transport=httpx.ASGITransport(app))
+    return OpenAIBackend(
+        OpenAIConfig(model="echo", base_url="http://app/v1", max_retries=0), transport=httpx.ASGITransport(app)
+    )
 
 
 def test_a_grammar_travels_as_structured_outputs_to_the_engine():
@@ -391,37 +353,25 @@ def test_a_server_without_structured_outputs_names_the_switch():
 def test_serves_the_embedded_model(embedded_model):
     from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
 
-    proc, base_url = _start_server("--model", str(embedded_model), "--served-name", "smollm2",
-                                   module=LIBRARY_SERVER)
+    proc, base_url = _start_server("--model", str(embedded_model), "--served-name", "smollm2", module=LIBRARY_SERVER)
     try:
         _wait_ready(proc, base_url, {}, 120)
-        backend = OpenAIBackend(
-            OpenAIConfig(model="smollm2", base_url=base_url, api_key_env="RAGFACTORY_UNSET_KEY")
-        )
+        backend = OpenAIBackend(OpenAIConfig(model="smollm2", base_url=base_url, api_key_env="RAGFACTORY_UNSET_KEY"))
         greedy = _ask("What is the capital of France?", max_tokens=16, stop=("\n",))
         [[served]] = backend.generate_batch([greedy])
         batch = backend.generate_batch(
-            [
-                _ask(f"Name {k} colours.", n=2, temperature=0.8, seed=k, max_tokens=12)
-                for k in range(4)
-            ]
+            [_ask(f"Name {k} colours.", n=2, temperature=0.8, seed=k, max_tokens=12) for k in range(4)]
         )
     finally:
         _stop(proc)
-    [[direct]] = TransformersBackend(embedded_model, TransformersSettings(device="cpu")).generate_batch(
-        [greedy]
-    )
+    [[direct]] = TransformersBackend(embedded_model, TransformersSettings(device="cpu")).generate_batch([greedy])
     assert served.text == direct.text and served.text.strip()
     assert (served.prompt_tokens, served.completion_tokens) == (
         direct.prompt_tokens,
         direct.completion_tokens,
     )
     assert [len(r) for r in batch] == [2, 2, 2, 2]
-    assert all(
-        0 < c.completion_tokens <= 12 * 2 and c.finish_reason in {"stop", "length"}
-        for r in batch
-        for c in r
-    )
+    assert all(0 < c.completion_tokens <= 12 * 2 and c.finish_reason in {"stop", "length"} for r in batch for c in r)
 
 
 @pytest.mark.slow
@@ -435,15 +385,13 @@ def test_serves_the_embedded_model_held_to_a_grammar(embedded_model):
     grammar = load_grammar("treeps_step", 96)
     prompt = render_prompt("treeps_step", question="Who directed Jaws?")
     request = Request.chat([{"role": "user", "content": prompt}], max_tokens=96, grammar=grammar)
-    proc, base_url = _start_server("--model", str(embedded_model), "--served-name", "smollm2",
-                                   module=LIBRARY_SERVER)
+    proc, base_url = _start_server("--model", str(embedded_model), "--served-name", "smollm2", module=LIBRARY_SERVER)
     try:
         _wait_ready(proc, base_url, {}, 120)
         config = OpenAIConfig(model="smollm2", base_url=base_url, api_key_env="RAGFACTORY_UNSET_KEY")
         [[served]] = OpenAIBackend(config).generate_batch([request])
     finally:
         _stop(proc)
-    [[direct]] = TransformersBackend(embedded_model, TransformersSettings(device="cpu")).generate_batch(
-        [request])
+    [[direct]] = TransformersBackend(embedded_model, TransformersSettings(device="cpu")).generate_batch([request])
     assert parse_step(served.text, "treeps_step").error is None, served.text
     assert served.text == direct.text

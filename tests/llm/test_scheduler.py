@@ -13,7 +13,8 @@ import pytest
 from ragfactory.tasks.llm.batcher import Batcher, BatcherConfig
 from ragfactory.tasks.llm.cache import CallCache, MemoryCallStore
 from ragfactory.tasks.llm.engine import RetryingBackend, scheduled
-from ragfactory.tasks.llm.scheduler import Scheduler, estimate_tokens
+from ragfactory.tasks.llm.queue_items import estimate_tokens
+from ragfactory.tasks.llm.scheduler import Scheduler
 from ragfactory.tasks.llm.types import Request, RetryPolicy
 from tests.fakes import ContinuousScriptedBackend, GatedBackend, ScriptedBackend
 
@@ -44,13 +45,16 @@ def test_token_estimates_count_every_sample_of_prompt_and_max_tokens():
     assert estimate_tokens(GatedBackend(), ask("three words here", n=2, max_tokens=7)) == 2 * (3 + 7)
 
 
-@pytest.mark.parametrize("size,budget,expected", [
-    (64, 100, [["a", "b"], ["c"]]),  # 30 + 50 fit in 100; + 40 would not
-    (64, 79, [["a"], ["b"], ["c"]]),  # 30 + 50 = 80 > 79
-    (64, 120, [["a", "b", "c"]]),
-    (2, 1000, [["a", "b"], ["c"]]),  # by count
-    (64, 20, [["a"], ["b"], ["c"]]),  # each alone is over the budget: admitted alone, not never
-])
+@pytest.mark.parametrize(
+    "size,budget,expected",
+    [
+        (64, 100, [["a", "b"], ["c"]]),  # 30 + 50 fit in 100; + 40 would not
+        (64, 79, [["a"], ["b"], ["c"]]),  # 30 + 50 = 80 > 79
+        (64, 120, [["a", "b", "c"]]),
+        (2, 1000, [["a", "b"], ["c"]]),  # by count
+        (64, 20, [["a"], ["b"], ["c"]]),  # each alone is over the budget: admitted alone, not never
+    ],
+)
 def test_admission_by_count_and_by_tokens(size, budget, expected):
     backend = ScriptedBackend()
     batcher = Batcher(backend, config=BatcherConfig(max_batch_size=size, max_batch_tokens=budget))
@@ -189,21 +193,24 @@ def test_a_continuous_engine_takes_calls_of_max_batch_size_all_at_once_within_th
 
 
 def test_a_continuous_engine_runs_each_shards_calls_on_that_shards_loop():
-    backend = ContinuousScriptedBackend(lambda r, i: f"{r.messages[-1].content}@{threading.current_thread().name}",
-                                        delay_s=0.02)
+    backend = ContinuousScriptedBackend(
+        lambda r, i: f"{r.messages[-1].content}@{threading.current_thread().name}", delay_s=0.02
+    )
     shared = Scheduler(backend)
     outcomes = {}
 
     def shard(side):
         batcher = Batcher(shared)
-        outcomes[side] = asyncio.run(batcher.run_all(
-            [lambda: asyncio.gather(*(batcher.generate(ask(f"{side}{q}")) for q in range(2)))], 1))[0]
+        outcomes[side] = asyncio.run(
+            batcher.run_all([lambda: asyncio.gather(*(batcher.generate(ask(f"{side}{q}")) for q in range(2)))], 1)
+        )[0]
 
     threads = [threading.Thread(target=shard, args=(side,), name=f"shard-{side}") for side in "ab"]
     [t.start() for t in threads]
     [t.join(timeout=30) for t in threads]
     assert {side: [r[0].text for r in rows] for side, rows in outcomes.items()} == {
-        side: [f"{side}{q}@shard-{side}" for q in range(2)] for side in "ab"}
+        side: [f"{side}{q}@shard-{side}" for q in range(2)] for side in "ab"
+    }
     assert sorted(contents(backend)) == [["a0", "a1"], ["b0", "b1"]]
 
 
@@ -215,10 +222,19 @@ def test_stats_count_hits_engine_calls_and_rows():
     batcher = Batcher(backend, CallCache("run-2", MemoryCallStore(first.rows())))
 
     async def main():
-        return await asyncio.gather(batcher.generate(ask("a")), batcher.generate(ask("b", n=2, temperature=1.0)),
-                                    batcher.generate(ask("c")))
+        return await asyncio.gather(
+            batcher.generate(ask("a")), batcher.generate(ask("b", n=2, temperature=1.0)), batcher.generate(ask("c"))
+        )
 
     a, _, _ = asyncio.run(main())
     assert a[0].cached and contents(backend) == [["b", "c"]]
-    assert batcher.stats.as_dict() == {"requests": 3, "flushes": 1, "engine_calls": 1, "mean_batch_size": 2.0,
-                                       "max_batch_size": 2, "rows": 3, "hits": 1, "misses": 3}
+    assert batcher.stats.as_dict() == {
+        "requests": 3,
+        "flushes": 1,
+        "engine_calls": 1,
+        "mean_batch_size": 2.0,
+        "max_batch_size": 2,
+        "rows": 3,
+        "hits": 1,
+        "misses": 3,
+    }

@@ -32,10 +32,7 @@ def test_greedy_rows_take_the_argmax():
 def test_a_row_samples_the_same_token_whatever_its_batch_mates(top_p):
     torch.manual_seed(0)
     logits = torch.randn(6, 50)
-    alone = [
-        int(sample_tokens(logits[i : i + 1], [0.8], [top_p], generators(100 + i))[0])
-        for i in range(6)
-    ]
+    alone = [int(sample_tokens(logits[i : i + 1], [0.8], [top_p], generators(100 + i))[0]) for i in range(6)]
     temperatures = [0.8, 0.0, 0.8, 1.5, 0.8, 0.8]
     top_ps = [top_p, 1.0, top_p, 0.5, top_p, top_p]
     batch = sample_tokens(logits, temperatures, top_ps, generators(*range(100, 106)))
@@ -167,9 +164,7 @@ def test_a_tight_kv_budget_splits_the_call_and_changes_no_row(smollm, embedded_m
     gives it (greedy and seeded samples alike)."""
     from ragfactory.tasks.llm.decode_memory import decode_chunks, kv_token_slots
 
-    tight = TransformersBackend(
-        embedded_model, TransformersSettings(device="cpu", kv_cache_mb=6.0, prefill_tokens=40)
-    )
+    tight = TransformersBackend(embedded_model, TransformersSettings(device="cpu", kv_cache_mb=6.0, prefill_tokens=40))
     requests = [
         ask("Name a colour.", max_tokens=8),
         ask("Name a large city in Europe, please.", max_tokens=8, temperature=1.0, seed=4, n=3),

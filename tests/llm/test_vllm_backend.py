@@ -22,10 +22,6 @@ import pytest
 from ragfactory.tasks.llm.config import LLMRoleConfig
 from ragfactory.tasks.llm.engine import make_backend
 from ragfactory.tasks.llm.types import Backend, Grammar, Request, RetryPolicy, is_continuous
-from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
-from ragfactory.tasks.search.parsing import parse_termination
-from ragfactory.tasks.search.apex.plan_format import parse_plan
-from ragfactory.tasks.search.treeps.steps import parse_step
 from ragfactory.tasks.llm.vllm_async import VLLMAsyncBackend
 from ragfactory.tasks.llm.vllm_backend import (
     VLLMBackend,
@@ -37,15 +33,17 @@ from ragfactory.tasks.llm.vllm_backend import (
     to_completions,
     vllm_fingerprint,
 )
+from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
+from ragfactory.tasks.search.apex.plan_format import parse_plan
+from ragfactory.tasks.search.parsing import parse_termination
+from ragfactory.tasks.search.treeps.steps import parse_step
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("RAGFACTORY_VLLM_PYTHON", REPO / ".venv-vllm" / "bin" / "python"))
 
 
 def _sample(index: int, text: str, tokens: int, finish: str = "stop") -> SimpleNamespace:
-    return SimpleNamespace(
-        index=index, text=text, token_ids=list(range(tokens)), finish_reason=finish
-    )
+    return SimpleNamespace(index=index, text=text, token_ids=list(range(tokens)), finish_reason=finish)
 
 
 class FakeLLM:
@@ -59,9 +57,7 @@ class FakeLLM:
         return [
             SimpleNamespace(
                 prompt_token_ids=list(range(len(c[-1]["content"]))),
-                outputs=[
-                    _sample(i, f"{c[-1]['content']}#{i}", i + 1) for i in reversed(range(p["n"]))
-                ],
+                outputs=[_sample(i, f"{c[-1]['content']}#{i}", i + 1) for i in reversed(range(p["n"]))],
             )
             for c, p in zip(conversations, params)
         ]
@@ -74,8 +70,7 @@ def _ask(text: str, **sampling) -> Request:
 @pytest.mark.parametrize(
     ("sampling", "expected"),
     [
-        ({}, {"n": 1, "temperature": 0.0, "top_p": 1.0, "max_tokens": 256, "stop": [], "seed": 0,
-               "logprobs": 0}),
+        ({}, {"n": 1, "temperature": 0.0, "top_p": 1.0, "max_tokens": 256, "stop": [], "seed": 0, "logprobs": 0}),
         (
             {
                 "n": 4,
@@ -118,9 +113,7 @@ def test_generate_batch_maps_outputs_in_sample_order(tmp_path):
 
 
 def test_to_completions_keeps_finish_reason_and_latency():
-    output = SimpleNamespace(
-        prompt_token_ids=None, outputs=[_sample(0, "cut", 4, "length"), _sample(1, "x", 1, None)]
-    )
+    output = SimpleNamespace(prompt_token_ids=None, outputs=[_sample(0, "cut", 4, "length"), _sample(1, "x", 1, None)])
     first, second = to_completions(output, latency_s=1.5)
     assert (first.finish_reason, first.prompt_tokens, first.latency_s) == ("length", 0, 1.5)
     assert second.finish_reason == "unknown"
@@ -168,9 +161,7 @@ class FakeAsyncLLM:
             samples = [_sample(i, f"{text}#{i}", i + 1) for i in reversed(range(params["n"]))]
             yield SimpleNamespace(prompt_token_ids=None, outputs=[], finished=False)
             await asyncio.sleep(0)
-            yield SimpleNamespace(
-                prompt_token_ids=prompt["prompt_token_ids"], outputs=samples, finished=True
-            )
+            yield SimpleNamespace(prompt_token_ids=prompt["prompt_token_ids"], outputs=samples, finished=True)
         except (asyncio.CancelledError, GeneratorExit):
             self.cancelled.append(request_id)
             raise
@@ -184,7 +175,8 @@ def test_async_engine_renders_the_chat_template_and_maps_outputs(tmp_path):
     assert is_continuous(backend) and isinstance(backend, Backend)
     results = backend.generate_batch([_ask("abc", n=2), _ask("hi")])
     assert [[c.text for c in r] for r in results] == [
-        ["<user>abc<assistant>#0", "<user>abc<assistant>#1"], ["<user>hi<assistant>#0"]
+        ["<user>abc<assistant>#0", "<user>abc<assistant>#1"],
+        ["<user>hi<assistant>#0"],
     ]
     # prompt tokens: len("<user>abc<assistant>") = 6 + 3 + 11 = 20 ids, one per character
     assert [r[0].prompt_tokens for r in results] == [20, 19]
@@ -212,9 +204,7 @@ def test_async_engine_runs_requests_of_many_callers_at_once_on_its_own_loop(tmp_
     threads = [threading.Thread(target=shard, args=(t,)) for t in ("a", "b", "c")]
     [t.start() for t in threads]
     [t.join(timeout=20) for t in threads]
-    assert {k: v[0][0].text for k, v in results.items()} == {
-        k: f"<user>{k}<assistant>#0" for k in "abc"
-    }
+    assert {k: v[0][0].text for k, v in results.items()} == {k: f"<user>{k}<assistant>#0" for k in "abc"}
     assert len(engine.loops) == 1 and not engine.loops & callers  # one engine loop, none of theirs
     backend.close()
 
@@ -307,17 +297,13 @@ def test_request_json_round_trip(tmp_path):
     assert read_requests(path) == requests
 
 
-@pytest.mark.parametrize(
-    "bad", [{}, {"messages": [{"role": "user"}]}, {"messages": [], "sampling": {"temp": 1}}]
-)
+@pytest.mark.parametrize("bad", [{}, {"messages": [{"role": "user"}]}, {"messages": [], "sampling": {"temp": 1}}])
 def test_bad_request_json_names_the_line(bad):
     with pytest.raises(ValueError, match="requests.jsonl:7: bad request JSON"):
         request_from_json(bad, "requests.jsonl:7")
 
 
-@pytest.mark.parametrize(
-    "field", [{"model": ""}, {"gpu_memory_utilization": 0.0}, {"gpu_memory_utilization": 1.5}]
-)
+@pytest.mark.parametrize("field", [{"model": ""}, {"gpu_memory_utilization": 0.0}, {"gpu_memory_utilization": 1.5}])
 def test_config_refuses_bad_values(field):
     with pytest.raises(ValueError, match=f"VLLMConfig.{next(iter(field))}"):
         VLLMConfig(**{"model": "m", **field})
@@ -364,9 +350,7 @@ def vllm_run(request, tmp_path_factory):
     """The script's report for both engines: the offline one's lock-step batch, and the async
     one with every request submitted on its own, all in flight at once."""
     if not VLLM_PYTHON.exists():
-        pytest.skip(
-            f"no vllm venv at {VLLM_PYTHON}: run `make venv-vllm` (or set RAGFACTORY_VLLM_PYTHON)"
-        )
+        pytest.skip(f"no vllm venv at {VLLM_PYTHON}: run `make venv-vllm` (or set RAGFACTORY_VLLM_PYTHON)")
     work = tmp_path_factory.mktemp("vllm")
     model = request.getfixturevalue("embedded_model")
     requests = work / "requests.jsonl"
@@ -379,9 +363,7 @@ def vllm_run(request, tmp_path_factory):
     files = ["--model", str(model), "--requests", str(requests), "--out", str(out)]
     cmd = [str(VLLM_PYTHON), *script.split(), *files]
     started = time.perf_counter()
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=1200, env={**os.environ, "HF_HUB_OFFLINE": "1"}
-    )
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(out.read_text())
     total, start = time.perf_counter() - started, report["engine_start_s"]
@@ -393,19 +375,14 @@ def vllm_run(request, tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_cpu_generates_with_the_contract(vllm_run):
-    first, *second = (
-        [[SimpleNamespace(**c) for c in r] for r in p["results"]] for p in vllm_run["passes"]
-    )
+    first, *second = ([[SimpleNamespace(**c) for c in r] for r in p["results"]] for p in vllm_run["passes"])
     samples, alone, greedy, stopped, counting, *_ = first
     assert vllm_run["fingerprint"].startswith("vllm/smollm2-135m-instruct/auto/")
     assert len(samples) == 3 and len({c.text for c in samples}) > 1
     assert alone[0].text == samples[1].text  # child i of seed s is seeded s + i
     cuts = [greedy[0].text.find(s) for s in STOPS if s in greedy[0].text]
     assert cuts and stopped[0].text == greedy[0].text[: min(cuts)]
-    assert (
-        stopped[0].finish_reason == "stop"
-        and stopped[0].completion_tokens < greedy[0].completion_tokens <= 24
-    )
+    assert stopped[0].finish_reason == "stop" and stopped[0].completion_tokens < greedy[0].completion_tokens <= 24
     assert greedy[0].prompt_tokens == stopped[0].prompt_tokens > 5
     assert (counting[0].finish_reason, counting[0].completion_tokens) == ("length", 8)
     for again in second:  # same seeds, same texts
@@ -423,7 +400,7 @@ def test_vllm_cpu_holds_every_sample_to_its_grammar(vllm_run):
     """vLLM's structured outputs (guidance backend) on our grammars: every sample well formed."""
     results = [[SimpleNamespace(**c) for c in r] for r in vllm_run["passes"][0]["results"]]
     n = 8 if vllm_run["engine"] == "offline" else 2
-    for (name, (parse, _)), samples in zip(CONSTRAINED.items(), results[-len(CONSTRAINED):]):
+    for (name, (parse, _)), samples in zip(CONSTRAINED.items(), results[-len(CONSTRAINED) :]):
         assert len(samples) == n
         errors = [(c.text, parse(c.text)) for c in samples if parse(c.text) is not None]
         assert not errors, (name, errors)

@@ -4,14 +4,14 @@ tests check outputs against them."""
 
 from __future__ import annotations
 
-from ragfactory.tasks.search.mcts.steps import parse_turn
 from ragfactory.tasks.eval.baselines import free_answer
 from ragfactory.tasks.search import parsing
 from ragfactory.tasks.search.apex.execute import parse_decision
+from ragfactory.tasks.search.apex.plan_format import parse_plan
+from ragfactory.tasks.search.mcts.steps import parse_turn
 from ragfactory.tasks.search.parsing import find_tag
 from ragfactory.tasks.search.r3.judges import parse_outcome, parse_relevance
 from ragfactory.tasks.search.r3.steps import parse_step as parse_r3_step
-from ragfactory.tasks.search.apex.plan_format import parse_plan
 from ragfactory.tasks.search.treeps.steps import parse_step
 
 

@@ -24,16 +24,20 @@ from ragfactory.tasks.search.decex.config import DecExConfig
 from ragfactory.tasks.search.treeps.expansion import TreePSConfig
 from tests.prompts.grammar_parsers import PARAMS, PARSERS
 
-
-
 ANSWER_TAIL = ("<answer> Steven Spielberg </answer>", "<answer></answer>")
 # grammar -> (well-formed outputs, malformed outputs)
 EXAMPLES = {
     "decex_termination": (
-        ["<reasoning> Step 1 found the director. </reasoning>. <answer> Steven Spielberg </answer>",
-         "<reasoning>Not enough yet.</reasoning> <question> Who directed Jaws? </question>"],
-        ["<answer> Steven Spielberg </answer>", "<reasoning>x</reasoning> <answer>  </answer>",
-         "<reasoning>x</reasoning> <search> Jaws </search>", "<reasoning>x</reasoning> <answer> a"],
+        [
+            "<reasoning> Step 1 found the director. </reasoning>. <answer> Steven Spielberg </answer>",
+            "<reasoning>Not enough yet.</reasoning> <question> Who directed Jaws? </question>",
+        ],
+        [
+            "<answer> Steven Spielberg </answer>",
+            "<reasoning>x</reasoning> <answer>  </answer>",
+            "<reasoning>x</reasoning> <search> Jaws </search>",
+            "<reasoning>x</reasoning> <answer> a",
+        ],
     ),
     "decex_sub_question": (
         ["First the director. <question> Who directed Jaws? </question>"],
@@ -46,8 +50,10 @@ EXAMPLES = {
         ["I need the director.", "<search></search>", "<information> Doc 1 </information>"],
     ),
     "treeps_step": (
-        ["<reason> I need the director. </reason> <search> Jaws director </search>",
-         "<reason>Doc 1 names him.</reason>\n" + ANSWER_TAIL[0]],
+        [
+            "<reason> I need the director. </reason> <search> Jaws director </search>",
+            "<reason>Doc 1 names him.</reason>\n" + ANSWER_TAIL[0],
+        ],
         ["<think> x </think> <search> Jaws </search>", "<reason> x </reason>", ANSWER_TAIL[0]],
     ),
     "treeps_search_r1": (
@@ -55,11 +61,16 @@ EXAMPLES = {
         ["<reason> x </reason> <search> Jaws </search>", "<think> x </think>"],
     ),
     "apex_plan": (
-        ["<plan>\n1. Who directed Jaws?\n2. Who is the mother of #1?\n</plan>",
-         "<plan>\n1. When was A born?\n2. When was B born?\n3. Is #1 earlier than #2?\n</plan>"],
-        ["<plan>\n1. Who is the mother of #2?\n2. Who directed Jaws?\n</plan>",
-         "<plan>\n1. A?\n2. B?\n3. C?\n4. D?\n5. E?\n6. F?\n</plan>",
-         "1. Who directed Jaws?\n2. Who is the mother of #1?", "<plan>\n</plan>"],
+        [
+            "<plan>\n1. Who directed Jaws?\n2. Who is the mother of #1?\n</plan>",
+            "<plan>\n1. When was A born?\n2. When was B born?\n3. Is #1 earlier than #2?\n</plan>",
+        ],
+        [
+            "<plan>\n1. Who is the mother of #2?\n2. Who directed Jaws?\n</plan>",
+            "<plan>\n1. A?\n2. B?\n3. C?\n4. D?\n5. E?\n6. F?\n</plan>",
+            "1. Who directed Jaws?\n2. Who is the mother of #1?",
+            "<plan>\n</plan>",
+        ],
     ),
     "apex_sufficiency": (
         ["<reasoning> Nothing is known yet. </reasoning> <decision>retrieve</decision>"],
@@ -69,19 +80,27 @@ EXAMPLES = {
         ["<reasoning> Doc 2 answers it. </reasoning>\n<decision>stop</decision>"],
         ["<reasoning> x </reasoning> <decision>retrieve</decision>"],
     ),
-    "apex_query_first": (["The director first. <query>Jaws director</query>"], ["<query>Jaws director</query>", "x <query></query>"]),
+    "apex_query_first": (
+        ["The director first. <query>Jaws director</query>"],
+        ["<query>Jaws director</query>", "x <query></query>"],
+    ),
     "apex_query_next": (["Try his parents. <query>Spielberg parents</query>"], ["Try. <search>Spielberg</search>"]),
     "apex_knowledge_answer": (["Known from step 1. " + ANSWER_TAIL[0]], ["Known. " + ANSWER_TAIL[1]]),
     "apex_sub_answer": (["Doc 1 says so. " + ANSWER_TAIL[0]], ["Doc 1 says so."]),
     "apex_synthesis": (["The last sub-answer. <answer>Leah Adler</answer>"], ["<answer>Leah Adler</answer>"]),
-    "apex_rewrite": (["<question>Who is the mother of #1?</question>"], ["Who is the mother of #1?", "<question> </question>"]),
+    "apex_rewrite": (
+        ["<question>Who is the mother of #1?</question>"],
+        ["Who is the mother of #1?", "<question> </question>"],
+    ),
     "reasonrag_reasoning": (
         ["So the next query is <query>Jaws director</query>", "So the answer is <answer>Leah Adler</answer>"],
         ["<evidence>Doc 1</evidence>", "So the answer is Leah Adler."],
     ),
     "reasonrag_grounding": (
-        ["Based on the query, the relevant evidence is <evidence>Jaws was directed by Spielberg.</evidence>",
-         "<evidence>None</evidence>"],
+        [
+            "Based on the query, the relevant evidence is <evidence>Jaws was directed by Spielberg.</evidence>",
+            "<evidence>None</evidence>",
+        ],
         ["<answer>Spielberg</answer>", "<evidence> </evidence>"],
     ),
     "reasonrag_final": (
@@ -93,19 +112,32 @@ EXAMPLES = {
         ["So the answer is <answer>Leah Adler</answer>", "So the next query is Jaws director."],
     ),
     "r3_step": (
-        ["The problem analysis: Who directed it?\nThe retrieval query: Jaws director",
-         "The problem analysis: Step 1 says Spielberg.\nThe final answer: Steven Spielberg"],
-        ["The retrieval query: Jaws director", "The problem analysis: x\nThe final answer: ",
-         "The problem analysis: x The final answer: y"],
+        [
+            "The problem analysis: Who directed it?\nThe retrieval query: Jaws director",
+            "The problem analysis: Step 1 says Spielberg.\nThe final answer: Steven Spielberg",
+        ],
+        [
+            "The retrieval query: Jaws director",
+            "The problem analysis: x\nThe final answer: ",
+            "The problem analysis: x The final answer: y",
+        ],
     ),
-    "r3_answer": (["The problem analysis: Step 1 says so.\nThe final answer: Steven Spielberg"],
-                  ["The problem analysis: More.\nThe retrieval query: Jaws director"]),
-    "r3_query": (["The problem analysis: Who directed it?\nThe retrieval query: Jaws director"],
-                 ["The problem analysis: Known.\nThe final answer: Steven Spielberg"]),
-    "r3_relevance_judge": (["So the relevance is 0.7", "So the relevance is 1", "So the relevance is 0"],
-                           ["So the relevance is 7", "So the relevance is 0.75", "relevance: 0.7"]),
-    "r3_outcome_judge": (["So the predicted answer is correct: yes", "So the predicted answer is correct: no"],
-                         ["So the predicted answer is correct: maybe", "yes"]),
+    "r3_answer": (
+        ["The problem analysis: Step 1 says so.\nThe final answer: Steven Spielberg"],
+        ["The problem analysis: More.\nThe retrieval query: Jaws director"],
+    ),
+    "r3_query": (
+        ["The problem analysis: Who directed it?\nThe retrieval query: Jaws director"],
+        ["The problem analysis: Known.\nThe final answer: Steven Spielberg"],
+    ),
+    "r3_relevance_judge": (
+        ["So the relevance is 0.7", "So the relevance is 1", "So the relevance is 0"],
+        ["So the relevance is 7", "So the relevance is 0.75", "relevance: 0.7"],
+    ),
+    "r3_outcome_judge": (
+        ["So the predicted answer is correct: yes", "So the predicted answer is correct: no"],
+        ["So the predicted answer is correct: maybe", "yes"],
+    ),
     "flashrag_direct": (["Steven Spielberg"], ["", "Steven\nSpielberg", "<answer>x</answer>"]),
     "flashrag_rag": (["Leah Adler"], ["   "]),
 }
@@ -175,12 +207,18 @@ def test_every_output_a_grammar_allows_parses(name, masks):
 @pytest.mark.parametrize(
     "make,message",
     [
-        (lambda: DecExConfig(max_tokens=64),
-         "DecExConfig.max_tokens=64: grammar 'decex_termination': needs max_tokens >= 71"),
-        (lambda: TreePSConfig(max_tokens=48),
-         "TreePSConfig.max_tokens=48: grammar 'treeps_step': needs max_tokens >= 56"),
-        (lambda: ApexConfig(plan_max_tokens=96),
-         "ApexConfig.plan_max_tokens=96: grammar 'apex_plan': needs max_tokens >= 151"),
+        (
+            lambda: DecExConfig(max_tokens=64),
+            "DecExConfig.max_tokens=64: grammar 'decex_termination': needs max_tokens >= 71",
+        ),
+        (
+            lambda: TreePSConfig(max_tokens=48),
+            "TreePSConfig.max_tokens=48: grammar 'treeps_step': needs max_tokens >= 56",
+        ),
+        (
+            lambda: ApexConfig(plan_max_tokens=96),
+            "ApexConfig.plan_max_tokens=96: grammar 'apex_plan': needs max_tokens >= 151",
+        ),
     ],
 )
 def test_a_max_tokens_too_small_for_the_tags_is_refused_naming_the_field(make, message):

@@ -27,9 +27,7 @@ def test_render_fills_values_literally():
     assert "### Question\nIs {x} a set?\n\n### Previous Iteration\nNone\n\n### Your Output" in text
 
 
-@pytest.mark.parametrize(
-    "values", [{}, {"question": "q"}, {"question": "q", "iter_history": "h", "x": "1"}]
-)
+@pytest.mark.parametrize("values", [{}, {"question": "q"}, {"question": "q", "iter_history": "h", "x": "1"}])
 def test_render_refuses_missing_or_unknown_values(values):
     with pytest.raises(ValueError, match="decex_termination"):
         render_prompt("decex_termination", **values)

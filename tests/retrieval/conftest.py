@@ -10,34 +10,25 @@ import pyarrow as pa
 import pytest
 
 CORPUS = [
-    ("p-eiffel", "Eiffel Tower",
-     "The Eiffel Tower is a wrought-iron lattice tower in Paris, France."),
-    ("p-penguin", "Emperor penguin",
-     "The emperor penguin cannot fly but dives deeper than any other bird."),
-    ("p-pasta", "Carbonara",
-     "Carbonara is a Roman pasta dish made with eggs, cheese and guanciale."),
-    ("p-volcano", "Krakatoa",
-     "Krakatoa is a volcano whose 1883 eruption was heard thousands of kilometres away."),
-    ("p-violin", "Stradivarius",
-     "A Stradivarius is a violin built by the Italian luthier Antonio Stradivari."),
-    ("p-river", "Danube",
-     "The Danube river flows through ten countries before reaching the Black Sea."),
-    ("p-chess", "Garry Kasparov",
-     "Garry Kasparov was world chess champion from 1985 until 2000."),
-    ("p-moon", "Apollo 11",
-     "Apollo 11 landed the first humans on the Moon in July 1969."),
-    ("p-coffee", "Espresso",
-     "Espresso is coffee brewed by forcing hot water through finely ground beans."),
-    ("p-glacier", "Perito Moreno",
-     "The Perito Moreno glacier in Patagonia is one of the few that is still growing."),
+    ("p-eiffel", "Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower in Paris, France."),
+    ("p-penguin", "Emperor penguin", "The emperor penguin cannot fly but dives deeper than any other bird."),
+    ("p-pasta", "Carbonara", "Carbonara is a Roman pasta dish made with eggs, cheese and guanciale."),
+    ("p-volcano", "Krakatoa", "Krakatoa is a volcano whose 1883 eruption was heard thousands of kilometres away."),
+    ("p-violin", "Stradivarius", "A Stradivarius is a violin built by the Italian luthier Antonio Stradivari."),
+    ("p-river", "Danube", "The Danube river flows through ten countries before reaching the Black Sea."),
+    ("p-chess", "Garry Kasparov", "Garry Kasparov was world chess champion from 1985 until 2000."),
+    ("p-moon", "Apollo 11", "Apollo 11 landed the first humans on the Moon in July 1969."),
+    ("p-coffee", "Espresso", "Espresso is coffee brewed by forcing hot water through finely ground beans."),
+    ("p-glacier", "Perito Moreno", "The Perito Moreno glacier in Patagonia is one of the few that is still growing."),
 ]
 
 
 @pytest.fixture
 def passages() -> pa.Table:
     ids, titles, texts = zip(*CORPUS)
-    return pa.table({"passage_id": list(ids), "source": ["test"] * len(ids),
-                     "title": list(titles), "text": list(texts)})
+    return pa.table(
+        {"passage_id": list(ids), "source": ["test"] * len(ids), "title": list(titles), "text": list(texts)}
+    )
 
 
 class HashingEmbedder:

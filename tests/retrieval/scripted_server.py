@@ -24,10 +24,16 @@ class ScriptedServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 script.requests.append({"path": self.path, **body})
                 status = script.statuses.pop(0) if script.statuses else 200
-                reply = {"detail": "scripted failure"} if status != 200 else {"result": [
-                    [{"document": {"id": q, "contents": f'"{q}"\ntext of {q}'}, "score": 1.0}]
-                    for q in body["queries"]
-                ]}
+                reply = (
+                    {"detail": "scripted failure"}
+                    if status != 200
+                    else {
+                        "result": [
+                            [{"document": {"id": q, "contents": f'"{q}"\ntext of {q}'}, "score": 1.0}]
+                            for q in body["queries"]
+                        ]
+                    }
+                )
                 data = json.dumps(reply).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

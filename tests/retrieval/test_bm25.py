@@ -36,7 +36,10 @@ def test_stemming_matches_other_word_forms(retriever):
 
 def test_batched_search_returns_one_ranked_list_per_query(retriever):
     queries = [
-        "Paris tower violin", "penguin bird river", "coffee water Black Sea", "Moon 1969 chess",
+        "Paris tower violin",
+        "penguin bird river",
+        "coffee water Black Sea",
+        "Moon 1969 chess",
     ]
     rows = retriever.search(queries, k=2)
     assert_ranked(rows, n_queries=4, k=2)

@@ -13,8 +13,9 @@ from ragfactory.tasks.retrieval.index_store import TablePassages, content_key
 
 
 def table(texts, titles=None):
-    return pa.table({"passage_id": [f"d{i}" for i in range(len(texts))],
-                     "title": titles or [""] * len(texts), "text": texts})
+    return pa.table(
+        {"passage_id": [f"d{i}" for i in range(len(texts))], "title": titles or [""] * len(texts), "text": texts}
+    )
 
 
 TINY = table(["apple banana", "apple apple cherry", "cherry"])
@@ -33,8 +34,7 @@ def test_scores_match_hand_worked_lucene_bm25(batch_rows, group_entries):
     apple, cherry, both = index.search(["apple", "cherry", "apple cherry"], k=3)
     assert [(h.passage_id, round(h.score, 6)) for h in apple] == [("d1", 0.231386), ("d0", 0.188001)]
     assert [(h.passage_id, round(h.score, 6)) for h in cherry] == [("d2", 0.242583), ("d1", 0.153471)]
-    assert [(h.passage_id, round(h.score, 6)) for h in both] == [
-        ("d1", 0.384857), ("d2", 0.242583), ("d0", 0.188001)]
+    assert [(h.passage_id, round(h.score, 6)) for h in both] == [("d1", 0.384857), ("d2", 0.242583), ("d0", 0.188001)]
 
 
 def test_tokens_are_numbered_in_sorted_order_with_one_column_each():
@@ -47,9 +47,11 @@ def test_tokens_are_numbered_in_sorted_order_with_one_column_each():
 
 @pytest.mark.parametrize(
     ("df", "entries", "expected"),
-    [([3, 1, 4, 1, 5], 4, [0, 0, 1, 2, 2]),  # starts 0, 3, 4, 8, 9 -> // 4
-     ([10, 1, 1], 4, [0, 2, 2]),  # a token over the limit is a group of its own
-     ([1, 1, 1], 100, [0, 0, 0])],
+    [
+        ([3, 1, 4, 1, 5], 4, [0, 0, 1, 2, 2]),  # starts 0, 3, 4, 8, 9 -> // 4
+        ([10, 1, 1], 4, [0, 2, 2]),  # a token over the limit is a group of its own
+        ([1, 1, 1], 100, [0, 0, 0]),
+    ],
 )
 def test_token_groups_cut_by_entries_before_each_token(df, entries, expected):
     assert token_groups(np.array(df), entries).tolist() == expected
@@ -73,15 +75,21 @@ def synthetic_corpus(n: int, seed: int = 7) -> pa.Table:
     rng = np.random.default_rng(seed)
     weights = 1 / np.arange(1, 5001)
     words = pa.array([f"w{i}x" for i in range(5000)]).take(
-        pa.array(rng.choice(5000, size=n * 11, p=weights / weights.sum())))
+        pa.array(rng.choice(5000, size=n * 11, p=weights / weights.sum()))
+    )
     lengths = rng.integers(3, 12, n)
     offsets = pa.array(np.r_[0, np.cumsum(lengths)].astype(np.int32))
     texts = pc.binary_join(pa.ListArray.from_arrays(offsets, words.slice(0, int(lengths.sum()))), " ")
     repeated = np.arange(n)
     repeated[::97] //= 2
     titles = pc.binary_join_element_wise("t", pa.array((np.arange(n) % 50).astype(str)), "")
-    return pa.table({"passage_id": pa.array([f"p{i:07d}" for i in range(n)]), "title": titles,
-                     "text": texts.take(pa.array(repeated))})
+    return pa.table(
+        {
+            "passage_id": pa.array([f"p{i:07d}" for i in range(n)]),
+            "title": titles,
+            "text": texts.take(pa.array(repeated)),
+        }
+    )
 
 
 def single_pass_top3(passages: pa.Table, queries: list[str], params: BM25Params) -> list[list]:
@@ -89,17 +97,17 @@ def single_pass_top3(passages: pa.Table, queries: list[str], params: BM25Params)
     ``BM25Retriever`` indexed before it built in batches."""
     stemmer, _ = load_stemmer(params.stemmer)
     docs = [f"{t}\n{x}" for t, x in zip(passages["title"].to_pylist(), passages["text"].to_pylist())]
-    tokens = bm25s.tokenize(docs, stopwords=params.stopwords, stemmer=stemmer, return_ids=True,
-                            show_progress=False)
+    tokens = bm25s.tokenize(docs, stopwords=params.stopwords, stemmer=stemmer, return_ids=True, show_progress=False)
     index = bm25s.BM25(k1=params.k1, b=params.b, method=params.method)
     index.index(tokens, show_progress=False)
-    words = bm25s.tokenize(queries, stopwords=params.stopwords, stemmer=stemmer, return_ids=False,
-                           show_progress=False)
+    words = bm25s.tokenize(queries, stopwords=params.stopwords, stemmer=stemmer, return_ids=False, show_progress=False)
     ids = [[index.vocab_dict[w] for w in q if w and w in index.vocab_dict] for q in words]
     found = index.retrieve(ids, k=3, show_progress=False, n_threads=0)
     names = passages["passage_id"]
-    return [[(names[int(d)].as_py(), float(s)) for d, s in zip(docs_q, scores_q)]
-            for docs_q, scores_q in zip(found.documents, found.scores)]
+    return [
+        [(names[int(d)].as_py(), float(s)) for d, s in zip(docs_q, scores_q)]
+        for docs_q, scores_q in zip(found.documents, found.scores)
+    ]
 
 
 @pytest.mark.slow
@@ -124,8 +132,10 @@ def test_an_index_over_the_warehouse_opens_again_without_reading_a_passage(tmp_p
             raise AssertionError("the corpus was read")
 
     wh = Warehouse(tmp_path / "wh")
-    rows = [{"passage_id": f"d{i}", "source": "wiki", "title": "", "text": t}
-            for i, t in enumerate(TINY["text"].to_pylist())]
+    rows = [
+        {"passage_id": f"d{i}", "source": "wiki", "title": "", "text": t}
+        for i, t in enumerate(TINY["text"].to_pylist())
+    ]
     wh.write("passages", rows[:2], "corpus-00000")
     wh.write("passages", rows[2:], "corpus-00001")
     source = WarehousePassages(wh, ["wiki"], CorpusRead(batch_rows=2))
@@ -140,9 +150,11 @@ def test_an_index_over_the_warehouse_opens_again_without_reading_a_passage(tmp_p
 
 @pytest.mark.parametrize(
     ("scores", "rows", "best"),
-    [([0, 0.5, 0, 2.0, 1.0, 0.25], [3, 4, 1], [2.0, 1.0, 0.5]),  # passages sharing a word, best first
-     ([0, 0.5, 0, 0, 0, 0], [1, -1, -1], [0.5, 0, 0]),  # fewer matches than k: the rest are -1
-     ([1.0, 0, 1.0, 3.0, 0.5, 0], None, None)],  # a tie at the k-th place: bm25s's own selection
+    [
+        ([0, 0.5, 0, 2.0, 1.0, 0.25], [3, 4, 1], [2.0, 1.0, 0.5]),  # passages sharing a word, best first
+        ([0, 0.5, 0, 0, 0, 0], [1, -1, -1], [0.5, 0, 0]),  # fewer matches than k: the rest are -1
+        ([1.0, 0, 1.0, 3.0, 0.5, 0], None, None),
+    ],  # a tie at the k-th place: bm25s's own selection
 )
 def test_top_k_selects_among_matching_passages_as_bm25s_does(scores, rows, best):
     from bm25s.selection import topk
@@ -161,8 +173,9 @@ def test_rows_are_taken_from_their_own_batches():
     from ragfactory.tasks.retrieval.index_store import take_rows
 
     parts = [table(["a", "b"]), table(["c"]), table(["d", "e", "f"])]
-    chunked = pa.concat_tables([p.set_column(0, "passage_id", pa.array([f"{i}{j}" for j in range(p.num_rows)]))
-                                for i, p in enumerate(parts)])
+    chunked = pa.concat_tables(
+        [p.set_column(0, "passage_id", pa.array([f"{i}{j}" for j in range(p.num_rows)])) for i, p in enumerate(parts)]
+    )
     taken = take_rows(chunked, np.array([5, 0, 2, 3]))
     assert taken["passage_id"] == ["22", "00", "10", "20"]
     assert taken["text"] == ["f", "a", "c", "d"]

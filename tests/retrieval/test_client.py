@@ -15,11 +15,11 @@ def test_retries_through_two_503s():
         with HttpRetriever(server.url, max_retries=3, backoff_s=0.01) as remote:
             rows = remote.search(["alpha", "beta"], k=1)
     assert rows == [
-        [Hit("alpha", "alpha", "text of alpha", 1.0)], [Hit("beta", "beta", "text of beta", 1.0)],
+        [Hit("alpha", "alpha", "text of alpha", 1.0)],
+        [Hit("beta", "beta", "text of beta", 1.0)],
     ]
     assert len(server.requests) == 3
-    assert server.requests[-1] == {"path": "/retrieve", "queries": ["alpha", "beta"], "topk": 1,
-                                   "return_scores": True}
+    assert server.requests[-1] == {"path": "/retrieve", "queries": ["alpha", "beta"], "topk": 1, "return_scores": True}
 
 
 def test_gives_up_after_max_retries_naming_the_url():
@@ -72,17 +72,17 @@ def test_silent_server_times_out_cleanly():
 @pytest.mark.parametrize(
     ("item", "expected"),
     [
-        ({"document": {"id": "7", "contents": '"T"\nbody'}, "score": 2.5},
-         Hit("7", "T", "body", 2.5)),
+        ({"document": {"id": "7", "contents": '"T"\nbody'}, "score": 2.5}, Hit("7", "T", "body", 2.5)),
         ({"id": "8", "contents": '"T"\nline1\nline2'}, Hit("8", "T", "line1\nline2", math.nan)),
-        ({"document": {"id": 9, "title": "T", "text": "body"}, "score": 1},
-         Hit("9", "T", "body", 1.0)),
+        ({"document": {"id": 9, "title": "T", "text": "body"}, "score": 1}, Hit("9", "T", "body", 1.0)),
     ],
 )
 def test_parse_item_reads_each_document_shape(item, expected):
     hit = parse_item(item)
     assert (hit.passage_id, hit.title, hit.text) == (
-        expected.passage_id, expected.title, expected.text,
+        expected.passage_id,
+        expected.title,
+        expected.text,
     )
     assert hit.score == expected.score or (math.isnan(hit.score) and math.isnan(expected.score))
 

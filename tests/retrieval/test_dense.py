@@ -90,9 +90,7 @@ def test_loading_with_another_model_is_refused(passages, tmp_path):
 
 
 def test_ivf_index_above_threshold(passages, hashing_embedder, tmp_path):
-    params = DenseParams(
-        model=hashing_embedder.name, ivf_threshold=5, min_points_per_list=2, probe_fraction=1.0
-    )
+    params = DenseParams(model=hashing_embedder.name, ivf_threshold=5, min_points_per_list=2, probe_fraction=1.0)
     flat_params = DenseParams(model=hashing_embedder.name)
     flat = DenseRetriever.build(passages, hashing_embedder, flat_params)
     ivf = load_or_build_dense(passages, tmp_path, params, embedder=hashing_embedder)
@@ -143,7 +141,10 @@ def test_params_from_build_config():
     config = DenseConfig(model="/m", batch_size=8, ivf_threshold=7, device="cpu")
     params = DenseParams.from_config(config)
     assert (params.model, params.batch_size, params.ivf_threshold, params.device) == (
-        "/m", 8, 7, "cpu",
+        "/m",
+        8,
+        7,
+        "cpu",
     )
     assert DenseParams.from_config(None) == DenseParams()
 

@@ -17,9 +17,7 @@ def test_bm25_in_memory_and_on_disk(passages, tmp_path):
 
 
 def test_dense_with_given_embedder(passages, hashing_embedder, tmp_path):
-    retriever = make_retriever(
-        "dense", passages=passages, index_root=tmp_path, embedder=hashing_embedder
-    )
+    retriever = make_retriever("dense", passages=passages, index_root=tmp_path, embedder=hashing_embedder)
     assert isinstance(retriever, DenseRetriever)
     assert retriever.search(["Danube river"], k=1)[0][0].passage_id == "p-river"
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 import asyncio
 
 from ragfactory.tasks.retrieval.ledger import (
-    LedgerRetriever, WarehouseRetrievalStore, asking, cache_key, index_fingerprint, nodes_by_passages,
+    LedgerRetriever,
+    WarehouseRetrievalStore,
+    asking,
+    cache_key,
+    index_fingerprint,
+    nodes_by_passages,
 )
 from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.warehouse.store import Warehouse
@@ -27,8 +32,17 @@ async def _ask(ledger: LedgerRetriever, question: str, queries: list[str], k: in
 def test_fingerprints_name_kind_corpus_and_parameters():
     base = index_fingerprint("bm25", "c1", {"k1": 1.5})
     assert base == index_fingerprint("bm25", "c1", {"k1": 1.5})
-    assert len({base, index_fingerprint("dense", "c1", {"k1": 1.5}), index_fingerprint("bm25", "c2", {"k1": 1.5}),
-                index_fingerprint("bm25", "c1", {"k1": 1.2})}) == 4
+    assert (
+        len(
+            {
+                base,
+                index_fingerprint("dense", "c1", {"k1": 1.5}),
+                index_fingerprint("bm25", "c2", {"k1": 1.5}),
+                index_fingerprint("bm25", "c1", {"k1": 1.2}),
+            }
+        )
+        == 4
+    )
     assert cache_key("bm25", base, "q", 2) != cache_key("bm25", base, "q", 3)
 
 
@@ -42,7 +56,10 @@ def test_each_query_is_fetched_once_and_every_ask_is_a_row(tmp_path):
     node = {"question_id": "q1", "node_id": "n-7", "passage_ids": ["p1", "p2"]}
     rows = ledger.rows(nodes_by_passages([node]))
     assert [(r["question_id"], r["query"], r["node_id"], r["cached"]) for r in rows] == [
-        ("q1", "capital of france", "n-7", False), ("q2", "capital of france", None, False), ("q2", "nothing", None, False)]
+        ("q1", "capital of france", "n-7", False),
+        ("q2", "capital of france", None, False),
+        ("q2", "nothing", None, False),
+    ]
     assert rows[0]["passage_ids"] == ["p1", "p2"] and rows[0]["scores"] == [2.5, 1.0] and rows[0]["k"] == 2
     assert rows[0]["retrieval_id"] != rows[1]["retrieval_id"]
     wh.write("retrievals", rows, "decex-0000", partition={"run_id": "run-1"})
@@ -75,5 +92,8 @@ def test_a_search_r1_server_is_asked_each_query_once_across_runs(tmp_path):
     assert [r["queries"] for r in server.requests] == [["alpha", "beta"], ["gamma"]]
     rows = second.rows()
     assert [(r["query"], r["cached"], r["retriever"]) for r in rows] == [
-        ("alpha", True, "http"), ("beta", True, "http"), ("gamma", False, "http")]
+        ("alpha", True, "http"),
+        ("beta", True, "http"),
+        ("gamma", False, "http"),
+    ]
     assert rows[0]["index_fingerprint"] == first.fingerprint  # the server's URL names its index

@@ -20,8 +20,9 @@ def app_client(passages):
 
 
 def test_scores_wrap_each_document(app_client):
-    reply = app_client.post("/retrieve", json={"queries": ["Krakatoa", "Kasparov chess"], "topk": 1,
-                                               "return_scores": True})
+    reply = app_client.post(
+        "/retrieve", json={"queries": ["Krakatoa", "Kasparov chess"], "topk": 1, "return_scores": True}
+    )
     assert reply.status_code == 200
     result = reply.json()["result"]
     assert len(result) == 2 and all(len(row) == 1 for row in result)
@@ -29,8 +30,7 @@ def test_scores_wrap_each_document(app_client):
     assert set(first) == {"document", "score"} and first["score"] > 0
     assert first["document"] == {
         "id": "p-volcano",
-        "contents": '"Krakatoa"\nKrakatoa is a volcano whose 1883 eruption was heard '
-                    "thousands of kilometres away.",
+        "contents": '"Krakatoa"\nKrakatoa is a volcano whose 1883 eruption was heard thousands of kilometres away.',
     }
 
 
@@ -74,9 +74,21 @@ def server_process(passages, tmp_path):
     port = free_port()
     log = open(tmp_path / "server.log", "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ragfactory.tasks.retrieval.server", "--passages", str(path),
-         "--kind", "bm25", "--port", str(port), "--index-root", str(tmp_path / "indexes")],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "ragfactory.tasks.retrieval.server",
+            "--passages",
+            str(path),
+            "--kind",
+            "bm25",
+            "--port",
+            str(port),
+            "--index-root",
+            str(tmp_path / "indexes"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -116,7 +128,8 @@ def test_separate_process_answers_search_r1_request(server_process, tmp_path):
     with HttpRetriever(f"{server_process}/retrieve", timeout_s=10) as remote:
         rows = remote.search(["Stradivari violin", "glacier Patagonia"], k=2)
     assert [(row[0].passage_id, row[0].title) for row in rows] == [
-        ("p-violin", "Stradivarius"), ("p-glacier", "Perito Moreno"),
+        ("p-violin", "Stradivarius"),
+        ("p-glacier", "Perito Moreno"),
     ]
     assert rows[0][0].text.startswith("A Stradivarius is a violin")
     assert any(p.name.startswith("bm25-") for p in (tmp_path / "indexes").iterdir())

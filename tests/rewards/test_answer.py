@@ -201,9 +201,7 @@ def test_golden_answers_accept_any_iterable_of_str():
     assert exact_match("Paris", (gold for gold in ["Paris"])) == 1.0
 
 
-@pytest.mark.parametrize(
-    ("name", "function"), [("em", exact_match), ("f1", f1_score), ("cover_em", cover_exact_match)]
-)
+@pytest.mark.parametrize(("name", "function"), [("em", exact_match), ("f1", f1_score), ("cover_em", cover_exact_match)])
 def test_score_dispatches_to_the_named_metric(name, function):
     assert METRICS[name] is function
     prediction, golden = "Eiffel Tower in Paris", ["the Eiffel Tower", "Tower of Pisa"]

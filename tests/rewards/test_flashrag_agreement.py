@@ -20,9 +20,28 @@ from tests.export.clients import run_client
 
 pytestmark = pytest.mark.clients
 
-GOLDS = ["Paris", "Eiffel Tower", "George VI", "1999", "Hewlett-Packard", "yes", "no", "The Beatles",
-         "O'Brien", "Côte d'Ivoire", "Mount Everest", "Saint-Étienne", "an apple", "New York City",
-         "Marie Curie", "3.14", "U.S.", "in", "Rome", "Leonardo da Vinci"]
+GOLDS = [
+    "Paris",
+    "Eiffel Tower",
+    "George VI",
+    "1999",
+    "Hewlett-Packard",
+    "yes",
+    "no",
+    "The Beatles",
+    "O'Brien",
+    "Côte d'Ivoire",
+    "Mount Everest",
+    "Saint-Étienne",
+    "an apple",
+    "New York City",
+    "Marie Curie",
+    "3.14",
+    "U.S.",
+    "in",
+    "Rome",
+    "Leonardo da Vinci",
+]
 QUOTES = [("“", "”"), ("‘", "’"), ("«", "»"), ('"', '"'), ("'", "'")]
 DASHES = ["—", "–", "-", "‒", "―"]
 FILLERS = ["the answer is", "I think", "it was", "probably", "a", "born in", "The", "capital"]
@@ -30,8 +49,23 @@ FILLERS = ["the answer is", "I think", "it was", "probably", "a", "born in", "Th
 
 def _perturb(rng: random.Random, text: str, other: str) -> tuple[str, str]:
     """One perturbation of ``text``: (its kind, the new text)."""
-    kind = rng.choice(["case", "article", "punct", "quotes", "dash", "hyphen_join", "sentence",
-                       "suffix", "prefix", "partial", "other", "space", "possessive"])
+    kind = rng.choice(
+        [
+            "case",
+            "article",
+            "punct",
+            "quotes",
+            "dash",
+            "hyphen_join",
+            "sentence",
+            "suffix",
+            "prefix",
+            "partial",
+            "other",
+            "space",
+            "possessive",
+        ]
+    )
     if kind == "case":
         return kind, rng.choice([text.upper(), text.lower(), text.title(), text.swapcase()])
     if kind == "article":
@@ -43,8 +77,14 @@ def _perturb(rng: random.Random, text: str, other: str) -> tuple[str, str]:
         return kind, f"{left}{text}{right}"
     if kind == "dash":
         dash = rng.choice(DASHES)
-        return kind, rng.choice([f"{dash}{text}", f"{text}{dash}", f"{text}{dash}{rng.choice(FILLERS)}",
-                                 f"{rng.choice(FILLERS)} {dash}{text}"])
+        return kind, rng.choice(
+            [
+                f"{dash}{text}",
+                f"{text}{dash}",
+                f"{text}{dash}{rng.choice(FILLERS)}",
+                f"{rng.choice(FILLERS)} {dash}{text}",
+            ]
+        )
     if kind == "hyphen_join":
         return kind, rng.choice([f"{text}-based", f"pre-{text}", f"{text}-{other}"])
     if kind == "sentence":
@@ -99,13 +139,18 @@ def test_em_f1_and_cover_em_agree_with_flashrag_but_where_documented(tmp_path):
     cases_file = tmp_path / "cases.json"
     cases_file.write_text(json.dumps([[p, g] for p, g, _ in generated]), encoding="utf-8")
     theirs = run_client("flashrag", {"cases_file": str(cases_file)})
-    ours = {"em": [exact_match(p, g) for p, g, _ in generated],
-            "f1": [f1_score(p, g) for p, g, _ in generated],
-            "cover_em": [cover_exact_match(p, g) for p, g, _ in generated]}
+    ours = {
+        "em": [exact_match(p, g) for p, g, _ in generated],
+        "f1": [f1_score(p, g) for p, g, _ in generated],
+        "cover_em": [cover_exact_match(p, g) for p, g, _ in generated],
+    }
     assert len(theirs["em"]) == 1000
     for metric in ("em", "f1"):
-        differ = [(generated[i][:2], ours[metric][i], theirs[metric][i]) for i in range(1000)
-                  if abs(ours[metric][i] - theirs[metric][i]) > 1e-12]
+        differ = [
+            (generated[i][:2], ours[metric][i], theirs[metric][i])
+            for i in range(1000)
+            if abs(ours[metric][i] - theirs[metric][i]) > 1e-12
+        ]
         assert differ == [], metric
     differ = [i for i in range(1000) if ours["cover_em"][i] != theirs["cover_em"][i]]
     undocumented = [generated[i] for i in differ if not documented(*generated[i][:2])]

@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 
+from ragfactory.tasks.rewards import functions as stock_rewards
 from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache, HashingEmbedder
 from ragfactory.tasks.rewards.sepr import (
     PlanMatch,
@@ -21,7 +22,6 @@ from ragfactory.tasks.rewards.sepr import (
     normalize_sub_question,
     plan_score_row,
 )
-from ragfactory.tasks.rewards import functions as stock_rewards
 from ragfactory.tasks.search.apex import training as apex_training
 from ragfactory.tasks.search.apex.training import sepr_reward
 from ragfactory.warehouse.store import conform
@@ -32,8 +32,12 @@ PARAPHRASE = "Which person was the director of Jaws?"  # cosine 0.8 with G1
 LOOSE = "Tell me about the film Jaws."  # cosine 0.6 with G1
 OTHER = "When was Jaws released?"  # orthogonal to every gold step
 TABLE = {
-    G1: [1, 0, 0, 0, 0], G2: [0, 1, 0, 0, 0], G3: [0, 0, 1, 0, 0],
-    PARAPHRASE: [0.8, 0, 0, 0.6, 0], LOOSE: [0.6, 0, 0, 0, 0.8], OTHER: [0, 0, 0, 0, 1],
+    G1: [1, 0, 0, 0, 0],
+    G2: [0, 1, 0, 0, 0],
+    G3: [0, 0, 1, 0, 0],
+    PARAPHRASE: [0.8, 0, 0, 0.6, 0],
+    LOOSE: [0.6, 0, 0, 0, 0.8],
+    OTHER: [0, 0, 0, 0, 1],
 }
 GOLD = ["Who directed Jaws?", "Who is the mother of #1?", "Where was #2 born?"]
 
@@ -57,8 +61,7 @@ def scorer():
         ([], (0.0, 0.0, 0.0)),
         ([OTHER], (0.0, 0.0, 0.0)),
     ],
-    ids=["identical", "permuted", "renumbered", "paraphrased", "below-tau", "extra", "missing", "empty",
-         "unrelated"],
+    ids=["identical", "permuted", "renumbered", "paraphrased", "below-tau", "extra", "missing", "empty", "unrelated"],
 )
 def test_sepr_properties(scorer, predicted, expected):
     match = scorer.score(predicted, GOLD)
@@ -93,9 +96,11 @@ def test_threshold_drops_weak_pairs_after_matching(tau, n_matched):
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("Who is the father of #1?", "Who is the father of #?"),
-     ("when did  #2 join #13 ?", "when did # join # ?"),
-     ("No reference here", "No reference here")],
+    [
+        ("Who is the father of #1?", "Who is the father of #?"),
+        ("when did  #2 join #13 ?", "when did # join # ?"),
+        ("No reference here", "No reference here"),
+    ],
 )
 def test_references_become_one_placeholder(text, expected):
     assert normalize_sub_question(text) == expected
@@ -149,8 +154,14 @@ def _plan(*steps: str) -> str:
 )
 def test_reward_reads_completions_and_json_gold(scorer, completion, expected):
     gold = json.dumps([{"step": i, "question": q, "original": q} for i, q in enumerate(GOLD, 1)])
-    rewards = sepr_reward(prompts=["p"], completions=[completion], gold_plan=[gold], scorer=scorer,
-                          completion_ids=[[1, 2]], trainer_state=None)
+    rewards = sepr_reward(
+        prompts=["p"],
+        completions=[completion],
+        gold_plan=[gold],
+        scorer=scorer,
+        completion_ids=[[1, 2]],
+        trainer_state=None,
+    )
     assert rewards == [pytest.approx(expected)]
 
 
@@ -164,6 +175,10 @@ def test_reward_names_the_row_with_a_bad_gold_plan(scorer):
 
 def test_reward_trains_with_hashing_embedder_on_lexical_overlap():
     scorer = PlanScorer(EmbeddingCache(HashingEmbedder()), SeprConfig(tau=0.99))
-    rewards = sepr_reward(["p"] * 2, [_plan("who directed JAWS ?"), _plan("Who wrote Jaws?")],
-                          gold_plan=['["Who directed Jaws?"]'] * 2, scorer=scorer)
+    rewards = sepr_reward(
+        ["p"] * 2,
+        [_plan("who directed JAWS ?"), _plan("Who wrote Jaws?")],
+        gold_plan=['["Who directed Jaws?"]'] * 2,
+        scorer=scorer,
+    )
     assert rewards == [pytest.approx(1.0), 0.0]

@@ -19,7 +19,8 @@ from ragfactory.tasks.search.apex.plan_rewrite import rewrite_steps
 
 PARAPHRASES = {
     "2hop__327688_56873": [
-        "Which sports team did Craig Westcarr play for?", "In which years did #1 win the FA Cup?",
+        "Which sports team did Craig Westcarr play for?",
+        "In which years did #1 win the FA Cup?",
     ],
     "4hop3__373866_5189_31809_86687": [
         "Which organization was the People's Socialist Republic of Albania a member of?",
@@ -28,21 +29,27 @@ PARAPHRASES = {
         "When did #2 accept a unified Germany as part of #3?",
     ],
     "2hop__145282_21711": [
-        "In which city was Paco Godia born?", "When was the Palau de la Generalitat in #1 built?",
+        "In which city was Paco Godia born?",
+        "When was the Palau de la Generalitat in #1 built?",
     ],
     "3hop1__831499_228453_10972": [
-        "Which company makes Barton Premium Blend?", "In which city is #1 headquartered?",
+        "Which company makes Barton Premium Blend?",
+        "In which city is #1 headquartered?",
         "When did #2 elect its first black mayor?",
     ],
     "4hop1__130404_59747_211319_557671": [
-        "In which state is WDXQ located?", "Which city in #1 has the largest population?",
-        "Which county is #2 located in?", "Which county borders #3?",
+        "In which state is WDXQ located?",
+        "Which city in #1 has the largest population?",
+        "Which county is #2 located in?",
+        "Which county borders #3?",
     ],
     "2hop__93230_319887": ["Who voices John Smith in Pocahontas?", "Which school did #1 attend?"],
     "2hop__71900_712629": ["Which British monarch has reigned the longest?", "Who was #1 married to?"],
     "4hop2__161602_474028_88460_20999": [
-        "Which country hosted the tournament?", "In which country is A Don located?",
-        "What natural border separates #1 and #2?", "How were the Portuguese driven out of #3?",
+        "Which country hosted the tournament?",
+        "In which country is A Don located?",
+        "What natural border separates #1 and #2?",
+        "How were the Portuguese driven out of #3?",
     ],
     "2hop__25396_212301": ["Who issued the Tamworth Manifesto?", "Who is a child of #1?"],
     "3hop1__773338_42197_18397": [
@@ -55,17 +62,32 @@ P = PARAPHRASES
 CASES = [  # (question, predicted plan, precision, recall)
     *((key, steps[::-1], 1.0, 1.0) for key, steps in P.items()),
     ("2hop__327688_56873", P["2hop__327688_56873"][:1], 1.0, 1 / 2),  # missing step
-    ("4hop1__130404_59747_211319_557671",
-     [s for i, s in enumerate(P["4hop1__130404_59747_211319_557671"]) if i != 2], 1.0, 3 / 4),
-    ("4hop3__373866_5189_31809_86687",
-     P["4hop3__373866_5189_31809_86687"] + ["What is the population of Tirana?"], 4 / 5, 1.0),  # extra step
-    ("2hop__25396_212301",
-     P["2hop__25396_212301"] + ["Where was the Tamworth Manifesto published?"], 2 / 3, 1.0),
-    ("3hop1__831499_228453_10972",  # a wrong third step
-     P["3hop1__831499_228453_10972"][:2] + ["What is the population of #2?"], 2 / 3, 2 / 3),
+    (
+        "4hop1__130404_59747_211319_557671",
+        [s for i, s in enumerate(P["4hop1__130404_59747_211319_557671"]) if i != 2],
+        1.0,
+        3 / 4,
+    ),
+    (
+        "4hop3__373866_5189_31809_86687",
+        P["4hop3__373866_5189_31809_86687"] + ["What is the population of Tirana?"],
+        4 / 5,
+        1.0,
+    ),  # extra step
+    ("2hop__25396_212301", P["2hop__25396_212301"] + ["Where was the Tamworth Manifesto published?"], 2 / 3, 1.0),
+    (
+        "3hop1__831499_228453_10972",  # a wrong third step
+        P["3hop1__831499_228453_10972"][:2] + ["What is the population of #2?"],
+        2 / 3,
+        2 / 3,
+    ),
     ("2hop__71900_712629", P["2hop__71900_712629"][:1] + ["When was #1 crowned?"], 1 / 2, 1 / 2),
-    ("2hop__93230_319887",  # the answer of step 1 leaked instead of #1
-     ["Who voices John Smith in Pocahontas?", "Which school did Mel Gibson attend?"], 1 / 2, 1 / 2),
+    (
+        "2hop__93230_319887",  # the answer of step 1 leaked instead of #1
+        ["Who voices John Smith in Pocahontas?", "Which school did Mel Gibson attend?"],
+        1 / 2,
+        1 / 2,
+    ),
 ]
 
 
@@ -87,9 +109,7 @@ def test_paraphrases_cover_every_gold_step(gold_plans):
     assert not any(">>" in step for steps in gold_plans.values() for step in steps)
 
 
-@pytest.mark.parametrize(
-    "key, predicted, precision, recall", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
-)
+@pytest.mark.parametrize("key, predicted, precision, recall", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_musique_plan_scores(scorer, gold_plans, key, predicted, precision, recall):
     match = scorer.score(predicted, gold_plans[key])
     assert (match.precision, match.recall) == pytest.approx((precision, recall))

@@ -22,8 +22,9 @@ from ragfactory.tasks.training.runs import plan_training, train_planned
 from ragfactory.warehouse.store import Warehouse, conform
 
 
-def expand_bundled(strategy: str, question_ids: Sequence[str], config: object, model: Path,
-                   dataset: str = "hotpotqa") -> tuple[list[dict], TableRows]:
+def expand_bundled(
+    strategy: str, question_ids: Sequence[str], config: object, model: Path, dataset: str = "hotpotqa"
+) -> tuple[list[dict], TableRows]:
     """(the questions, the rows) of ``strategy`` over ``question_ids`` of a bundled ``dataset``."""
     from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
 
@@ -31,8 +32,9 @@ def expand_bundled(strategy: str, question_ids: Sequence[str], config: object, m
     questions = [q for q in data.questions if q["question_id"] in question_ids]
     retriever = BM25Retriever.build(conform("passages", data.passages))
     batcher = Batcher(TransformersBackend(model, TransformersSettings(device="cpu")))
-    rows = asyncio.run(expand_shard(strategy, questions, batcher, retriever, config, f"{strategy}-slow", 0,
-                                    len(questions)))
+    rows = asyncio.run(
+        expand_shard(strategy, questions, batcher, retriever, config, f"{strategy}-slow", 0, len(questions))
+    )
     return questions, rows
 
 
@@ -47,8 +49,11 @@ def written_dataset(wh: Warehouse, table: str, rows: list[dict], shard: str):
 
 def train_one_step(wh: Warehouse, method: str, run_id: str, model: Path, max_length: int) -> dict:
     """One TRL step of ``method`` on ``run_id``'s export in ``wh``, through the train flow's functions."""
-    config = TrainConfig(method=method, run_id=run_id, base_model=str(model),
-                         trl={"max_steps": 1, "per_device_train_batch_size": 1, "learning_rate": 1e-5,
-                              "max_length": max_length})
+    config = TrainConfig(
+        method=method,
+        run_id=run_id,
+        base_model=str(model),
+        trl={"max_steps": 1, "per_device_train_batch_size": 1, "learning_rate": 1e-5, "max_length": max_length},
+    )
     plan = plan_training(wh, config)
     return train_planned(wh, config, plan, logging.getLogger(run_id))

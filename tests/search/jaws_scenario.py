@@ -14,10 +14,14 @@ from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.decex.expansion import DecExConfig, expand_question
 from tests.fakes import FixedRetriever, ScriptedBackend
 
-QUESTION = {"question_id": "jaws", "question": "Who is the mother of the director of Jaws?",
-            "golden_answers": ["Leah Adler"]}
-CONFIG = DecExConfig(k=3, n_rollouts=2, t_max=2, termination_samples=3, threshold=0.75,
-                     metric="f1", rollout_max_turns=3)
+QUESTION = {
+    "question_id": "jaws",
+    "question": "Who is the mother of the director of Jaws?",
+    "golden_answers": ["Leah Adler"],
+}
+CONFIG = DecExConfig(
+    k=3, n_rollouts=2, t_max=2, termination_samples=3, threshold=0.75, metric="f1", rollout_max_turns=3
+)
 
 LEAH = Hit("p-leah", "Leah Adler", "Leah Adler was the mother of Steven Spielberg.", 3.0)
 JAWS = Hit("p-jaws", "Jaws (film)", "Jaws is a 1975 film directed by Steven Spielberg.", 2.0)
@@ -32,34 +36,48 @@ TERMINATION = {  # by the number of steps in the history
     0: ["<reasoning>The director is unknown.</reasoning> <question>Who directed Jaws?</question>"] * 2
     + ["<reasoning>A guess.</reasoning> <answer>Leah</answer>"],
     1: ["<reasoning>His mother is unknown.</reasoning> <question>Who is his mother?</question>"] * 3,
-    2: ["<reasoning>The documents name her.</reasoning> <answer>Leah Adler</answer>",
+    2: [
+        "<reasoning>The documents name her.</reasoning> <answer>Leah Adler</answer>",
         "<answer> leah adler </answer>",
-        "<reasoning>Check again.</reasoning> <question>Is Leah Adler his mother?</question>"],
+        "<reasoning>Check again.</reasoning> <question>Is Leah Adler his mother?</question>",
+    ],
 }
 SUB_QUESTIONS = {
-    0: ["First find the director. <question>Who directed Jaws?</question>",
+    0: [
+        "First find the director. <question>Who directed Jaws?</question>",
         "<question>who directed jaws</question>",
-        "Dates matter. <question>When was Jaws released?</question>"],
-    1: ["Now the mother. <question>Who is the mother of Steven Spielberg?</question>",
+        "Dates matter. <question>When was Jaws released?</question>",
+    ],
+    1: [
+        "Now the mother. <question>Who is the mother of Steven Spielberg?</question>",
         "<question>Who is Spielberg's father?</question>",
-        "I am not sure."],
+        "I am not sure.",
+    ],
 }
 SELF_ANSWERS = {
-    "Who directed Jaws?": ["Jaws was directed by Spielberg. <answer> Steven Spielberg </answer>",
-                           "<answer>Steven Spielberg</answer>", "<answer> George Lucas </answer>"],
-    "Who is the mother of Steven Spielberg?": ["<answer> Leah Posner </answer>",
-                                               "<answer> Anne Spielberg </answer>",
-                                               "<answer>Leah Posner</answer>"],
+    "Who directed Jaws?": [
+        "Jaws was directed by Spielberg. <answer> Steven Spielberg </answer>",
+        "<answer>Steven Spielberg</answer>",
+        "<answer> George Lucas </answer>",
+    ],
+    "Who is the mother of Steven Spielberg?": [
+        "<answer> Leah Posner </answer>",
+        "<answer> Anne Spielberg </answer>",
+        "<answer>Leah Posner</answer>",
+    ],
 }
-SUB_QUERIES = {"Who is the mother of Steven Spielberg?": ["Steven Spielberg mother",
-                                                          "Query: Spielberg mother name", "   "]}
+SUB_QUERIES = {
+    "Who is the mother of Steven Spielberg?": ["Steven Spielberg mother", "Query: Spielberg mother name", "   "]
+}
 ROLLOUTS = {  # by the last line of the branch's history (a search: by its query)
     "Sub-question: Who directed Jaws?": ["<search> Jaws director </search>", "<answer> Leah </answer>"],
     "Sub-question: When was Jaws released?": ["<answer> 1975 </answer>", "<answer> Leah Adler </answer>"],
     "Answer: Steven Spielberg": ["<answer> Leah Adler </answer>"] * 2,
     "Answer: George Lucas": ["<answer> Marcia Lucas </answer>"] * 2,
-    "Sub-question: Who is the mother of Steven Spielberg?": ["<answer> Leah Adler </answer>",
-                                                             "<answer> Leah Posner </answer>"],
+    "Sub-question: Who is the mother of Steven Spielberg?": [
+        "<answer> Leah Adler </answer>",
+        "<answer> Leah Posner </answer>",
+    ],
     "Sub-question: Who is Spielberg's father?": ["<answer> Arnold Spielberg </answer>"] * 2,
     "Answer: Leah Posner": ["<answer> Leah Posner </answer>"] * 2,
     "Answer: Anne Spielberg": ["<answer> Anne Spielberg </answer>"] * 2,

@@ -17,7 +17,10 @@ CONFIG = R3Config(n_attempts=3, top_k=1, temperatures=(0.0, 0.7))
 CAST = Hit("p-cast", "Jaws cast", "Jaws stars Roy Scheider.", 1.0)
 DIRECTOR = Hit("p-director", "Jaws", "Jaws was directed by Steven Spielberg.", 1.0)
 QUERIES = {
-    "q/a0": "Jaws cast", "q/a1": "Jaws cast", "q/a1/s2": "Jaws cast", "q/a2": "Jaws director",
+    "q/a0": "Jaws cast",
+    "q/a1": "Jaws cast",
+    "q/a1/s2": "Jaws cast",
+    "q/a2": "Jaws director",
 }
 ANSWERS = {"q/a0/s2": "Bob", "q/a1/s2/s3": "Steven Spielberg", "q/a2/s2": "Steven Spielberg"}
 

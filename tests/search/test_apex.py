@@ -40,8 +40,7 @@ EXPECTED_RUN = {  # path below p1: (kind, call, decision or query or answer, pas
     "s1/c/e1/d2/v/s2/c/e1/d2": ("retrieval", "continue", "continue", []),
     "s1/c/e1/d2/v/s2/c/e1/d2/e2": ("sub_query", "query_next", "Spielberg parents", ["p-arnold"]),
     "s1/c/e1/d2/v/s2/c/e1/d2/e2/d3": ("retrieval", "continue", "stop", []),
-    "s1/c/e1/d2/v/s2/c/e1/d2/e2/d3/v": (
-        "evidence", "sub_answer", "Leah Adler", ["p-leah", "p-jaws", "p-arnold"]),
+    "s1/c/e1/d2/v/s2/c/e1/d2/e2/d3/v": ("evidence", "sub_answer", "Leah Adler", ["p-leah", "p-jaws", "p-arnold"]),
     "s1/c/e1/d2/v/s2/c/e1/d2/e2/d3/v/a": ("answer", "synthesis", "Leah Adler", []),
 }
 
@@ -94,7 +93,8 @@ def test_plan_scores_rows(jaws):
         score = scores[rows[path]["node_id"]]
         assert score["f1"] == pytest.approx(f1) and rows[path]["reward"] == pytest.approx(f1)
         assert [(m["predicted"], m["gold"], m["similarity"]) for m in score["matched"]] == [
-            (p, g, pytest.approx(s)) for p, g, s in matched]
+            (p, g, pytest.approx(s)) for p, g, s in matched
+        ]
         assert score["gold_plan_id"] == rows["q/g"]["node_id"] and score["tau"] == 0.7
         assert score["embedder"] == "table-embedder"
 
@@ -102,7 +102,7 @@ def test_plan_scores_rows(jaws):
 def test_best_plan_run_follows_algorithm_2(jaws):
     result, *_ = jaws
     rows = by_path(result)
-    run_rows = {p[len(P1) + 1:]: r for p, r in rows.items() if p.startswith(P1 + "/")}
+    run_rows = {p[len(P1) + 1 :]: r for p, r in rows.items() if p.startswith(P1 + "/")}
     assert run_rows.keys() == EXPECTED_RUN.keys()
     for path, (kind, call, said, passages) in EXPECTED_RUN.items():
         row = run_rows[path]
@@ -137,7 +137,7 @@ def test_later_hops_see_earlier_queries_and_only_new_documents(jaws):
     next_query = [p for p in prompts if "Write a different query" in p]
     assert len(next_query) == 2  # one per run
     assert "### Previous Queries\n1. Steven Spielberg mother\n" in next_query[0]
-    assert "Doc 1: \"Leah Adler\"" in next_query[0]
+    assert 'Doc 1: "Leah Adler"' in next_query[0]
     continues = [p for p in prompts if "retrieval hops have been made" in p]
     assert sorted(p.partition("sub-question. ")[2][:1] for p in continues) == ["1", "1", "1", "2", "2"]
     assert retriever.batches.count(["Spielberg parents"]) == 2
@@ -148,8 +148,10 @@ def test_prompts_carry_resolved_references_and_knowledge(jaws):
     prompts = [r.messages[0].content for batch in backend.batches for r in batch]
     synthesis = [p for p in prompts if p.startswith("Answer the original question")]
     assert len(synthesis) == 2
-    knowledge = ("Sub-question 1: Who directed Jaws?\nAnswer 1: Steven Spielberg\n"
-                 "Sub-question 2: Who is the mother of Steven Spielberg?\nAnswer 2: Leah Adler\n\n")
+    knowledge = (
+        "Sub-question 1: Who directed Jaws?\nAnswer 1: Steven Spielberg\n"
+        "Sub-question 2: Who is the mother of Steven Spielberg?\nAnswer 2: Leah Adler\n\n"
+    )
     assert sum(knowledge in p for p in synthesis) == 1
     requests = [r for batch in backend.batches for r in batch]
     planner = [r for r in requests if r.messages[0].content.startswith("You are a planning")]
@@ -209,9 +211,14 @@ def _with(reply, sufficiency):
     return wrapped
 
 
-@pytest.mark.parametrize("execute_gold, n_execute, executed", [
-    (False, 1, ["q/p1"]), (True, 2, ["q/g", "q/p0", "q/p1"]), (True, 0, ["q/g"]),
-])
+@pytest.mark.parametrize(
+    "execute_gold, n_execute, executed",
+    [
+        (False, 1, ["q/p1"]),
+        (True, 2, ["q/g", "q/p0", "q/p1"]),
+        (True, 0, ["q/g"]),
+    ],
+)
 def test_which_plans_run(execute_gold, n_execute, executed):
     config = ApexConfig(n_plans=3, max_hops=3, top_k=2, n_execute=n_execute, execute_gold=execute_gold)
     result, *_ = run(config)
@@ -227,8 +234,10 @@ def test_llm_rewrite_of_the_gold_plan():
         if prompt.startswith("Rewrite the step"):
             step = prompt.partition("### Step\n")[2].partition("\n")[0]
             # the second rewrite drops its #1: refused, the template takes over
-            return {"Jaws >> director": "<question>Who directed the film Jaws?",
-                    "#1 >> mother": "<question>Who is Spielberg's mother?"}[step]
+            return {
+                "Jaws >> director": "<question>Who directed the film Jaws?",
+                "#1 >> mother": "<question>Who is Spielberg's mother?",
+            }[step]
         return apex_reply(request, sample)
 
     config = ApexConfig(n_plans=3, max_hops=3, top_k=2, execute_gold=False, rewrite="llm")
@@ -240,10 +249,13 @@ def test_llm_rewrite_of_the_gold_plan():
     assert len(rewrites) == 2 and all(r.sampling.temperature == 0.0 for r in rewrites)
 
 
-@pytest.mark.parametrize("field, value", [
-    ("gold_plan", ["Jaws >> director", "#1 >> mother"]),
-    ("my_plan", '["Jaws >> director", "#1 >> mother"]'),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("gold_plan", ["Jaws >> director", "#1 >> mother"]),
+        ("my_plan", '["Jaws >> director", "#1 >> mother"]'),
+    ],
+)
 def test_gold_plan_from_a_user_field(field, value):
     question = {k: v for k, v in QUESTION.items() if k != "gold_plan"} | {field: value}
     result, *_ = run(ApexConfig(n_plans=3, gold_plan_field=field, execute_gold=False), question)
@@ -252,10 +264,16 @@ def test_gold_plan_from_a_user_field(field, value):
     assert rewritten == ["Who is the director of Jaws?", "Who is the mother of #1?"]
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"n_plans": 0}, "n_plans"), ({"rewrite": "regex"}, "rewrite"), ({"metric": "bleu"}, "metric"),
-    ({"plan_temperature": 0.0}, "plan_temperature"), ({"n_execute": -1}, "n_execute"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"n_plans": 0}, "n_plans"),
+        ({"rewrite": "regex"}, "rewrite"),
+        ({"metric": "bleu"}, "metric"),
+        ({"plan_temperature": 0.0}, "plan_temperature"),
+        ({"n_execute": -1}, "n_execute"),
+    ],
+)
 def test_config_refuses_bad_values(change, message):
     with pytest.raises(ValueError, match=message):
         ApexConfig(**change)

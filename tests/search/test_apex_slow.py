@@ -12,19 +12,28 @@ import asyncio
 import pytest
 
 from ragfactory.tasks.data.loaders import load_bundled
-from ragfactory.tasks.search.apex.exports import executor_sft_examples, planner_grpo_prompts
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.retrieval.bm25 import BM25Retriever
 from ragfactory.tasks.rewards.sepr import load_plan_scorer
 from ragfactory.tasks.search.apex.expansion import ApexConfig
+from ragfactory.tasks.search.apex.exports import executor_sft_examples, planner_grpo_prompts
 from ragfactory.tasks.search.shard import expand_shard
 from ragfactory.warehouse.catalog import query, refresh_catalog
 from ragfactory.warehouse.store import conform
 
 pytestmark = pytest.mark.slow
 
-CONFIG = ApexConfig(n_plans=2, plan_temperature=0.7, plan_max_tokens=176, max_steps=3, max_hops=1, top_k=2,
-                    exec_max_tokens=96, n_execute=1, execute_gold=True)
+CONFIG = ApexConfig(
+    n_plans=2,
+    plan_temperature=0.7,
+    plan_max_tokens=176,
+    max_steps=3,
+    max_hops=1,
+    top_k=2,
+    exec_max_tokens=96,
+    n_execute=1,
+    execute_gold=True,
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +60,11 @@ def test_every_question_is_planned_scored_and_executed(built):
     assert len(result.plans) == 2 * (CONFIG.n_plans + 1)
     assert len(result.plan_scores) == 2 * CONFIG.n_plans
     assert all(0.0 <= s["f1"] <= 1.0 and s["embedder"] == "all-MiniLM-L6-v2" for s in result.plan_scores)
-    assert all(s["f1"] == 0.0 for s in result.plan_scores
-               if next(p for p in result.plans if p["plan_id"] == s["plan_id"])["is_format_error"])
+    assert all(
+        s["f1"] == 0.0
+        for s in result.plan_scores
+        if next(p for p in result.plans if p["plan_id"] == s["plan_id"])["is_format_error"]
+    )
     answers = [n for n in result.nodes if n["kind"] == "answer"]
     assert len(answers) >= 2 * 2  # one planner (or fallback) run and the gold run per question
     for table in ("plans", "plan_scores", "nodes"):

@@ -48,9 +48,8 @@ import json
 import pytest
 
 from ragfactory.tasks.export.dpo import DpoConfig
-from ragfactory.tasks.search.decex.exports import preference_pairs
-from ragfactory.tasks.search.decex.exports import sft_examples
 from ragfactory.tasks.prompts.loader import render_prompt
+from ragfactory.tasks.search.decex.exports import preference_pairs, sft_examples
 from tests.search.jaws_scenario import CONFIG, QUESTION, expand
 
 
@@ -62,29 +61,44 @@ def jaws():
 S0, S1 = "q/s0/w0/s0", "q/s0/w0"  # layer 1's kept sub-question, and layer 1's state
 EXPECTED = {  # path: (kind, value, is_selected)
     "q": ("question", None, False),
-    "q/t0": ("termination", None, True), "q/t1": ("termination", None, True),
+    "q/t0": ("termination", None, True),
+    "q/t1": ("termination", None, True),
     "q/t2": ("termination", None, False),
     "q/a0": ("answer", 2 / 3, False),
-    "q/s0": ("sub_question", 5 / 6, True), "q/s1": ("sub_question", None, False),
+    "q/s0": ("sub_question", 5 / 6, True),
+    "q/s1": ("sub_question", None, False),
     "q/s2": ("sub_question", 0.5, False),
-    "q/s0/w0": ("self_answer", 1.0, True), "q/s0/w1": ("self_answer", None, False),
+    "q/s0/w0": ("self_answer", 1.0, True),
+    "q/s0/w1": ("self_answer", None, False),
     "q/s0/w2": ("self_answer", 0.0, False),
-    f"{S1}/t0": ("termination", None, True), f"{S1}/t1": ("termination", None, True),
+    f"{S1}/t0": ("termination", None, True),
+    f"{S1}/t1": ("termination", None, True),
     f"{S1}/t2": ("termination", None, True),
-    S0: ("sub_question", 0.75, True), f"{S1}/s1": ("sub_question", 0.0, False),
+    S0: ("sub_question", 0.75, True),
+    f"{S1}/s1": ("sub_question", 0.0, False),
     f"{S1}/s2": ("sub_question", None, False),
-    f"{S0}/w0": ("self_answer", 0.5, False), f"{S0}/w1": ("self_answer", 0.0, False),
+    f"{S0}/w0": ("self_answer", 0.5, False),
+    f"{S0}/w1": ("self_answer", 0.0, False),
     f"{S0}/w2": ("self_answer", None, False),
-    f"{S0}/e0": ("sub_query", 1.0, True), f"{S0}/e1": ("sub_query", 5 / 6, False),
+    f"{S0}/e0": ("sub_query", 1.0, True),
+    f"{S0}/e1": ("sub_query", 5 / 6, False),
     f"{S0}/e2": ("sub_query", None, False),
-    f"{S0}/e0/t0": ("termination", None, True), f"{S0}/e0/t1": ("termination", None, True),
+    f"{S0}/e0/t0": ("termination", None, True),
+    f"{S0}/e0/t1": ("termination", None, True),
     f"{S0}/e0/t2": ("termination", None, False),
     f"{S0}/e0/a0": ("answer", 1.0, True),
 }
 ROLLOUT_REWARDS = {  # branch path: rewards of its rollouts r0, r1
-    "q/s0": [1.0, 2 / 3], "q/s2": [0.0, 1.0], "q/s0/w0": [1.0, 1.0], "q/s0/w2": [0.0, 0.0],
-    S0: [1.0, 0.5], f"{S1}/s1": [0.0, 0.0], f"{S0}/w0": [0.5, 0.5], f"{S0}/w1": [0.0, 0.0],
-    f"{S0}/e0": [1.0, 1.0], f"{S0}/e1": [1.0, 2 / 3],
+    "q/s0": [1.0, 2 / 3],
+    "q/s2": [0.0, 1.0],
+    "q/s0/w0": [1.0, 1.0],
+    "q/s0/w2": [0.0, 0.0],
+    S0: [1.0, 0.5],
+    f"{S1}/s1": [0.0, 0.0],
+    f"{S0}/w0": [0.5, 0.5],
+    f"{S0}/w1": [0.0, 0.0],
+    f"{S0}/e0": [1.0, 1.0],
+    f"{S0}/e1": [1.0, 2 / 3],
 }
 
 
@@ -94,8 +108,7 @@ def by_path(tree):
 
 def test_every_node_kind_value_and_kept_branch(jaws):
     rows = by_path(jaws[0])
-    branches = {p: (r["kind"], r["value"], r["is_selected"]) for p, r in rows.items()
-                if r["kind"] != "rollout_leaf"}
+    branches = {p: (r["kind"], r["value"], r["is_selected"]) for p, r in rows.items() if r["kind"] != "rollout_leaf"}
     assert branches.keys() == EXPECTED.keys()
     for path, (kind, value, selected) in EXPECTED.items():
         assert branches[path] == (kind, pytest.approx(value) if value is not None else None, selected), path
@@ -117,7 +130,7 @@ def test_rollout_leaves_and_rows(jaws):
     assert outcome == ("Leah Adler", 1.0, 1.0, 2)
     assert len(searched["llm_call_ids"]) == 2 and all(searched["llm_call_ids"])
     assert rows["q/s0/r0"]["passage_ids"] == ["p-jaws"]
-    assert "<information>\nDoc 1: \"Jaws (film)\"" in searched["text"]
+    assert '<information>\nDoc 1: "Jaws (film)"' in searched["text"]
 
 
 def test_decisions_answers_and_retrieval(jaws):
@@ -140,7 +153,8 @@ def test_decisions_answers_and_retrieval(jaws):
     assert (parsed["q/a0"]["em"], parsed["q/a0"]["f1"]) == (0.0, pytest.approx(2 / 3))
     assert ["Steven Spielberg mother", "Spielberg mother name"] in retriever.batches
     assert sorted(map(tuple, retriever.batches)) == sorted(
-        [("Jaws director",), ("Steven Spielberg mother", "Spielberg mother name")])
+        [("Jaws director",), ("Steven Spielberg mother", "Spielberg mother name")]
+    )
 
 
 def test_requests_use_n_and_seeds_per_node(jaws):
@@ -156,11 +170,13 @@ def test_requests_use_n_and_seeds_per_node(jaws):
 
 STEP_1 = "Step 1:\nFirst find the director.\nSub-question: Who directed Jaws?\nAnswer: Steven Spielberg"
 STEP_2 = "Step 2:\nNow the mother.\nSub-question: Who is the mother of Steven Spielberg?"
-DOCS = ("<information>\n"
-        "Doc 1: \"Leah Adler\"\nLeah Adler was the mother of Steven Spielberg.\n"
-        "Doc 2: \"Jaws (film)\"\nJaws is a 1975 film directed by Steven Spielberg.\n"
-        "Doc 3: \"Arnold Spielberg\"\nArnold Spielberg was an electrical engineer.\n"
-        "</information>")
+DOCS = (
+    "<information>\n"
+    'Doc 1: "Leah Adler"\nLeah Adler was the mother of Steven Spielberg.\n'
+    'Doc 2: "Jaws (film)"\nJaws is a 1975 film directed by Steven Spielberg.\n'
+    'Doc 3: "Arnold Spielberg"\nArnold Spielberg was an electrical engineer.\n'
+    "</information>"
+)
 
 
 def prompt_with(history: str) -> str:
@@ -174,10 +190,11 @@ def test_sft_examples_follow_the_best_chain(jaws):
     chain = [rows[p]["node_id"] for p in ["q", "q/s0", S1, S0, f"{S0}/e0", f"{S0}/e0/a0"]]
     search = f"{STEP_2}\n<search> Steven Spielberg mother </search>"
     assert [e["messages"] for e in examples] == [
-        [{"role": "user", "content": prompt_with("None")},
-         {"role": "assistant", "content": f"{STEP_1}\n\n{search}"}],
-        [{"role": "user", "content": prompt_with(f"{STEP_1}\n\n{search}\n{DOCS}")},
-         {"role": "assistant", "content": "The documents name her.\n<answer> Leah Adler </answer>"}],
+        [{"role": "user", "content": prompt_with("None")}, {"role": "assistant", "content": f"{STEP_1}\n\n{search}"}],
+        [
+            {"role": "user", "content": prompt_with(f"{STEP_1}\n\n{search}\n{DOCS}")},
+            {"role": "assistant", "content": "The documents name her.\n<answer> Leah Adler </answer>"},
+        ],
     ]
     assert [e["node_ids"] for e in examples] == [chain[:5], chain]
     owners = {(e["run_id"], e["question_id"], e["strategy"]) for e in examples}
@@ -203,8 +220,10 @@ def test_preference_pairs_kept_against_pruned_siblings(jaws):
     rows = by_path(tree)
     ids = {r["node_id"]: p for p, r in rows.items()}
     pairs = preference_pairs(tree.node_rows(), [QUESTION])
-    got = [(p["decision"], ids[p["chosen_node_id"]], ids[p["rejected_node_id"]],
-            p["chosen_value"], p["rejected_value"]) for p in pairs]
+    got = [
+        (p["decision"], ids[p["chosen_node_id"]], ids[p["rejected_node_id"]], p["chosen_value"], p["rejected_value"])
+        for p in pairs
+    ]
     assert got == [(lbl, c, r, pytest.approx(cv), pytest.approx(rv)) for lbl, c, r, cv, rv in PAIRS]
     assert [p["gap"] for p in pairs] == pytest.approx([cv - rv for *_, cv, rv in PAIRS])
     assert len({p["pair_id"] for p in pairs}) == len(PAIRS)
@@ -214,8 +233,9 @@ def test_preference_pair_texts(jaws):
     pairs = preference_pairs(jaws[0].node_rows(), [QUESTION])
     first, last = pairs[0], pairs[-1]
     assert first["prompt"] == [{"role": "user", "content": prompt_with("None")}]
-    assert first["chosen"] == [{"role": "assistant", "content":
-                                "Step 1:\nFirst find the director.\nSub-question: Who directed Jaws?"}]
+    assert first["chosen"] == [
+        {"role": "assistant", "content": "Step 1:\nFirst find the director.\nSub-question: Who directed Jaws?"}
+    ]
     assert first["rejected"] == [{"role": "assistant", "content": "A guess.\n<answer> Leah </answer>"}]
     assert last["prompt"] == [{"role": "user", "content": prompt_with(STEP_1)}]
     assert last["chosen"][0]["content"] == f"{STEP_2}\n<search> Steven Spielberg mother </search>"
@@ -235,4 +255,5 @@ def test_preference_pair_filters(jaws, config, expected):
     ids = {r["node_id"]: p for p, r in rows.items()}
     pairs = preference_pairs(jaws[0].node_rows(), [QUESTION], config)
     assert [(ids[p["chosen_node_id"]], ids[p["rejected_node_id"]]) for p in pairs] == [
-        (c, r) for _, c, r, *_ in expected]
+        (c, r) for _, c, r, *_ in expected
+    ]

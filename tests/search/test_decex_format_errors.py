@@ -8,12 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from ragfactory.tasks.search.decex.exports import preference_pairs
-from ragfactory.tasks.search.decex.exports import sft_examples
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.llm.types import Request
 from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.decex.expansion import DecExConfig, expand_question
+from ragfactory.tasks.search.decex.exports import preference_pairs, sft_examples
 from tests.fakes import FixedRetriever, ScriptedBackend
 
 CONFIG = DecExConfig(k=2, n_rollouts=2, t_max=2, termination_samples=3, rollout_max_turns=2)
@@ -86,8 +85,7 @@ def test_malformed_outputs_are_format_error_nodes(broken, bad_text, error):
     kinds = {"all": {"termination", "sub_question"}, "rollout": {"rollout_leaf"}}.get(broken, {broken})
     bad = [r for r in rows if r["kind"] in kinds]
     assert bad and all(r["is_format_error"] for r in bad)
-    assert all(r["format_error"] == error or (error is None and r["format_error"].startswith("missing"))
-               for r in bad)
+    assert all(r["format_error"] == error or (error is None and r["format_error"].startswith("missing")) for r in bad)
     assert all(r["value"] is None for r in bad if r["kind"] != "rollout_leaf")
     assert all(r["reward"] == 0.0 for r in bad if r["kind"] == "rollout_leaf")
     good = [r for r in rows if r["kind"] not in kinds | {"question", "answer"}]

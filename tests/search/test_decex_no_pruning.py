@@ -16,13 +16,12 @@ from dataclasses import replace
 
 import pytest
 
-from ragfactory.tasks.search.decex.exports import preference_pairs
 from ragfactory.tasks.export.sft import SftConfig
-from ragfactory.tasks.search.decex.exports import sft_examples
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.llm.types import Request
 from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.decex.expansion import DecExConfig, expand_question
+from ragfactory.tasks.search.decex.exports import preference_pairs, sft_examples
 from tests.fakes import FixedRetriever, ScriptedBackend
 
 QUESTION = {"question_id": "q1", "question": "What is the capital of France?", "golden_answers": ["Paris"]}
@@ -75,9 +74,7 @@ def test_no_pruning_keeps_both_options_of_both_decisions(trees):
     _, full = trees
     assert full.strategy == "decex_no_pruning"
     states = kept(full, {"self_answer", "sub_query"})
-    assert states == [
-        "q/s0/e0", "q/s0/e0/s0/e0", "q/s0/e0/s0/w0", "q/s0/w0", "q/s0/w0/s0/e0", "q/s0/w0/s0/w0"
-    ]
+    assert states == ["q/s0/e0", "q/s0/e0/s0/e0", "q/s0/e0/s0/w0", "q/s0/w0", "q/s0/w0/s0/e0", "q/s0/w0/s0/w0"]
     assert kept(full, {"answer"}) == sorted(["q/a0"] + [f"{s}/a0" for s in states])
     sub_questions = [r for r in full.node_rows() if r["kind"] == "sub_question"]
     decisions = {json.loads(r["parsed"]).get("retrieval_decision") for r in sub_questions}
@@ -89,16 +86,16 @@ def test_no_pruning_keeps_both_options_of_both_decisions(trees):
 def test_kept_options_pair_as_decisions(trees):
     _, full = trees
     ids = {r["node_id"]: r["path"] for r in full.node_rows()}
-    pairs = [(p["decision"], ids[p["chosen_node_id"]], ids[p["rejected_node_id"]], p["gap"])
-             for p in preference_pairs(full.node_rows(), [QUESTION])]
+    pairs = [
+        (p["decision"], ids[p["chosen_node_id"]], ids[p["rejected_node_id"]], p["gap"])
+        for p in preference_pairs(full.node_rows(), [QUESTION])
+    ]
     assert ("decision", "q/s0/e0", "q/s0/w0", 0.5) in pairs  # both kept: the better one is chosen
     assert all(label == "decision" for label, *_ in pairs)  # every execution sibling ties or duplicates
     assert not any(c == "q/a0" for _, c, *_ in pairs)  # answer 1 vs sub-question 1: no gap
 
 
-@pytest.mark.parametrize(
-    "prefer,retrievals,n_examples", [("most_retrieval", 2, 3), ("least_retrieval", 0, 1)]
-)
+@pytest.mark.parametrize("prefer,retrievals,n_examples", [("most_retrieval", 2, 3), ("least_retrieval", 0, 1)])
 def test_sft_chain_tie_break_by_retrievals(trees, prefer, retrievals, n_examples):
     _, full = trees
     examples = sft_examples(full.node_rows(), [QUESTION], SftConfig(prefer=prefer))

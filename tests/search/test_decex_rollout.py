@@ -47,7 +47,10 @@ def rolled():
 def test_each_rollout_ends_its_own_way(rolled):
     results, _, _ = rolled
     assert [(r.final_answer, r.n_turns, r.truncated, r.error) for r in results] == [
-        ("x", 1, False, None), ("y", 2, False, None), (None, 3, True, None)]
+        ("x", 1, False, None),
+        ("y", 2, False, None),
+        (None, 3, True, None),
+    ]
     assert results[1].turns[0] == "Need facts. <search> q1 </search>"  # closing tag restored
     assert results[1].turns[1] == '<information>\nDoc 1: "A"\nalpha\nDoc 2: "B"\nbeta\n</information>'
     assert results[1].passage_ids == ["p1", "p2"] and results[2].passage_ids == ["p1", "p2"] * 2
@@ -70,4 +73,7 @@ def test_a_malformed_turn_ends_only_its_rollout():
 
     results = asyncio.run(run_rollouts("P", SPEC, Mixed(), FixedRetriever(), seed_of=lambda s: 1))
     assert [(r.final_answer, r.error) for r in results] == [
-        (None, "empty output"), (None, "missing <search> or <answer>"), ("z", None)]
+        (None, "empty output"),
+        (None, "missing <search> or <answer>"),
+        ("z", None),
+    ]

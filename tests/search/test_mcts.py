@@ -57,16 +57,31 @@ def test_six_iterations_by_hand():
     by_path = {n.path: n for n in tree.nodes}
     assert sorted(by_path) == ["q", "q/s0", "q/s0/s0", "q/s0/s0/s0", "q/s0/s1", "q/s0/s1/s0", "q/s1"]
     kinds = {p: n.kind for p, n in by_path.items()}
-    assert kinds == {"q": "question", "q/s0": "sub_query", "q/s1": "answer", "q/s0/s0": "evidence",
-                     "q/s0/s1": "evidence", "q/s0/s0/s0": "answer", "q/s0/s1/s0": "answer"}
+    assert kinds == {
+        "q": "question",
+        "q/s0": "sub_query",
+        "q/s1": "answer",
+        "q/s0/s0": "evidence",
+        "q/s0/s1": "evidence",
+        "q/s0/s0/s0": "answer",
+        "q/s0/s1/s0": "answer",
+    }
     visits = {p: n.visits for p, n in by_path.items()}
     assert visits == {"q": 6, "q/s0": 5, "q/s1": 1, "q/s0/s0": 2, "q/s0/s1": 2, "q/s0/s0/s0": 1, "q/s0/s1/s0": 1}
     values = {p: round(n.value, 4) for p, n in by_path.items()}
-    assert values == {"q": 0.6075, "q/s0": 0.729, "q/s1": 0.0, "q/s0/s0": 0.729, "q/s0/s1": 0.729,
-                      "q/s0/s0/s0": 0.729, "q/s0/s1/s0": 0.729}
+    assert values == {
+        "q": 0.6075,
+        "q/s0": 0.729,
+        "q/s1": 0.0,
+        "q/s0/s0": 0.729,
+        "q/s0/s1": 0.729,
+        "q/s0/s0/s0": 0.729,
+        "q/s0/s1/s0": 0.729,
+    }
     assert backend.calls == 10
     assert sorted(r.node_id for r in tree.rollouts) == sorted(
-        by_path[p].node_id for p in ("q/s0", "q/s0/s0", "q/s0/s1"))
+        by_path[p].node_id for p in ("q/s0", "q/s0/s0", "q/s0/s1")
+    )
     assert all(r.f1 == 1.0 for r in tree.rollouts)
     assert by_path["q/s0"].passage_ids == ["p-jaws"]
     assert all(n.is_selected for n in tree.nodes) and not any(n.is_format_error for n in tree.nodes)
@@ -74,13 +89,17 @@ def test_six_iterations_by_hand():
 
 def test_the_pairs_of_the_tree():
     tree = _search(ScriptedBackend(policy))
-    steps = [{"node_id": n.node_id, "parent_id": n.parent_id, "kind": n.kind, "text": n.text, "value": n.value}
-             for n in tree.nodes if n.kind != "question"]
+    steps = [
+        {"node_id": n.node_id, "parent_id": n.parent_id, "kind": n.kind, "text": n.text, "value": n.value}
+        for n in tree.nodes
+        if n.kind != "question"
+    ]
     by_id = {n.node_id: n.path for n in tree.nodes}
     # the root's query (0.729) over "Bob" (0); E1 and E2 have the same text: no pair under Q
     pairs = step_pairs(steps, min_gap=0.01)
     assert [(by_id[p.chosen], by_id[p.rejected], p.stage, round(p.gap, 3)) for p in pairs] == [
-        ("q/s0", "q/s1", "query", 0.729)]
+        ("q/s0", "q/s1", "query", 0.729)
+    ]
 
 
 def test_a_malformed_step_is_a_format_error_valued_zero():
@@ -184,21 +203,60 @@ def test_a_branch_that_never_answers_is_pruned_and_makes_no_pair():
     context = ShardContext(Batcher(backend), retriever, "run-1", 0)
     tree = asyncio.run(search_question(QUESTION, context, replace(CONFIG, iterations=7)))
     by_path = {n.path: n for n in tree.nodes}
-    names = {"q": "root", "q/s0": "Q1", "q/s1": "Q2", "q/s0/s0": "E1", "q/s0/s1": "E2",
-             "q/s0/s0/s0": "A1", "q/s0/s1/s0": "A2", "q/s1/s0": "G"}
+    names = {
+        "q": "root",
+        "q/s0": "Q1",
+        "q/s1": "Q2",
+        "q/s0/s0": "E1",
+        "q/s0/s1": "E2",
+        "q/s0/s0/s0": "A1",
+        "q/s0/s1/s0": "A2",
+        "q/s1/s0": "G",
+    }
     assert sorted(by_path) == sorted(names)
     assert {names[p]: n.visits for p, n in by_path.items()} == {
-        "root": 7, "Q1": 5, "Q2": 2, "E1": 2, "E2": 2, "A1": 1, "A2": 1, "G": 1}
+        "root": 7,
+        "Q1": 5,
+        "Q2": 2,
+        "E1": 2,
+        "E2": 2,
+        "A1": 1,
+        "A2": 1,
+        "G": 1,
+    }
     assert {names[p]: round(n.value, 6) for p, n in by_path.items()} == {
-        "root": 0.520714, "Q1": 0.729, "Q2": 0.0, "E1": 0.729, "E2": 0.729, "A1": 0.729, "A2": 0.729, "G": 0.0}
+        "root": 0.520714,
+        "Q1": 0.729,
+        "Q2": 0.0,
+        "E1": 0.729,
+        "E2": 0.729,
+        "A1": 0.729,
+        "A2": 0.729,
+        "G": 0.0,
+    }
     assert {names[p] for p, n in by_path.items() if not n.is_selected} == {"Q2", "G"}
     assert [names[p] for p, n in by_path.items() if n.is_format_error] == ["G"]
     assert backend.calls == 12
-    rollouts = {names[next(p for p, n in by_path.items() if n.node_id == r.node_id)]: (r.final_answer, r.f1)
-                for r in tree.rollouts}
-    assert rollouts == {"Q1": ("Steven Spielberg", 1.0), "Q2": (None, 0.0),
-                        "E1": ("Steven Spielberg", 1.0), "E2": ("Steven Spielberg", 1.0)}
-    steps = [{"node_id": n.node_id, "parent_id": n.parent_id, "kind": n.kind, "text": n.text, "value": n.value,
-              "reached_answer": n.parsed.get("reached_answer", False)}
-             for n in tree.nodes if n.kind != "question" and not n.is_format_error]
+    rollouts = {
+        names[next(p for p, n in by_path.items() if n.node_id == r.node_id)]: (r.final_answer, r.f1)
+        for r in tree.rollouts
+    }
+    assert rollouts == {
+        "Q1": ("Steven Spielberg", 1.0),
+        "Q2": (None, 0.0),
+        "E1": ("Steven Spielberg", 1.0),
+        "E2": ("Steven Spielberg", 1.0),
+    }
+    steps = [
+        {
+            "node_id": n.node_id,
+            "parent_id": n.parent_id,
+            "kind": n.kind,
+            "text": n.text,
+            "value": n.value,
+            "reached_answer": n.parsed.get("reached_answer", False),
+        }
+        for n in tree.nodes
+        if n.kind != "question" and not n.is_format_error
+    ]
     assert step_pairs(steps, min_gap=0.01) == []

@@ -14,12 +14,15 @@ def test_defaults_follow_the_authors_code_where_the_paper_is_silent():
     assert config.uct() == UctSettings(c=1.414, child_limit=2, max_depth=7, log_visits=False)
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("iterations", 0, "MctsConfig.iterations must be >= 1, got 0"),
-    ("alpha", 1.5, r"MctsConfig.alpha must be in \(0, 1\], got 1.5"),
-    ("c", -1.0, "MctsConfig.c must be >= 0, got -1.0"),
-    ("value", "oracle", "MctsConfig.value must be one of"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("iterations", 0, "MctsConfig.iterations must be >= 1, got 0"),
+        ("alpha", 1.5, r"MctsConfig.alpha must be in \(0, 1\], got 1.5"),
+        ("c", -1.0, "MctsConfig.c must be >= 0, got -1.0"),
+        ("value", "oracle", "MctsConfig.value must be one of"),
+    ],
+)
 def test_bad_values_name_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
         MctsConfig(**{field: value})

@@ -55,8 +55,10 @@ def test_every_pair_drops_small_gaps_and_identical_texts():
     # e1: (a1, a2) 0.90; (a1, a3) same text dropped; (a3, a2) 0.89
     pairs = step_pairs(STEPS, mode="all")
     assert [(p.chosen, p.rejected, p.stage, round(p.gap, 3)) for p in pairs] == [
-        ("q1", "a5", "query", 0.5), ("q3", "a5", "query", 0.495),
-        ("a1", "a2", "answer", 0.9), ("a3", "a2", "answer", 0.89),
+        ("q1", "a5", "query", 0.5),
+        ("q3", "a5", "query", 0.495),
+        ("a1", "a2", "answer", 0.9),
+        ("a3", "a2", "answer", 0.89),
     ]
     # a zero threshold keeps the close pair at the root
     assert ("q1", "q3") in [(p.chosen, p.rejected) for p in step_pairs(STEPS, min_gap=0.0, mode="all")]

@@ -13,8 +13,8 @@ import math
 
 import pytest
 
-from ragfactory.tasks.search.mcts.exports import mcts_preference_pairs
 from ragfactory.tasks.search.mcts.config import MctsConfig
+from ragfactory.tasks.search.mcts.exports import mcts_preference_pairs
 from ragfactory.warehouse.store import Warehouse
 from tests.search.embedded_scenario import expand_bundled, train_one_step, written_dataset
 

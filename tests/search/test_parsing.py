@@ -39,13 +39,15 @@ def test_find_tag(text, tag, expected):
     "text,decision,content,error",
     [
         ("<reasoning>Enough.</reasoning> <answer>Paris</answer>", "terminate", ("answer", "Paris"), None),
-        ("<reasoning>Need more.</reasoning>\n<question>Who?</question>", "continue",
-         ("question", "Who?"), None),
-        ("Preamble. <question>Who?</question> then <answer>x</answer>", "continue",
-         ("question", "Who?"), None),
+        ("<reasoning>Need more.</reasoning>\n<question>Who?</question>", "continue", ("question", "Who?"), None),
+        ("Preamble. <question>Who?</question> then <answer>x</answer>", "continue", ("question", "Who?"), None),
         ("<answer>x</answer> <question>Who?</question>", "terminate", ("answer", "x"), None),
-        ("<reasoning>Hmm</reasoning>", None, ("reasoning", "<reasoning>Hmm</reasoning>"),
-         "missing <answer> or <question>"),
+        (
+            "<reasoning>Hmm</reasoning>",
+            None,
+            ("reasoning", "<reasoning>Hmm</reasoning>"),
+            "missing <answer> or <question>",
+        ),
         ("", None, ("reasoning", None), "empty output"),
         ("   \n", None, ("reasoning", None), "empty output"),
         ("<answer>  </answer>", None, ("answer", None), "empty <answer>"),
@@ -67,8 +69,14 @@ def test_termination_reasoning_from_tag_or_text_before():
 @pytest.mark.parametrize(
     "parse,text,field,value,reasoning,error",
     [
-        (parse_sub_question, "First the director. <question>Who directed Jaws?</question>",
-         "question", "Who directed Jaws?", "First the director.", None),
+        (
+            parse_sub_question,
+            "First the director. <question>Who directed Jaws?</question>",
+            "question",
+            "Who directed Jaws?",
+            "First the director.",
+            None,
+        ),
         (parse_sub_question, "I am not sure.", "question", None, "I am not sure.", "missing <question>"),
         (parse_sub_question, "", "question", None, "", "empty output"),
         (parse_sub_question, "<question> </question>", "question", None, "", "empty <question>"),

@@ -14,8 +14,8 @@ import math
 
 import pytest
 
-from ragfactory.tasks.search.r3.exports import r3_sft_examples
 from ragfactory.tasks.search.r3.config import R3Config
+from ragfactory.tasks.search.r3.exports import r3_sft_examples
 from ragfactory.warehouse.store import Warehouse
 from tests.search.embedded_scenario import expand_bundled, train_one_step, written_dataset
 from tests.search.r3_scenario import QUESTION, run
@@ -23,8 +23,16 @@ from tests.search.r3_scenario import QUESTION, run
 pytestmark = pytest.mark.slow
 
 QUESTION_IDS = ("hotpotqa:5ab4428c5542990594ba9bda", "hotpotqa:5ab90e9755429934fafe6e51")
-CONFIG = R3Config(n_attempts=3, max_iterations=2, min_queries=1, answer_at_limit=True, top_k=2, doc_chars=256,
-                  max_tokens=96, metric="cover_em")
+CONFIG = R3Config(
+    n_attempts=3,
+    max_iterations=2,
+    min_queries=1,
+    answer_at_limit=True,
+    top_k=2,
+    doc_chars=256,
+    max_tokens=96,
+    metric="cover_em",
+)
 
 
 @pytest.fixture(scope="module")

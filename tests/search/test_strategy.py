@@ -18,8 +18,7 @@ def test_the_shipped_strategies_are_registered_with_their_tree_names():
     assert STRATEGIES.by_tree_name("decex_no_pruning") is STRATEGIES.get("decex")
     assert STRATEGIES.get("decex").tree_name(DecExConfig(no_pruning=True)) == "decex_no_pruning"
     assert [s.name for s in (STRATEGIES.get(n) for n in STRATEGIES.names()) if s.valued] == ["treeps"]
-    assert STRATEGIES.get("apex").encoders(STRATEGIES.get("apex").config_type()) == {
-        "sepr.model": "all-MiniLM-L6-v2"}
+    assert STRATEGIES.get("apex").encoders(STRATEGIES.get("apex").config_type()) == {"sepr.model": "all-MiniLM-L6-v2"}
 
 
 def test_unknown_names_are_errors_naming_the_known_ones():

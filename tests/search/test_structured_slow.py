@@ -27,11 +27,9 @@ from ragfactory.warehouse.store import conform
 pytestmark = pytest.mark.slow
 
 CONFIGS = {
-    "decex": DecExConfig(k=2, n_rollouts=1, t_max=1, termination_samples=1, max_tokens=72,
-                         rollout_max_turns=1),
+    "decex": DecExConfig(k=2, n_rollouts=1, t_max=1, termination_samples=1, max_tokens=72, rollout_max_turns=1),
     "treeps": TreePSConfig(n=3, depth=2, max_tokens=80, temperature=0.7),
-    "apex": ApexConfig(n_plans=2, max_steps=2, plan_max_tokens=128, max_hops=1, exec_max_tokens=64,
-                       execute_gold=False),
+    "apex": ApexConfig(n_plans=2, max_steps=2, plan_max_tokens=128, max_hops=1, exec_max_tokens=64, execute_gold=False),
 }
 DATASETS = {"decex": "hotpotqa", "treeps": "hotpotqa", "apex": "musique"}
 

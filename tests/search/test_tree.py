@@ -13,8 +13,12 @@ from tests.search.jaws_scenario import expand
 
 def test_node_id_is_a_function_of_run_question_and_path():
     assert node_id("r", "q", "decex", "q/s0") == node_id("r", "q", "decex", "q/s0")
-    others = {node_id("r2", "q", "decex", "q/s0"), node_id("r", "q2", "decex", "q/s0"),
-              node_id("r", "q", "decex", "q/s1"), node_id("r", "q", "treeps", "q/s0")}
+    others = {
+        node_id("r2", "q", "decex", "q/s0"),
+        node_id("r", "q2", "decex", "q/s0"),
+        node_id("r", "q", "decex", "q/s1"),
+        node_id("r", "q", "treeps", "q/s0"),
+    }
     assert node_id("r", "q", "decex", "q/s0") not in others and len(others) == 4
     assert len(node_id("r", "q", "decex", "q")) == 32
 
@@ -87,8 +91,9 @@ def test_row_tree_orders_children_by_numeric_path():
 
 def test_group_trees_names_a_missing_column():
     with pytest.raises(ValueError, match=r"nodes row 0 lacks column\(s\) \['kind'\]"):
-        group_trees([{"node_id": "n", "run_id": "r", "question_id": "q", "strategy": "s", "parent_id": None,
-                      "path": "q"}])
+        group_trees(
+            [{"node_id": "n", "run_id": "r", "question_id": "q", "strategy": "s", "parent_id": None, "path": "q"}]
+        )
 
 
 def test_config_validation_names_the_field():

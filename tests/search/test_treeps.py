@@ -44,8 +44,7 @@ def test_layer_sizes_follow_eq2_and_depth_d_children_are_forced_leaves():
     assert len(depth4) == 8 and all(r["is_leaf"] and r["is_selected"] for r in depth4)
     assert all(r["parsed"].count('"forced_leaf": true') for r in depth4)
     assert {r["reward"] for r in depth4} == {0.0} and len(tree.rollouts) == 8
-    branching = Counter((r["depth"], r["parsed"].split('"branching": ')[1].split(",")[0])
-                        for r in tree.node_rows()[1:])
+    branching = Counter((r["depth"], r["parsed"].split('"branching": ')[1].split(",")[0]) for r in tree.node_rows()[1:])
     assert branching == {(1, "8"): 8, (2, "4"): 8, (3, "2"): 8, (4, "1"): 8}
 
 
@@ -85,8 +84,7 @@ def test_answers_wrong_answers_and_malformed_steps_are_leaves():
     assert len(leaves) == 6 + 6 + 6 + 8
     assert sum(r["reward"] for r in leaves) == 8  # two right answers per layer
     malformed = [r for r in leaves if r["is_format_error"]]
-    assert len(malformed) == 8 and all(p.rsplit("/", 1)[1].startswith("f") for p in
-                                        (r["path"] for r in malformed))
+    assert len(malformed) == 8 and all(p.rsplit("/", 1)[1].startswith("f") for p in (r["path"] for r in malformed))
     assert {r["format_error"] for r in malformed} == {"missing <search> or <answer>"}
     assert all(r["reward"] == 0.0 and r["kind"] == "answer" for r in malformed)
     assert rows["q/a0"]["reward"] == 1.0 and rows["q/a1"]["reward"] == 0.0
@@ -114,8 +112,7 @@ def test_similarity_pruning_keeps_one_child_per_cluster_of_identical_passages():
 
 
 def kept_samples(trees) -> set[tuple[int, ...]]:
-    return {tuple(int(r["path"][3:]) for r in t.node_rows() if r["depth"] == 1 and r["is_selected"])
-            for t in trees}
+    return {tuple(int(r["path"][3:]) for r in t.node_rows() if r["depth"] == 1 and r["is_selected"]) for t in trees}
 
 
 def test_random_pruning_keeps_n_retain_children_reproducibly():
@@ -168,8 +165,18 @@ def test_rollout_rows_are_the_leaves_trajectories():
 def test_the_shard_runner_knows_the_strategy():
     backend = ScriptedBackend(mixed)
     batcher = Batcher(backend)
-    rows = asyncio.run(expand_shard("treeps", QUESTIONS[::-1], batcher, FunctionRetriever(own_passages),
-                                    TreePSConfig(depth=2), "run", 0, max_in_flight=2))
+    rows = asyncio.run(
+        expand_shard(
+            "treeps",
+            QUESTIONS[::-1],
+            batcher,
+            FunctionRetriever(own_passages),
+            TreePSConfig(depth=2),
+            "run",
+            0,
+            max_in_flight=2,
+        )
+    )
     assert [r["question_id"] for r in rows.nodes][:1] == ["q0"]
     assert {r["strategy"] for r in rows.nodes} == {"treeps"}
     pa.Table.from_pylist(rows.nodes, schema=table_spec("nodes").schema)

@@ -15,8 +15,10 @@ from ragfactory.tasks.search.treeps.steps import (
     step_turns,
 )
 
-HITS = [{"title": "Paris", "text": "Paris is the capital of France."},
-        {"title": "France", "text": "France is in Europe."}]
+HITS = [
+    {"title": "Paris", "text": "Paris is the capital of France."},
+    {"title": "France", "text": "France is in Europe."},
+]
 
 
 @pytest.mark.parametrize("name,tag", [("treeps_step", "reason"), ("treeps_search_r1", "think")])
@@ -33,15 +35,31 @@ def test_prompts_are_search_r1_with_their_reasoning_tag(name, tag):
 @pytest.mark.parametrize(
     "prompt,text,fields,error",
     [
-        ("treeps_step", "<reason>Need the author.</reason> <search> Dracula author",
-         {"action": "search", "query": "Dracula author", "reasoning": "Need the author."}, None),
-        ("treeps_step", "<reason>Known.</reason>\n<answer> Bram Stoker </answer>",
-         {"action": "answer", "answer": "Bram Stoker", "reasoning": "Known."}, None),
-        ("treeps_search_r1", "<think>Known.</think> <answer> Bram Stoker </answer>",
-         {"action": "answer", "answer": "Bram Stoker", "reasoning": "Known."}, None),
+        (
+            "treeps_step",
+            "<reason>Need the author.</reason> <search> Dracula author",
+            {"action": "search", "query": "Dracula author", "reasoning": "Need the author."},
+            None,
+        ),
+        (
+            "treeps_step",
+            "<reason>Known.</reason>\n<answer> Bram Stoker </answer>",
+            {"action": "answer", "answer": "Bram Stoker", "reasoning": "Known."},
+            None,
+        ),
+        (
+            "treeps_search_r1",
+            "<think>Known.</think> <answer> Bram Stoker </answer>",
+            {"action": "answer", "answer": "Bram Stoker", "reasoning": "Known."},
+            None,
+        ),
         ("treeps_step", "It is <answer> Bram Stoker", {"action": "answer", "reasoning": "It is"}, None),
-        ("treeps_step", "<reason>Hmm.</reason> <search>  </search>",
-         {"action": None, "reasoning": "Hmm."}, "empty <search>"),
+        (
+            "treeps_step",
+            "<reason>Hmm.</reason> <search>  </search>",
+            {"action": None, "reasoning": "Hmm."},
+            "empty <search>",
+        ),
         ("treeps_step", "No idea.", {"action": None}, "missing <search> or <answer>"),
         ("treeps_step", "", {"action": None, "reasoning": None}, "empty output"),
     ],
@@ -80,7 +98,7 @@ def test_response_spans_cover_steps_and_observations_exactly():
     pieces = sorted([(s.start, s.end) for s in steps + observations])
     assert pieces[0][0] == 0 and pieces[-1][1] == len(text)
     assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))  # no gap, no overlap
-    assert text[observations[0].start:observations[0].end] == f"\n\n{information(HITS)}\n\n"
+    assert text[observations[0].start : observations[0].end] == f"\n\n{information(HITS)}\n\n"
 
 
 def test_response_refuses_a_system_turn():

@@ -18,8 +18,7 @@ from ragfactory.tasks.valuation.node_values import assign_node_values
 from tests.fakes import FunctionRetriever, ScriptedBackend
 
 QUESTIONS = [
-    {"question_id": f"q{i}", "question": f"Capital of country {i}?", "golden_answers": ["Paris"]}
-    for i in range(2)
+    {"question_id": f"q{i}", "question": f"Capital of country {i}?", "golden_answers": ["Paris"]} for i in range(2)
 ]
 
 

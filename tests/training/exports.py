@@ -13,15 +13,31 @@ CONVERSATION = [
 
 
 def write_exports(wh, run_id: str = "run-1", n: int = 4) -> None:
-    wh.write("sft_examples", [{"example_id": f"e{i}", "run_id": run_id, "messages": CONVERSATION}
-                              for i in range(n)], "decex")
-    wh.write("preference_pairs", [
-        {"pair_id": f"p{i}", "run_id": run_id, "prompt": QUESTION,
-         "chosen": [{"role": "assistant", "content": "<answer>Paris</answer>"}],
-         "rejected": [{"role": "assistant", "content": "<answer>Rome</answer>"}]} for i in range(n)
-    ], "decex")
-    wh.write("grpo_prompts", [{"prompt_id": f"g{i}", "run_id": run_id, "prompt": QUESTION,
-                               "golden_answers": ["Paris"], "task": "qa"} for i in range(n)], "treeps")
+    wh.write(
+        "sft_examples", [{"example_id": f"e{i}", "run_id": run_id, "messages": CONVERSATION} for i in range(n)], "decex"
+    )
+    wh.write(
+        "preference_pairs",
+        [
+            {
+                "pair_id": f"p{i}",
+                "run_id": run_id,
+                "prompt": QUESTION,
+                "chosen": [{"role": "assistant", "content": "<answer>Paris</answer>"}],
+                "rejected": [{"role": "assistant", "content": "<answer>Rome</answer>"}],
+            }
+            for i in range(n)
+        ],
+        "decex",
+    )
+    wh.write(
+        "grpo_prompts",
+        [
+            {"prompt_id": f"g{i}", "run_id": run_id, "prompt": QUESTION, "golden_answers": ["Paris"], "task": "qa"}
+            for i in range(n)
+        ],
+        "treeps",
+    )
 
 
 def register_trained(wh, folders, model_id: str, name: str, day: int, keep: bool = True) -> str:

@@ -12,21 +12,31 @@ import pytest
 
 from ragfactory.tasks.retrieval.factory import make_retriever
 from ragfactory.tasks.search.r3.config import R3Config
+from ragfactory.tasks.search.r3.training import R3ProcessReward, outcome
 from ragfactory.tasks.training.agentic import (
-    AgenticOptions, build_trainer, observe, qa_rows, ROLLOUT_LOG, Rollout, turn_end,
+    ROLLOUT_LOG,
+    AgenticOptions,
+    Rollout,
+    build_trainer,
+    observe,
+    qa_rows,
+    turn_end,
 )
 from ragfactory.tasks.training.methods import MethodContext
-from ragfactory.tasks.search.r3.training import outcome, R3ProcessReward
 from ragfactory.tasks.training.runs import run_training
 from ragfactory.tasks.training.trainers import load_model
 
-PASSAGES = pa.table({
-    "passage_id": ["p-jaws", "p-et", "p-paris"],
-    "title": ["Jaws", "E.T.", "Paris"],
-    "text": ["Jaws is a 1975 thriller directed by Steven Spielberg.",
-             "E.T. the Extra-Terrestrial is a 1982 film about an alien.",
-             "Paris is the capital and largest city of France."],
-})
+PASSAGES = pa.table(
+    {
+        "passage_id": ["p-jaws", "p-et", "p-paris"],
+        "title": ["Jaws", "E.T.", "Paris"],
+        "text": [
+            "Jaws is a 1975 thriller directed by Steven Spielberg.",
+            "E.T. the Extra-Terrestrial is a 1982 film about an alien.",
+            "Paris is the capital and largest city of France.",
+        ],
+    }
+)
 SEARCH_TURN = "<reason>Look it up.</reason> <search> Jaws director </search>"
 ANSWER_TURN = "<reason>Found it.</reason> <answer> Steven Spielberg </answer>"
 
@@ -49,8 +59,9 @@ def test_a_search_turn_gets_its_passages_as_a_masked_observation(tokenizer, bm25
     rollout = Rollout([1, 2], [], [], [], [])
     turn = ids(tokenizer, SEARCH_TURN)
     observe(rollout, turn, tokenizer, bm25, AgenticOptions(top_k=1), budget=256, eos_ids={tokenizer.eos_token_id})
-    observation = "\n\n<information>Doc 1(Title: Jaws) Jaws is a 1975 thriller directed by Steven Spielberg.\n" \
-                  "</information>\n\n"
+    observation = (
+        "\n\n<information>Doc 1(Title: Jaws) Jaws is a 1975 thriller directed by Steven Spielberg.\n</information>\n\n"
+    )
     assert rollout.queries == ["Jaws director"]
     assert [h["passage_id"] for h in rollout.hits[0]] == ["p-jaws"]
     assert rollout.ids == turn + ids(tokenizer, observation)
@@ -119,40 +130,81 @@ def test_r3_process_reward_worked_by_hand():
     - searches (unreadable: 0, 0.3), no action at the end: 1 · (0 + 0.3 - 1) = -0.7
     - no search, right answer: 0.6 · 0 = 0
     """
-    hit = {"jaws": {"passage_id": "p-jaws", "title": "Jaws", "text": "t", "score": 1.0},
-           "et": {"passage_id": "p-et", "title": "E.T.", "text": "t", "score": 1.0},
-           "paris": {"passage_id": "p-paris", "title": "Paris", "text": "t", "score": 1.0}}
+    hit = {
+        "jaws": {"passage_id": "p-jaws", "title": "Jaws", "text": "t", "score": 1.0},
+        "et": {"passage_id": "p-et", "title": "E.T.", "text": "t", "score": 1.0},
+        "paris": {"passage_id": "p-paris", "title": "Paris", "text": "t", "score": 1.0},
+    }
     asked = []
 
     def judge(items):
         asked.extend((q, [h.passage_id for h in hits]) for q, hits in items)
-        return [None if q == "Q2?" and hits[0].passage_id == "p-jaws" else
-                {"p-jaws": 0.7, "p-et": 0.3, "p-paris": 0.5}[hits[0].passage_id] for q, hits in items]
+        return [
+            None
+            if q == "Q2?" and hits[0].passage_id == "p-jaws"
+            else {"p-jaws": 0.7, "p-et": 0.3, "p-paris": 0.5}[hits[0].passage_id]
+            for q, hits in items
+        ]
 
     reward = R3ProcessReward(judge, {"q1": "Q1?", "q2": "Q2?"}, R3Config())
-    completions = [SEARCH_TURN + INFO + SEARCH_TURN + INFO + ANSWER_TURN, "<answer> Lucas </answer>",
-                   SEARCH_TURN + INFO, SEARCH_TURN + INFO + SEARCH_TURN + INFO + "I give up.", ANSWER_TURN]
+    completions = [
+        SEARCH_TURN + INFO + SEARCH_TURN + INFO + ANSWER_TURN,
+        "<answer> Lucas </answer>",
+        SEARCH_TURN + INFO,
+        SEARCH_TURN + INFO + SEARCH_TURN + INFO + "I give up.",
+        ANSWER_TURN,
+    ]
     retrieved = [[[hit["jaws"]], [hit["et"]]], [[hit["paris"]]], [[hit["jaws"]]], [[hit["jaws"]], [hit["et"]]], []]
-    scores = reward(prompts=[""] * 5, completions=completions, retrieved=retrieved,
-                    golden_answers=[["Steven Spielberg"]] * 5, question_id=["q1", "q1", "q1", "q2", "q1"])
+    scores = reward(
+        prompts=[""] * 5,
+        completions=completions,
+        retrieved=retrieved,
+        golden_answers=[["Steven Spielberg"]] * 5,
+        question_id=["q1", "q1", "q1", "q2", "q1"],
+    )
     assert scores == pytest.approx([0.6, -0.1, -0.07, -0.7, 0.0])
-    assert asked == [("Q1?", ["p-jaws"]), ("Q1?", ["p-et"]), ("Q1?", ["p-paris"]), ("Q1?", ["p-jaws"]),
-                     ("Q2?", ["p-jaws"]), ("Q2?", ["p-et"])]  # one batch: every search of the step
+    assert asked == [
+        ("Q1?", ["p-jaws"]),
+        ("Q1?", ["p-et"]),
+        ("Q1?", ["p-paris"]),
+        ("Q1?", ["p-jaws"]),
+        ("Q2?", ["p-jaws"]),
+        ("Q2?", ["p-et"]),
+    ]  # one batch: every search of the step
     with pytest.raises(ValueError, match="question 'q9' is not in the warehouse"):
-        reward(prompts=[""], completions=[SEARCH_TURN + INFO], retrieved=[[[hit["jaws"]]]],
-               golden_answers=[["x"]], question_id=["q9"])
+        reward(
+            prompts=[""],
+            completions=[SEARCH_TURN + INFO],
+            retrieved=[[[hit["jaws"]]]],
+            golden_answers=[["x"]],
+            question_id=["q9"],
+        )
 
 
 def test_one_grpo_step_through_the_rollout_hook(tiny_model, bm25, tmp_path, log):
     """A random tiny Llama writes no tags: its rollouts are one turn each, scored 0 by format, and
     the step still runs through TRL's rollout_func and logs every rollout."""
-    rows = [{"prompt": [{"role": "user", "content": f"Question: who directed film {i}?"}],
-             "golden_answers": ["Steven Spielberg"], "question_id": f"q{i}", "task": "qa"} for i in range(2)]
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": f"Question: who directed film {i}?"}],
+            "golden_answers": ["Steven Spielberg"],
+            "question_id": f"q{i}",
+            "task": "qa",
+        }
+        for i in range(2)
+    ]
     rows.append({**rows[0], "task": "plan"})  # APEX's planner prompts are left out
-    ctx = MethodContext(rows=rows, model_path=tiny_model, output_dir=str(tmp_path / "out"), save_steps=10, seed=0,
-                        logger=log, rewards=["answer_f1", "format"], options={"max_turns": 2},
-                        trl={"max_steps": 1, "max_completion_length": 16, "num_generations": 2,
-                             "per_device_train_batch_size": 2})
+    ctx = MethodContext(
+        rows=rows,
+        model_path=tiny_model,
+        output_dir=str(tmp_path / "out"),
+        save_steps=10,
+        seed=0,
+        logger=log,
+        rewards=["answer_f1", "format"],
+        options={"max_turns": 2},
+        trl={"max_steps": 1, "max_completion_length": 16, "num_generations": 2, "per_device_train_batch_size": 2},
+    )
     trainer = build_trainer(ctx, retriever=bm25)
     assert len(trainer.train_dataset) == 2
     metrics = run_training(trainer, ctx.output_dir)

@@ -13,7 +13,7 @@ import pytest
 from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.tasks.retrieval.bm25 import BM25Retriever
 from ragfactory.tasks.search.treeps.steps import initial_prompt
-from ragfactory.tasks.training.agentic import build_trainer, ROLLOUT_LOG
+from ragfactory.tasks.training.agentic import ROLLOUT_LOG, build_trainer
 from ragfactory.tasks.training.methods import MethodContext
 from ragfactory.tasks.training.runs import run_training
 from ragfactory.warehouse.store import conform
@@ -24,15 +24,32 @@ pytestmark = pytest.mark.slow
 def test_one_agentic_grpo_step_on_the_embedded_model_with_bm25(embedded_model, tmp_path):
     data = load_bundled("hotpotqa")
     questions = data.questions[:4]
-    rows = [{"prompt": [{"role": "user", "content": initial_prompt(q["question"], "treeps_step")}],
-             "golden_answers": list(q["golden_answers"]), "question_id": q["question_id"], "task": "qa"}
-            for q in questions]
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": initial_prompt(q["question"], "treeps_step")}],
+            "golden_answers": list(q["golden_answers"]),
+            "question_id": q["question_id"],
+            "task": "qa",
+        }
+        for q in questions
+    ]
     ctx = MethodContext(
-        rows=rows, model_path=str(embedded_model), output_dir=str(tmp_path / "agentic"), save_steps=10, seed=0,
-        logger=logging.getLogger("agentic-slow"), rewards=["answer_f1", "format"],
+        rows=rows,
+        model_path=str(embedded_model),
+        output_dir=str(tmp_path / "agentic"),
+        save_steps=10,
+        seed=0,
+        logger=logging.getLogger("agentic-slow"),
+        rewards=["answer_f1", "format"],
         options={"max_turns": 2, "top_k": 2, "grammar": "treeps_step", "turn_tokens": 96},
-        trl={"max_steps": 1, "max_completion_length": 192, "num_generations": 2,
-             "per_device_train_batch_size": 8, "learning_rate": 1e-6})
+        trl={
+            "max_steps": 1,
+            "max_completion_length": 192,
+            "num_generations": 2,
+            "per_device_train_batch_size": 8,
+            "learning_rate": 1e-6,
+        },
+    )
     trainer = build_trainer(ctx, retriever=BM25Retriever.build(conform("passages", data.passages)))
 
     # The batch exactly as the training step builds it: 4 prompts x 2 generations.

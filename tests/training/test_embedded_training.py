@@ -16,9 +16,8 @@ import pytest
 
 from ragfactory.flows.config import TrainConfig
 from ragfactory.tasks.search.apex.exports import planner_grpo_prompts
-from ragfactory.tasks.search.decex.exports import preference_pairs
+from ragfactory.tasks.search.decex.exports import preference_pairs, sft_examples
 from ragfactory.tasks.search.treeps.grpo import grpo_prompt_rows
-from ragfactory.tasks.search.decex.exports import sft_examples
 from ragfactory.tasks.training.runs import plan_training, train_planned
 from ragfactory.tasks.training.trainers import load_model
 from ragfactory.warehouse.store import Warehouse
@@ -37,14 +36,24 @@ def jaws_warehouse(tmp_path_factory):
     trees, _, _ = build_treeps(mixed)
     treeps_nodes = [row for tree in trees for row in tree.node_rows()]
     wh = Warehouse(tmp_path_factory.mktemp("wh"))
-    gold_plan = {"run_id": "jaws", "question_id": "jaws", "plan_id": "jaws-gold", "source": "gold",
-                 "steps": [{"step": 1, "question": "Who directed Jaws?", "original": "Who directed Jaws?"},
-                           {"step": 2, "question": "Who is the mother of #1?",
-                            "original": "Who is the mother of #1?"}]}
-    for table, rows in (("sft_examples", sft_examples(nodes, [QUESTION])),
-                        ("preference_pairs", preference_pairs(nodes, [QUESTION])),
-                        ("grpo_prompts", grpo_prompt_rows(treeps_nodes, TREEPS_QUESTIONS)
-                         + planner_grpo_prompts([gold_plan], [], [QUESTION]))):
+    gold_plan = {
+        "run_id": "jaws",
+        "question_id": "jaws",
+        "plan_id": "jaws-gold",
+        "source": "gold",
+        "steps": [
+            {"step": 1, "question": "Who directed Jaws?", "original": "Who directed Jaws?"},
+            {"step": 2, "question": "Who is the mother of #1?", "original": "Who is the mother of #1?"},
+        ],
+    }
+    for table, rows in (
+        ("sft_examples", sft_examples(nodes, [QUESTION])),
+        ("preference_pairs", preference_pairs(nodes, [QUESTION])),
+        (
+            "grpo_prompts",
+            grpo_prompt_rows(treeps_nodes, TREEPS_QUESTIONS) + planner_grpo_prompts([gold_plan], [], [QUESTION]),
+        ),
+    ):
         rows = [{**row, "run_id": "jaws"} for row in rows]
         wh.write(table, rows, "decex")
     return wh
@@ -65,9 +74,12 @@ def test_exports_load_with_datasets_in_trl_shape(jaws_warehouse, table, columns)
 
 @pytest.mark.parametrize("method", ["sft", "dpo"])
 def test_embedded_model_trains_one_step(method, jaws_warehouse, embedded_model, log):
-    config = TrainConfig(method=method, run_id="jaws", base_model=str(embedded_model),
-                         trl={"max_steps": 1, "per_device_train_batch_size": 1,
-                              "learning_rate": 1e-5, "max_length": 512})
+    config = TrainConfig(
+        method=method,
+        run_id="jaws",
+        base_model=str(embedded_model),
+        trl={"max_steps": 1, "per_device_train_batch_size": 1, "learning_rate": 1e-5, "max_length": 512},
+    )
     plan = plan_training(jaws_warehouse, config)
     metrics = train_planned(jaws_warehouse, config, plan, log)
     assert math.isfinite(metrics["train_loss"]) and metrics["global_step"] == 1
@@ -85,10 +97,20 @@ def length_spread(prompts, completions, **columns):
 
 @pytest.mark.parametrize("task, rewards", [("qa", ["answer_f1", "format"]), ("plan", ["sepr"])])
 def test_embedded_model_trains_one_grpo_step(task, rewards, jaws_warehouse, embedded_model, log):
-    config = TrainConfig(method="grpo", run_id="jaws", task=task, base_model=str(embedded_model),
-                         rewards=[*rewards, "length_spread"],
-                         trl={"max_steps": 1, "per_device_train_batch_size": 2, "num_generations": 2,
-                              "max_completion_length": 24, "learning_rate": 1e-5})
+    config = TrainConfig(
+        method="grpo",
+        run_id="jaws",
+        task=task,
+        base_model=str(embedded_model),
+        rewards=[*rewards, "length_spread"],
+        trl={
+            "max_steps": 1,
+            "per_device_train_batch_size": 2,
+            "num_generations": 2,
+            "max_completion_length": 24,
+            "learning_rate": 1e-5,
+        },
+    )
     plan = plan_training(jaws_warehouse, config)
     metrics = train_planned(jaws_warehouse, config, plan, log, extra_rewards={"length_spread": length_spread})
     assert math.isfinite(metrics["train_loss"]) and metrics["global_step"] == 1

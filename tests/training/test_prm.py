@@ -10,7 +10,7 @@ import pytest
 from ragfactory.tasks.training.methods import MethodContext
 from ragfactory.tasks.training.prm.heldout import heldout_ids
 from ragfactory.tasks.training.prm.reward import prm_reward, split_steps, step_rewards
-from ragfactory.tasks.training.prm.scoring import load_tokenizer, StepScorer
+from ragfactory.tasks.training.prm.scoring import StepScorer, load_tokenizer
 from ragfactory.tasks.training.prm.trainer import build_trainer
 from ragfactory.tasks.training.runs import run_training
 
@@ -20,22 +20,36 @@ OBSERVATION = "<information>Doc 1(Title: France) Paris is the capital of France.
 
 
 def _context(rows, model, tmp_path, log, **fields) -> MethodContext:
-    return MethodContext(rows=rows, model_path=model, output_dir=str(tmp_path / "prm"),
-                         trl=fields.pop("trl", {"max_steps": 1}), save_steps=100, seed=0,
-                         logger=log, **fields)
+    return MethodContext(
+        rows=rows,
+        model_path=model,
+        output_dir=str(tmp_path / "prm"),
+        trl=fields.pop("trl", {"max_steps": 1}),
+        save_steps=100,
+        seed=0,
+        logger=log,
+        **fields,
+    )
 
 
 def _row(label_id: str, good: bool) -> dict:
     """Good paths search and answer Paris; bad ones wander off to bananas."""
-    steps = [f"{SEARCH}\n\n{OBSERVATION}",
-             "<answer> Paris </answer>" if good else "<reason>bananas are yellow</reason><answer> banana </answer>"]
-    return {"label_id": label_id, "prompt": PROMPT, "completions": steps, "labels": [True, good],
-            "step_values": [1.0, float(good)], "node_ids": ["n1", "n2"]}
+    steps = [
+        f"{SEARCH}\n\n{OBSERVATION}",
+        "<answer> Paris </answer>" if good else "<reason>bananas are yellow</reason><answer> banana </answer>",
+    ]
+    return {
+        "label_id": label_id,
+        "prompt": PROMPT,
+        "completions": steps,
+        "labels": [True, good],
+        "step_values": [1.0, float(good)],
+        "node_ids": ["n1", "n2"],
+    }
 
 
 def test_labels_sit_on_the_last_separator_token_of_each_step(tiny_model, tmp_path, log):
-    row = {"label_id": "only", "prompt": "Q: 2+2?", "completions": ["two plus two", "is five"],
-           "labels": [True, False]}
+    row = {"label_id": "only", "prompt": "Q: 2+2?", "completions": ["two plus two", "is five"], "labels": [True, False]}
     trainer = build_trainer(_context([row], tiny_model, tmp_path, log))
     feature = trainer.train_dataset[0]
     tok = load_tokenizer(tiny_model)
@@ -69,8 +83,9 @@ def test_the_held_out_split_is_pinned():
 
 def test_trains_scores_held_out_steps_and_loads_back(tiny_model, tmp_path, log):
     rows = [_row(f"row-{i}", good=i % 2 == 0) for i in range(1, 7)]  # row-1, row-4 held out
-    ctx = _context(rows, tiny_model, tmp_path, log,
-                   trl={"max_steps": 3, "learning_rate": 1e-2, "per_device_train_batch_size": 2})
+    ctx = _context(
+        rows, tiny_model, tmp_path, log, trl={"max_steps": 3, "learning_rate": 1e-2, "per_device_train_batch_size": 2}
+    )
     trainer = build_trainer(ctx)
     assert len(trainer.train_dataset) == 4
     assert sorted(r["label_id"] for r in trainer.heldout) == ["row-1", "row-4"]
@@ -94,10 +109,15 @@ def test_trains_scores_held_out_steps_and_loads_back(tiny_model, tmp_path, log):
     # the saved folder holds the trained head: it scores as the model in memory does
     in_memory = StepScorer(trainer.model.to("cpu"), trainer.processing_class)
     assert scores == pytest.approx(in_memory.score_steps(PROMPT, rows[0]["completions"]), abs=1e-5)
-    completions = [f"{SEARCH}\n\n{OBSERVATION}\n\n<answer> Paris </answer>",
-                   [{"role": "assistant", "content": SEARCH}, {"role": "user", "content": OBSERVATION},
-                    {"role": "assistant", "content": "<answer> banana </answer>"}],
-                   "no steps at all"]
+    completions = [
+        f"{SEARCH}\n\n{OBSERVATION}\n\n<answer> Paris </answer>",
+        [
+            {"role": "assistant", "content": SEARCH},
+            {"role": "user", "content": OBSERVATION},
+            {"role": "assistant", "content": "<answer> banana </answer>"},
+        ],
+        "no steps at all",
+    ]
     per_step = step_rewards(scorer, [PROMPT] * 3, completions)
     assert [len(s) for s in per_step] == [2, 2, 1]
     # the message list joins into the same text as the string, so its first step scores the same
@@ -112,7 +132,10 @@ def test_completions_split_into_the_exports_steps():
     # the search step keeps its observation, as step_labels' completions do
     assert split_steps(text) == [f"{SEARCH}\n\n{OBSERVATION}", "<reason>so</reason><answer> Paris </answer>"]
     assert split_steps("<search> a </search><search> b </search> tail") == [
-        "<search> a </search>", "<search> b </search>", "tail"]
+        "<search> a </search>",
+        "<search> b </search>",
+        "tail",
+    ]
     assert split_steps("  free text  ") == ["free text"]
 
 

@@ -21,8 +21,9 @@ from tests.training.failing import FailOnce
 def _config(method: str, model: str, **trl) -> TrainConfig:
     steps = {"max_steps": 1, "per_device_train_batch_size": 2, "learning_rate": 1e-3}
     extra = {"max_completion_length": 8} if method == "grpo" else {}
-    return TrainConfig(method=method, run_id="run-1", base_model=model,
-                       rewards=["format", "varied"], trl={**steps, **extra, **trl})
+    return TrainConfig(
+        method=method, run_id="run-1", base_model=model, rewards=["format", "varied"], trl={**steps, **extra, **trl}
+    )
 
 
 def varied(prompts, completions, **columns):
@@ -60,8 +61,7 @@ def test_lora_saves_an_adapter(tiny_model, tmp_path, log):
 
 def test_sft_rows_put_each_assistant_turn_in_a_completion():
     rows = sft_prompt_completions([{"messages": CONVERSATION}])
-    assert [r["completion"][0]["content"] for r in rows] == [
-        CONVERSATION[2]["content"], CONVERSATION[4]["content"]]
+    assert [r["completion"][0]["content"] for r in rows] == [CONVERSATION[2]["content"], CONVERSATION[4]["content"]]
     assert rows[1]["prompt"] == CONVERSATION[:4]
     with pytest.raises(ValueError, match="sft row 1"):
         sft_prompt_completions([{"messages": CONVERSATION}, {"messages": CONVERSATION[:2]}])
@@ -99,10 +99,15 @@ def test_a_retry_resumes_from_the_last_checkpoint(tiny_model, tmp_path, log):
 BASE = dict(export_snapshot="abc", method="sft", config={"trl": {"max_steps": 1}}, base_model="m")
 
 
-@pytest.mark.parametrize("change", [
-    {"export_snapshot": "abd"}, {"method": "dpo"}, {"config": {"trl": {"max_steps": 2}}},
-    {"base_model": "other"},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"export_snapshot": "abd"},
+        {"method": "dpo"},
+        {"config": {"trl": {"max_steps": 2}}},
+        {"base_model": "other"},
+    ],
+)
 def test_cache_key_is_stable_and_sensitive(change):
     assert cache_key(**BASE) == cache_key(**dict(reversed(list(BASE.items()))))
     assert cache_key(**BASE) != cache_key(**{**BASE, **change})

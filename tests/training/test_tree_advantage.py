@@ -11,10 +11,15 @@ import torch
 
 from ragfactory.tasks.training.methods import MethodContext
 from ragfactory.tasks.training.runs import run_training
-from ragfactory.tasks.training.tree_advantage import (
-    build_trainer, pad_batch, step_pieces, token_logps, tokenize_row, tree_advantage_loss,
-)
 from ragfactory.tasks.training.trainers import load_model
+from ragfactory.tasks.training.tree_advantage import (
+    build_trainer,
+    pad_batch,
+    step_pieces,
+    token_logps,
+    tokenize_row,
+    tree_advantage_loss,
+)
 
 SEARCH = "<search>jaws director</search>"
 OBSERVATION = "\n\n<information>Doc 1(Title: Jaws) Jaws is a 1975 film by Steven Spielberg.</information>\n\n"
@@ -25,7 +30,8 @@ RESPONSE = SEARCH + OBSERVATION + ANSWER
 def row(a_search: float, a_answer: float) -> dict:
     answer_at = len(SEARCH) + len(OBSERVATION)
     return {
-        "trajectory_id": "t1", "is_sampled": True,
+        "trajectory_id": "t1",
+        "is_sampled": True,
         "prompt": [{"role": "user", "content": "Who directed Jaws?"}],
         "response": RESPONSE,
         "step_spans": [
@@ -81,8 +87,11 @@ def test_objective_worked_by_hand():
     # β = 0: loss = -(1.2 - 0.8) / 2 = -0.2.
     # β = 0.1: KL_1 = 1/1.5 + ln 1.5 - 1 = 0.0721318, KL_2 = 2 - ln 2 - 1 = 0.3068528;
     # loss = -((1.2 - 0.00721318) + (-0.8 - 0.03068528)) / 2 = -0.18105077.
-    batch = {"advantages": torch.tensor([[0.0, 1.0, -1.0]]), "loss_mask": torch.tensor([[0.0, 1.0, 1.0]]),
-             "old_logps": torch.tensor([[0.0, -1.0, -2.0]])}
+    batch = {
+        "advantages": torch.tensor([[0.0, 1.0, -1.0]]),
+        "loss_mask": torch.tensor([[0.0, 1.0, 1.0]]),
+        "old_logps": torch.tensor([[0.0, -1.0, -2.0]]),
+    }
     logps = torch.tensor([[-1.0 + math.log(1.5), -2.0 + math.log(0.5)]])
     assert tree_advantage_loss(logps, batch, 0.2, 0.0).item() == pytest.approx(-0.2)
     assert tree_advantage_loss(logps, batch, 0.2, 0.1).item() == pytest.approx(-0.18105077, abs=1e-7)
@@ -108,7 +117,7 @@ def step_logps(model, features, pieces: tuple[int, int]) -> float:
     with torch.no_grad():
         logps = token_logps(model(input_ids=ids).logits, ids)[0]
     start, end = pieces
-    return float(logps[start - 1:end - 1].sum())
+    return float(logps[start - 1 : end - 1].sum())
 
 
 def test_one_step_raises_the_good_step_and_lowers_the_bad_one(tiny_model, tokenizer, tmp_path, log):
@@ -120,10 +129,15 @@ def test_one_step_raises_the_good_step_and_lowers_the_bad_one(tiny_model, tokeni
     answer = (len(mask) - mask[::-1].index(0), len(mask))
     base, _ = load_model(tiny_model)
     before = step_logps(base, features, search), step_logps(base, features, answer)
-    ctx = MethodContext(rows=[trajectory, {**trajectory, "is_sampled": False}], model_path=tiny_model,
-                        output_dir=str(tmp_path / "out"), save_steps=10, seed=0, logger=log,
-                        trl={"max_steps": 1, "learning_rate": 1e-3, "optim": "sgd",
-                             "per_device_train_batch_size": 1})
+    ctx = MethodContext(
+        rows=[trajectory, {**trajectory, "is_sampled": False}],
+        model_path=tiny_model,
+        output_dir=str(tmp_path / "out"),
+        save_steps=10,
+        seed=0,
+        logger=log,
+        trl={"max_steps": 1, "learning_rate": 1e-3, "optim": "sgd", "per_device_train_batch_size": 1},
+    )
     trainer = build_trainer(ctx)
     assert len(trainer.train_dataset) == 1  # the row not sampled for training is left out
     metrics = run_training(trainer, ctx.output_dir)

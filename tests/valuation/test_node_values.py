@@ -36,18 +36,26 @@ from ragfactory.tasks.valuation.node_values import ValuationConfig, estimate_nod
 from tests.search.jaws_scenario import expand as expand_jaws
 
 LEAVES = {  # path: (kind, reward)
-    "q/a0": ("answer", 1.0), "q/f1": ("answer", 0.0), "q/s2/a0": ("answer", 1.0),
-    "q/s2/s1/a0": ("answer", 0.0), "q/s2/s1/a1": ("answer", 1.0), "q/s3/s0": ("sub_query", 0.0),
+    "q/a0": ("answer", 1.0),
+    "q/f1": ("answer", 0.0),
+    "q/s2/a0": ("answer", 1.0),
+    "q/s2/s1/a0": ("answer", 0.0),
+    "q/s2/s1/a1": ("answer", 1.0),
+    "q/s3/s0": ("sub_query", 0.0),
 }
 INNER = ("q/s2", "q/s2/s1", "q/s2/s2", "q/s3")
 EXPECTED = {  # path: (visits, value, advantage)
     "q": (6, 0.5, None),
-    "q/a0": (1, 1.0, 1.0), "q/f1": (1, 0.0, -1.0),
-    "q/s2": (3, 2 / 3, 1 / (3 * math.sqrt(3))), "q/s2/a0": (1, 1.0, 5 / 6),
+    "q/a0": (1, 1.0, 1.0),
+    "q/f1": (1, 0.0, -1.0),
+    "q/s2": (3, 2 / 3, 1 / (3 * math.sqrt(3))),
+    "q/s2/a0": (1, 1.0, 5 / 6),
     "q/s2/s1": (2, 0.5, -1 / (6 * math.sqrt(2))),
-    "q/s2/s1/a0": (1, 0.0, -1.0), "q/s2/s1/a1": (1, 1.0, 1.0),
+    "q/s2/s1/a0": (1, 0.0, -1.0),
+    "q/s2/s1/a1": (1, 1.0, 1.0),
     "q/s2/s2": (0, None, None),
-    "q/s3": (1, 0.0, -1.0), "q/s3/s0": (1, 0.0, -0.5),
+    "q/s3": (1, 0.0, -1.0),
+    "q/s3/s0": (1, 0.0, -0.5),
 }
 
 
@@ -58,7 +66,11 @@ def hand_tree(run_id="r", question_id="q1", strategy="treeps") -> list[dict]:
         parent, _, segment = path.rpartition("/")
         kind, reward = LEAVES.get(path, ("sub_query", None))
         nodes[path] = tree.add_child(
-            nodes[parent], segment, kind, is_leaf=reward is not None, reward=reward,
+            nodes[parent],
+            segment,
+            kind,
+            is_leaf=reward is not None,
+            reward=reward,
             parsed={"em": reward, "f1": None if reward is None else 1.0 - reward},
         )
     return tree.node_rows()
@@ -107,8 +119,11 @@ def test_trees_of_several_questions_and_strategies_are_valued_apart():
     rows = hand_tree() + hand_tree(question_id="q2") + hand_tree(strategy="other")
     valued = estimate_node_values(as_table(rows)).to_pylist()
     for question_id, strategy in [("q1", "treeps"), ("q2", "treeps"), ("q1", "other")]:
-        got = {r["path"]: (r["visits"], r["value"], r["advantage"]) for r in valued
-               if (r["question_id"], r["strategy"]) == (question_id, strategy)}
+        got = {
+            r["path"]: (r["visits"], r["value"], r["advantage"])
+            for r in valued
+            if (r["question_id"], r["strategy"]) == (question_id, strategy)
+        }
         assert_values(got, EXPECTED)
 
 
@@ -171,8 +186,13 @@ def random_tree_rows(n_questions: int, seed: int) -> list[dict]:
             for parent in frontier:
                 for i in range(rng.randint(1, 4)):
                     leaf = depth == 4 or rng.random() < 0.4
-                    node = tree.add_child(parent, f"c{i}", "answer" if leaf else "sub_query",
-                                          is_leaf=leaf, reward=float(rng.random() < 0.5) if leaf else None)
+                    node = tree.add_child(
+                        parent,
+                        f"c{i}",
+                        "answer" if leaf else "sub_query",
+                        is_leaf=leaf,
+                        reward=float(rng.random() < 0.5) if leaf else None,
+                    )
                     if not leaf and rng.random() < 0.7:
                         next_frontier.append(node)
             frontier = next_frontier

@@ -7,7 +7,7 @@ take one value per table: run_id 'r1', dataset 'd1', source 's1', pipeline 'p1'.
 
 from __future__ import annotations
 
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import pyarrow as pa
 

@@ -8,7 +8,12 @@ import pytest
 import ragfactory.tasks.search.registry  # noqa: F401  (the strategies register their views on import, as the CLI does)
 from ragfactory.schemas.tables import TABLES
 from ragfactory.warehouse.catalog import (
-    WriteRefused, check_read_only, query, refresh_catalog, sql_views, tables_read,
+    WriteRefused,
+    check_read_only,
+    query,
+    refresh_catalog,
+    sql_views,
+    tables_read,
 )
 
 
@@ -63,7 +68,10 @@ def test_writes_are_refused_with_a_clear_message(warehouse, sql):
         query(warehouse, sql)
 
 
-@pytest.mark.parametrize("sql", ["select 1", "with a as (select 1 as x) select x from a", "describe nodes", "show tables", "explain select 1"])
+@pytest.mark.parametrize(
+    "sql",
+    ["select 1", "with a as (select 1 as x) select x from a", "describe nodes", "show tables", "explain select 1"],
+)
 def test_reads_are_allowed(sql):
     check_read_only(sql)
 
@@ -108,8 +116,10 @@ def test_queries_from_many_threads_at_once_each_parse_on_their_own_connection(wa
         ("select * from questions_per_dataset", {"questions", "rejects"}),
         ("select * from treeps_tree", {"nodes"}),
         ("select count(*) from read_parquet('warehouse://questions/*/*.parquet')", {"questions"}),
-        ("select * from read_parquet(['warehouse://nodes/a.parquet', 'warehouse://rollouts/b.parquet'])",
-         {"nodes", "rollouts"}),
+        (
+            "select * from read_parquet(['warehouse://nodes/a.parquet', 'warehouse://rollouts/b.parquet'])",
+            {"nodes", "rollouts"},
+        ),
         ("select 1; select count(*) from llm_calls", {"llm_calls"}),
         ("select 42", set()),
         # cannot be told: every table may be read

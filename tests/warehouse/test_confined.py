@@ -6,7 +6,13 @@ import duckdb
 import pytest
 
 from ragfactory.warehouse.catalog import (
-    ReadRefused, WriteRefused, check_read_only, confined_connection, refresh_catalog, user_query, sql_views,
+    ReadRefused,
+    WriteRefused,
+    check_read_only,
+    confined_connection,
+    refresh_catalog,
+    sql_views,
+    user_query,
 )
 from ragfactory.warehouse.confined import close, refusal
 from tests.warehouse.filled import fill
@@ -96,8 +102,11 @@ def test_a_link_out_of_the_root_is_refused(filled, tmp_path):
 
 
 def test_the_warehouse_own_parquet_reads_as_warehouse_paths(filled):
-    rows = user_query(filled, "select question_id, dataset, golden_answers from "
-                         "read_parquet('warehouse://questions/*/*.parquet', hive_partitioning = true) order by 1")
+    rows = user_query(
+        filled,
+        "select question_id, dataset, golden_answers from "
+        "read_parquet('warehouse://questions/*/*.parquet', hive_partitioning = true) order by 1",
+    )
     assert rows.to_pylist() == [
         {"question_id": "question_id-0", "dataset": "d1", "golden_answers": ["golden_answers-0"]},
         {"question_id": "question_id-1", "dataset": "d1", "golden_answers": ["golden_answers-1"]},
@@ -198,7 +207,6 @@ def test_query_refuses_an_ordinary_connection(filled):
         user_query(filled, "select 1", con=duckdb.connect())
 
 
-
 def test_a_warehouse_file_handle_keeps_one_position_per_thread(tmp_path):
     import threading
 
@@ -233,6 +241,7 @@ def test_reads_through_the_read_only_file_system_are_whole_every_time(tmp_path):
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from ragfactory.warehouse.store import Warehouse
 
     folder = tmp_path / "bulk"  # a file under the root that no table view reads
@@ -244,8 +253,11 @@ def test_reads_through_the_read_only_file_system_are_whole_every_time(tmp_path):
     con = confined_connection(Warehouse(tmp_path))
     try:
         for _ in range(12):
-            rows = user_query(Warehouse(tmp_path), "select count(*) as n, sum(value) as s, max(text) as t "
-                              "from read_parquet('warehouse://bulk/*.parquet')", con=con).to_pylist()
+            rows = user_query(
+                Warehouse(tmp_path),
+                "select count(*) as n, sum(value) as s, max(text) as t from read_parquet('warehouse://bulk/*.parquet')",
+                con=con,
+            ).to_pylist()
             assert rows == [{"n": n, "s": n * (n - 1) / 2, "t": "x" * 60}]  # 0 + 1 + … + (n - 1)
     finally:
         close(con)

@@ -51,16 +51,29 @@ SELECTS = [
     "with w as (select 'insert into questions' as x) select * from w",
 ]
 WRAPPERS = [
-    "{core}", "{core};", "explain {core}", "explain analyze {core}", "EXPLAIN (FORMAT json) {core}",
-    "prepare p as {core}", "select 1; {core}", "{core}; select 1", "/* lead */ {core}",
-    "-- lead\n{core}", "explain /* between */ analyze\n{core}", "with w as (select 1 as k) {core}",
-    "select * from ({core}) as sub", "explain analyze with w as (select 1 as k) {core}",
+    "{core}",
+    "{core};",
+    "explain {core}",
+    "explain analyze {core}",
+    "EXPLAIN (FORMAT json) {core}",
+    "prepare p as {core}",
+    "select 1; {core}",
+    "{core}; select 1",
+    "/* lead */ {core}",
+    "-- lead\n{core}",
+    "explain /* between */ analyze\n{core}",
+    "with w as (select 1 as k) {core}",
+    "select * from ({core}) as sub",
+    "explain analyze with w as (select 1 as k) {core}",
 ]
 
 
 def _digest(folder) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _listing(folder) -> list[str]:
@@ -120,18 +133,34 @@ def setting(warehouse, tmp_path):
     secret.write_text(secret_text)
     (warehouse.root / "leak.txt").symlink_to(secret)
     root = warehouse.root
-    secret_ways = [str(secret), "warehouse://leak.txt", "warehouse://../private/secret.txt",
-                   "'warehouse://' || '../private/' || 'secret.txt'", f"'{secret.parent}/' || 'secret.txt'",
-                   "warehouse://runs/../../private/secret.txt"]
+    secret_ways = [
+        str(secret),
+        "warehouse://leak.txt",
+        "warehouse://../private/secret.txt",
+        "'warehouse://' || '../private/' || 'secret.txt'",
+        f"'{secret.parent}/' || 'secret.txt'",
+        "warehouse://runs/../../private/secret.txt",
+    ]
     paths = {
         "secret": str(secret),
         "secret_ways": secret_ways,
-        "targets": [f"{outside[0]}/x.csv", f"{outside[1]}/y.parquet", "warehouse://fuzz.csv",
-                    "warehouse://runs/run_id=r1/shard0.parquet", f"{root}/fuzz.csv",
-                    f"{root}/runs/run_id=r1/shard0.parquet", str(secret)],
+        "targets": [
+            f"{outside[0]}/x.csv",
+            f"{outside[1]}/y.parquet",
+            "warehouse://fuzz.csv",
+            "warehouse://runs/run_id=r1/shard0.parquet",
+            f"{root}/fuzz.csv",
+            f"{root}/runs/run_id=r1/shard0.parquet",
+            str(secret),
+        ],
         "folders": [str(outside[0] / "dump"), "warehouse://dump", f"{root}/dump"],
-        "reads": ["warehouse://questions/*/*.parquet", "warehouse://runs/**", "warehouse://leak.txt",
-                  f"{root}/runs/run_id=r1/shard0.parquet", *secret_ways],
+        "reads": [
+            "warehouse://questions/*/*.parquet",
+            "warehouse://runs/**",
+            "warehouse://leak.txt",
+            f"{root}/runs/run_id=r1/shard0.parquet",
+            *secret_ways,
+        ],
     }
     return warehouse, outside, secret_text, paths
 

@@ -14,8 +14,18 @@ from ragfactory.warehouse.integrity import check, manifest_path
 
 
 def _nodes(run_id: str, n: int) -> list[dict]:
-    return [{"node_id": f"{run_id}-{i}", "run_id": run_id, "question_id": "q1", "path": str(i),
-             "depth": 1, "kind": "answer", "value": 0.5} for i in range(n)]
+    return [
+        {
+            "node_id": f"{run_id}-{i}",
+            "run_id": run_id,
+            "question_id": "q1",
+            "path": str(i),
+            "depth": 1,
+            "kind": "answer",
+            "value": 0.5,
+        }
+        for i in range(n)
+    ]
 
 
 def _keep_rows(path, n: int) -> None:

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 import ragfactory.tasks.search.registry  # noqa: F401  (the strategies register their views on import)
@@ -12,6 +11,7 @@ from ragfactory.tasks.data.loaders import load_bundled
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.warehouse.labelled import BLACK_BOOK, TOKAREV, hotpotqa_warehouse, node, write
+
 
 def test_agreement_on_a_hand_built_tree(tmp_path):
     wh = Warehouse(tmp_path)
@@ -29,9 +29,12 @@ def test_agreement_on_a_hand_built_tree(tmp_path):
     #   tau_b = 3 / sqrt((6 - 1) * (6 - 0)) = 3 / sqrt(30) = 0.547723
     # format is 1 on every step: constant, so neither coefficient exists against it.
     values = {"s0": (0.2, -0.1), "s1": (0.5, 0.3), "s2": (0.5, 0.0), "s3": (0.9, 0.2)}
-    write(wh, "nodes", [node("treeps", "q1", "q", kind="question")] + [
-        node("treeps", "q1", f"q/{name}", value=v, advantage=a) for name, (v, a) in values.items()
-    ])
+    write(
+        wh,
+        "nodes",
+        [node("treeps", "q1", "q", kind="question")]
+        + [node("treeps", "q1", f"q/{name}", value=v, advantage=a) for name, (v, a) in values.items()],
+    )
     rows = query(wh, "select * from label_agreement").to_pylist()
     found = {(r["source_a"], r["source_b"]): r for r in rows}
     assert sorted(found) == [("advantage", "format"), ("advantage", "mc_value"), ("format", "mc_value")]
@@ -44,36 +47,88 @@ def test_agreement_on_a_hand_built_tree(tmp_path):
 
 def test_step_labels_all_gathers_every_strategys_labels(tmp_path):
     wh = Warehouse(tmp_path)
-    write(wh, "nodes", [
-        node("decex", "d", "q", kind="question"), node("decex", "d", "q/a", value=0.75),
-        node("treeps", "t", "q/a", value=0.5, advantage=-0.25, is_format_error=True),
-        node("mcts", "m", "q/a", value=0.4, parsed='{"judge_score": 0.8}'),
-        node("apex", "x", "q/p0", kind="plan", parsed="{}"),
-        node("apex", "x", "q/p0/s1", kind="sub_question", parsed='{"step": 1}'),
-        node("apex", "x", "q/p0/s1/s2", kind="sub_question", parsed='{"step": 2}'),
-    ])
-    write(wh, "plan_scores", [{"plan_id": "x|q/p0", "run_id": "r1", "question_id": "x", "f1": 0.5,
-                                "matched": [{"predicted": 1, "gold": 2, "similarity": 0.9}]}])
-    write(wh, "rewards", [
-        {"reward_id": "w1", "run_id": "r1", "question_id": "r", "strategy": "r3", "node_id": "r|q/s1",
-         "name": "relevance", "value": 0.7, "is_format_error": False},
-        {"reward_id": "w2", "run_id": "r1", "question_id": "r", "strategy": "r3", "node_id": "r|q/s1",
-         "name": "process", "value": 0.7, "scale": 0.6, "scaled": 0.42},
-        {"reward_id": "w3", "run_id": "r1", "question_id": "r", "strategy": "r3", "node_id": "r|q/s2",
-         "name": "relevance", "value": 0.0, "is_format_error": True},  # a verdict that did not read
-    ])
+    write(
+        wh,
+        "nodes",
+        [
+            node("decex", "d", "q", kind="question"),
+            node("decex", "d", "q/a", value=0.75),
+            node("treeps", "t", "q/a", value=0.5, advantage=-0.25, is_format_error=True),
+            node("mcts", "m", "q/a", value=0.4, parsed='{"judge_score": 0.8}'),
+            node("apex", "x", "q/p0", kind="plan", parsed="{}"),
+            node("apex", "x", "q/p0/s1", kind="sub_question", parsed='{"step": 1}'),
+            node("apex", "x", "q/p0/s1/s2", kind="sub_question", parsed='{"step": 2}'),
+        ],
+    )
+    write(
+        wh,
+        "plan_scores",
+        [
+            {
+                "plan_id": "x|q/p0",
+                "run_id": "r1",
+                "question_id": "x",
+                "f1": 0.5,
+                "matched": [{"predicted": 1, "gold": 2, "similarity": 0.9}],
+            }
+        ],
+    )
+    write(
+        wh,
+        "rewards",
+        [
+            {
+                "reward_id": "w1",
+                "run_id": "r1",
+                "question_id": "r",
+                "strategy": "r3",
+                "node_id": "r|q/s1",
+                "name": "relevance",
+                "value": 0.7,
+                "is_format_error": False,
+            },
+            {
+                "reward_id": "w2",
+                "run_id": "r1",
+                "question_id": "r",
+                "strategy": "r3",
+                "node_id": "r|q/s1",
+                "name": "process",
+                "value": 0.7,
+                "scale": 0.6,
+                "scaled": 0.42,
+            },
+            {
+                "reward_id": "w3",
+                "run_id": "r1",
+                "question_id": "r",
+                "strategy": "r3",
+                "node_id": "r|q/s2",
+                "name": "relevance",
+                "value": 0.0,
+                "is_format_error": True,
+            },  # a verdict that did not read
+        ],
+    )
     rows = query(wh, "select node_id, source, value, scale from step_labels_all").to_pylist()
     got = {(r["node_id"], r["source"]): (r["value"], r["scale"]) for r in rows}
     assert got == {
-        ("d|q/a", "format"): (1.0, "{0,1}"), ("d|q/a", "mc_value"): (0.75, "[0,1]"),
-        ("t|q/a", "format"): (0.0, "{0,1}"), ("t|q/a", "mc_value"): (0.5, "[0,1]"),
+        ("d|q/a", "format"): (1.0, "{0,1}"),
+        ("d|q/a", "mc_value"): (0.75, "[0,1]"),
+        ("t|q/a", "format"): (0.0, "{0,1}"),
+        ("t|q/a", "mc_value"): (0.5, "[0,1]"),
         ("t|q/a", "advantage"): (-0.25, "[-1,1]"),
-        ("m|q/a", "format"): (1.0, "{0,1}"), ("m|q/a", "spre"): (0.4, "[0,1]"),
+        ("m|q/a", "format"): (1.0, "{0,1}"),
+        ("m|q/a", "spre"): (0.4, "[0,1]"),
         ("m|q/a", "process_judge"): (0.8, "[0,1]"),
-        ("x|q/p0", "format"): (1.0, "{0,1}"), ("x|q/p0", "sepr_f1"): (0.5, "[0,1]"),
-        ("x|q/p0/s1", "format"): (1.0, "{0,1}"), ("x|q/p0/s1", "sepr_match"): (0.9, "[0,1]"),
-        ("x|q/p0/s1/s2", "format"): (1.0, "{0,1}"), ("x|q/p0/s1/s2", "sepr_match"): (0.0, "[0,1]"),
-        ("r|q/s1", "relevance"): (0.7, "[0,1]"), ("r|q/s1", "scaled_process"): (0.42, "[-1,1]"),
+        ("x|q/p0", "format"): (1.0, "{0,1}"),
+        ("x|q/p0", "sepr_f1"): (0.5, "[0,1]"),
+        ("x|q/p0/s1", "format"): (1.0, "{0,1}"),
+        ("x|q/p0/s1", "sepr_match"): (0.9, "[0,1]"),
+        ("x|q/p0/s1/s2", "format"): (1.0, "{0,1}"),
+        ("x|q/p0/s1/s2", "sepr_match"): (0.0, "[0,1]"),
+        ("r|q/s1", "relevance"): (0.7, "[0,1]"),
+        ("r|q/s1", "scaled_process"): (0.42, "[-1,1]"),
     }
 
 
@@ -81,12 +136,22 @@ def test_gold_recall_worked_by_hand_on_two_hotpotqa_questions(tmp_path):
     wh = hotpotqa_warehouse(tmp_path)
     gold = query(wh, "select question_id, title from gold_paragraphs").to_pylist()
     assert sorted((g["question_id"], g["title"]) for g in gold) == [
-        (BLACK_BOOK, "black book (film)"), (BLACK_BOOK, "halina reijn"),
-        (TOKAREV, "moscow state university"), (TOKAREV, "sergei aleksandrovich tokarev"),
+        (BLACK_BOOK, "black book (film)"),
+        (BLACK_BOOK, "halina reijn"),
+        (TOKAREV, "moscow state university"),
+        (TOKAREV, "sergei aleksandrovich tokarev"),
     ]
     rows = query(wh, "select * from search_behaviour").to_pylist()
-    got = {(r["question_id"], r["path"]): (r["n_searches"], r["repeated_queries"], r["gold_found"], r["gold_recall"],
-                                           r["searches_vs_hops"]) for r in rows}
+    got = {
+        (r["question_id"], r["path"]): (
+            r["n_searches"],
+            r["repeated_queries"],
+            r["gold_found"],
+            r["gold_recall"],
+            r["searches_vs_hops"],
+        )
+        for r in rows
+    }
     assert got == {
         # Tokarev: s0 finds Tokarev (1 of 2); s1 repeats s0's query once normalised and finds
         # nothing new; s2 finds Moscow State University: 2 of 2 after 3 searches for 2 hops.

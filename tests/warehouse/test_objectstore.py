@@ -19,8 +19,19 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _nodes(run_id: str, n: int, value: float = 0.5) -> list[dict]:
-    return [{"node_id": f"{run_id}-{i}", "run_id": run_id, "question_id": "q1", "path": str(i), "depth": 1,
-             "kind": "answer", "value": value, "passage_ids": ["p1"]} for i in range(n)]
+    return [
+        {
+            "node_id": f"{run_id}-{i}",
+            "run_id": run_id,
+            "question_id": "q1",
+            "path": str(i),
+            "depth": 1,
+            "kind": "answer",
+            "value": value,
+            "passage_ids": ["p1"],
+        }
+        for i in range(n)
+    ]
 
 
 def _machine(tmp_path: Path, name: str, monkeypatch) -> Path:
@@ -36,7 +47,10 @@ def _keys(s3, bucket: str) -> list[str]:
 
 
 def test_the_mirror_of_a_store_is_under_the_home_and_a_bucket_is_needed(tmp_path):
-    assert mirror_of("s3://team/warehouses/nightly", tmp_path) == tmp_path / "mirrors" / "s3" / "team" / "warehouses" / "nightly"
+    assert (
+        mirror_of("s3://team/warehouses/nightly", tmp_path)
+        == tmp_path / "mirrors" / "s3" / "team" / "warehouses" / "nightly"
+    )
     with pytest.raises(ValueError, match=r"warehouse root 's3://': name a bucket"):
         mirror_of("s3://", tmp_path)
     with pytest.raises(ValueError, match=r"name a bucket"):
@@ -50,7 +64,9 @@ def test_a_shard_is_uploaded_with_its_entry_and_another_machine_pulls_it(s3, tmp
     assert wh.root == home_a.resolve() / "mirrors" / "s3" / "written" / "wh" and wh.location == "s3://written/wh"
     wh.write("nodes", _nodes("r1", 3), shard="s0")
     assert _keys(s3, "written") == ["wh/_manifest/nodes/run_id=r1/s0.parquet.json", "wh/nodes/run_id=r1/s0.parquet"]
-    entry = json.loads(s3.client().get_object(Bucket="written", Key="wh/_manifest/nodes/run_id=r1/s0.parquet.json")["Body"].read())
+    entry = json.loads(
+        s3.client().get_object(Bucket="written", Key="wh/_manifest/nodes/run_id=r1/s0.parquet.json")["Body"].read()
+    )
     assert entry["path"] == "nodes/run_id=r1/s0.parquet" and entry["rows"] == 3
 
     _machine(tmp_path, "b", monkeypatch)
@@ -73,11 +89,18 @@ def test_an_object_changed_in_the_store_is_refused_by_name_and_the_mirror_keeps_
     _machine(tmp_path, "b", monkeypatch)
     mirror = Warehouse(uri)
     mirror.pull()
-    s3.client().put_object(Bucket="tampered", Key="wh/_manifest/nodes/run_id=r1/s0.parquet.json",
-                           Body=json.dumps({"version": 1, "path": "nodes/run_id=r1/s0.parquet", "rows": 9,
-                                            "bytes": 1, "sha256": "0" * 64}).encode())
-    with pytest.raises(ObjectStoreError, match=r"s3://tampered/wh: nodes/run_id=r1/s0.parquet is not the object "
-                                               r"that was written \(\d+ bytes, sha256 [0-9a-f]{12}…; recorded 1 bytes"):
+    s3.client().put_object(
+        Bucket="tampered",
+        Key="wh/_manifest/nodes/run_id=r1/s0.parquet.json",
+        Body=json.dumps(
+            {"version": 1, "path": "nodes/run_id=r1/s0.parquet", "rows": 9, "bytes": 1, "sha256": "0" * 64}
+        ).encode(),
+    )
+    with pytest.raises(
+        ObjectStoreError,
+        match=r"s3://tampered/wh: nodes/run_id=r1/s0.parquet is not the object "
+        r"that was written \(\d+ bytes, sha256 [0-9a-f]{12}…; recorded 1 bytes",
+    ):
         mirror.pull()
     assert mirror.read("nodes").num_rows == 3 and is_intact(mirror.root, mirror.files("nodes")[0])
 
@@ -107,12 +130,30 @@ def test_ragfactory_sql_on_an_s3_root_pulls_and_answers(s3, tmp_path, monkeypatc
     _machine(tmp_path, "a", monkeypatch)
     Warehouse(uri).write("nodes", _nodes("r1", 3), shard="s0")
     env = {**os.environ, **s3.env, "RAGFACTORY_HOME": str(tmp_path / "laptop")}
-    done = subprocess.run([sys.executable, "-m", "ragfactory.cli", "sql", "--root", uri,
-                           "select count(*) as n, count(distinct node_id) as ids from nodes", "--format", "csv"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ragfactory.cli",
+            "sql",
+            "--root",
+            uri,
+            "select count(*) as n, count(distinct node_id) as ids from nodes",
+            "--format",
+            "csv",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout == '"n","ids"\n3,3\n'
-    assert f"mirror of s3://queried/wh at {tmp_path / 'laptop'}" in done.stderr and "1 shard(s) of nodes downloaded, 0 current" in done.stderr
+    assert (
+        f"mirror of s3://queried/wh at {tmp_path / 'laptop'}" in done.stderr
+        and "1 shard(s) of nodes downloaded, 0 current" in done.stderr
+    )
 
 
 @pytest.mark.subprocess
@@ -124,13 +165,22 @@ def test_ragfactory_sql_pulls_only_the_tables_its_query_reads(s3, tmp_path, monk
     wh = Warehouse(uri)
     wh.write("nodes", _nodes("r1", 2), shard="s0")
     wh.write("nodes", _nodes("r2", 1), shard="s0")
-    wh.write("questions", [{"question_id": "q1", "dataset": "hotpotqa", "split": "dev", "question": "Who?",
-                            "golden_answers": ["Ann"]}], shard="s0")
+    wh.write(
+        "questions",
+        [{"question_id": "q1", "dataset": "hotpotqa", "split": "dev", "question": "Who?", "golden_answers": ["Ann"]}],
+        shard="s0",
+    )
     env = {**os.environ, **s3.env, "RAGFACTORY_HOME": str(tmp_path / "laptop")}
 
     def ask(query: str) -> subprocess.CompletedProcess:
-        done = subprocess.run([sys.executable, "-m", "ragfactory.cli", "sql", "--root", uri, query, "--format", "csv"],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", "ragfactory.cli", "sql", "--root", uri, query, "--format", "csv"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         return done
 

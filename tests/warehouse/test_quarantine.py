@@ -27,14 +27,18 @@ def test_a_quarantined_shard_is_named_until_a_rebuilt_file_is_committed(warehous
     assert kept["rows"] == 2 and "quarantined" not in kept
     [problem] = check(warehouse)
     assert (problem.kind, problem.path, problem.detail) == (
-        "quarantined", SHARD, f"its 2 rows set aside in _quarantine/T1/{SHARD}, not rebuilt yet")
+        "quarantined",
+        SHARD,
+        f"its 2 rows set aside in _quarantine/T1/{SHARD}, not rebuilt yet",
+    )
     assert quarantine(warehouse, [problem], "T2") == []  # nothing left to move; the entry stays
 
     result = CliRunner().invoke(app, ["check", "--root", str(warehouse.root)])
     assert result.exit_code == 1
     assert result.output.splitlines()[-1] == (
         f"1 file(s) under {warehouse.root} cannot be trusted; 1 of them quarantined or missing: their rows are "
-        f"not in the warehouse; `ragfactory check --repair --root {warehouse.root}` rebuilds the damaged ones")
+        f"not in the warehouse; `ragfactory check --repair --root {warehouse.root}` rebuilds the damaged ones"
+    )
 
     warehouse.write("nodes", rows("nodes"), shard="shard0")  # what a repair's rebuild commits
     assert check(warehouse) == []

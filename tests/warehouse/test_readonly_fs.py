@@ -22,14 +22,17 @@ def test_reads_and_lists_under_the_root(tree):
     fs = WarehouseFileSystem(tree)
     with fs.open("warehouse://runs/run_id=r1/run.parquet", "rb") as handle:
         assert handle.read() == b"PAR1"
-    assert fs.ls("warehouse://runs/run_id=r1", detail=False) == ["runs/run_id=r1/.run.0f.tmp",
-                                                                  "runs/run_id=r1/run.parquet"]
+    assert fs.ls("warehouse://runs/run_id=r1", detail=False) == [
+        "runs/run_id=r1/.run.0f.tmp",
+        "runs/run_id=r1/run.parquet",
+    ]
     assert fs.glob("warehouse://**/*.parquet") == ["runs/run_id=r1/run.parquet"]
     assert fs.ls("warehouse://", detail=False) == ["runs"]  # the link out of the root is not listed
 
 
-@pytest.mark.parametrize("path", ["warehouse://../secret.txt", "warehouse://link.txt",
-                                  "warehouse://runs/../../secret.txt"])
+@pytest.mark.parametrize(
+    "path", ["warehouse://../secret.txt", "warehouse://link.txt", "warehouse://runs/../../secret.txt"]
+)
 def test_every_way_out_of_the_root_is_refused(tree, path):
     fs = WarehouseFileSystem(tree)
     with pytest.raises(ReadOnlyError, match="resolves outside the warehouse root"):

@@ -51,13 +51,20 @@ def test_files_of_one_partition_are_those_write_put_there(warehouse):
     warehouse.write("nodes", _nodes("r/2", 1), shard="s0")
     runs = warehouse.root / "nodes"
     assert warehouse.partition_dir("nodes", {"run_id": "r/2"}) == runs / "run_id=r_2"
-    assert warehouse.files("nodes", run_id="r1") == [runs / "run_id=r1" / "s0.parquet",
-                                                     runs / "run_id=r1" / "s1.parquet"]
+    assert warehouse.files("nodes", run_id="r1") == [
+        runs / "run_id=r1" / "s0.parquet",
+        runs / "run_id=r1" / "s1.parquet",
+    ]
     assert warehouse.files("nodes", run_id="r/2") == [runs / "run_id=r_2" / "s0.parquet"]
     assert warehouse.files("nodes", run_id="r3") == []
-    assert warehouse.files("nodes") == [runs / "run_id=r1" / "s0.parquet", runs / "run_id=r1" / "s1.parquet",
-                                        runs / "run_id=r_2" / "s0.parquet"]
-    with pytest.raises(ValueError, match=r"nodes: not partitioned by \['dataset'\]; its partition columns are \['run_id'\]"):
+    assert warehouse.files("nodes") == [
+        runs / "run_id=r1" / "s0.parquet",
+        runs / "run_id=r1" / "s1.parquet",
+        runs / "run_id=r_2" / "s0.parquet",
+    ]
+    with pytest.raises(
+        ValueError, match=r"nodes: not partitioned by \['dataset'\]; its partition columns are \['run_id'\]"
+    ):
         warehouse.files("nodes", dataset="d")
     with pytest.raises(KeyError, match="unknown table 'node'"):
         warehouse.files("node", run_id="r1")
@@ -150,15 +157,20 @@ def _question(qid: str, text: str, partition: str | None = "train") -> dict:
 def test_merge_adds_rows_and_never_removes_one(warehouse):
     part = {"dataset": "d"}
     warehouse.merge("questions", [_question("a", "A"), _question("b", "B")], "dev", part)
-    merged = warehouse.merge("questions", [_question("b", "B fixed", "test"), _question("c", "C")], "dev", part,
-                             keep=("partition",))
+    merged = warehouse.merge(
+        "questions", [_question("b", "B fixed", "test"), _question("c", "C")], "dev", part, keep=("partition",)
+    )
     assert (merged.added, merged.replaced, merged.kept) == (1, 1, 1)
-    rows = sorted(warehouse.read("questions").select(["question_id", "question", "partition"]).to_pylist(),
-                  key=lambda r: r["question_id"])
+    rows = sorted(
+        warehouse.read("questions").select(["question_id", "question", "partition"]).to_pylist(),
+        key=lambda r: r["question_id"],
+    )
     # the new row wins (a corrected source) except in the kept column: b stays in train
-    assert rows == [{"question_id": "a", "question": "A", "partition": "train"},
-                    {"question_id": "b", "question": "B fixed", "partition": "train"},
-                    {"question_id": "c", "question": "C", "partition": "train"}]
+    assert rows == [
+        {"question_id": "a", "question": "A", "partition": "train"},
+        {"question_id": "b", "question": "B fixed", "partition": "train"},
+        {"question_id": "c", "question": "C", "partition": "train"},
+    ]
 
 
 def test_merge_of_rows_already_there_leaves_the_file_untouched(warehouse):

@@ -59,5 +59,6 @@ class ApexConfig:
 
     @property
     def exec_spec(self) -> ExecSpec:
-        return ExecSpec(self.max_hops, self.top_k, self.exec_temperature, self.exec_max_tokens,
-                        self.executor_role, self.metric)
+        return ExecSpec(
+            self.max_hops, self.top_k, self.exec_temperature, self.exec_max_tokens, self.executor_role, self.metric
+        )

@@ -37,10 +37,10 @@ from ragfactory.tasks.llm.types import Generator, Grammar, Message, Request, Sam
 from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
 from ragfactory.tasks.retrieval.types import Hit, Retriever
 from ragfactory.tasks.rewards.answer import METRICS
+from ragfactory.tasks.search.apex.plan_rewrite import REFERENCE, references
 from ragfactory.tasks.search.common import hit_record, sample_n, search_batch
 from ragfactory.tasks.search.decex.history import render_documents
 from ragfactory.tasks.search.parsing import Parsed, find_tag, parse_self_answer, parse_sub_query
-from ragfactory.tasks.search.apex.plan_rewrite import REFERENCE, references
 from ragfactory.tasks.search.tree import Node, QuestionTree
 
 # call: (node kind, closing tag of its output, prompt)
@@ -58,7 +58,8 @@ NONE = "None"
 SPECIFIC_WORDS = 10  # a factoid answer (C.1: "short, factoid entities") fits in ten words
 UNCERTAIN = re.compile(
     r"\b(unknown|unsure|not sure|uncertain|unclear|maybe|perhaps|possibly|probably|cannot|can't|"
-    r"don't know|no information|not (?:mentioned|provided|available|stated))\b", re.IGNORECASE,
+    r"don't know|no information|not (?:mentioned|provided|available|stated))\b",
+    re.IGNORECASE,
 )
 
 
@@ -112,16 +113,13 @@ class Trace:
         if call in ("query_first", "query_next") and parsed.get("query"):
             self.queries.append(parsed["query"])
             hits = parsed.get("hits") or []
-            self.documents.extend(
-                Hit(h["passage_id"], h["title"], h["text"], float(h["score"])) for h in hits
-            )
+            self.documents.extend(Hit(h["passage_id"], h["title"], h["text"], float(h["score"])) for h in hits)
         elif call in ("knowledge_answer", "sub_answer"):
             self.knowledge.append((self.sub_question, parsed.get("answer")))
 
     def render_knowledge(self) -> str:
         lines = [
-            f"Sub-question {i}: {q}\nAnswer {i}: {a or 'no answer'}"
-            for i, (q, a) in enumerate(self.knowledge, start=1)
+            f"Sub-question {i}: {q}\nAnswer {i}: {a or 'no answer'}" for i, (q, a) in enumerate(self.knowledge, start=1)
         ]
         return "\n".join(lines) or NONE
 
@@ -144,6 +142,7 @@ def resolve_references(sub_question: str, answers: Sequence[str | None]) -> str:
     >>> resolve_references("Who is the mother of #1?", ["Steven Spielberg"])
     'Who is the mother of Steven Spielberg?'
     """
+
     def answer(match: re.Match) -> str:
         n = int(match[1])
         return answers[n - 1] if 1 <= n <= len(answers) and answers[n - 1] else match[0]
@@ -199,7 +198,10 @@ class Execution:
         spec = self.spec
         seed = derive_seed(self.run_seed, self.tree.question_id, path)
         sampling = Sampling(
-            temperature=spec.temperature, max_tokens=spec.max_tokens, stop=(CALLS[call][1],), seed=seed,
+            temperature=spec.temperature,
+            max_tokens=spec.max_tokens,
+            stop=(CALLS[call][1],),
+            seed=seed,
             grammar=spec.grammars[call],
         )
         tags = (("question_id", self.tree.question_id), ("path", path))
@@ -207,9 +209,15 @@ class Execution:
         [completion] = await sample_n(self.generator, request)
         parsed = parse_call(call, completion.text)
         node = self.tree.add_child(
-            parent, segment, CALLS[call][0], completion.text, parsed={"call": call, **extra, **parsed.fields},
-            llm_call_id=completion.call_id or None, is_format_error=parsed.error is not None,
-            format_error=parsed.error, is_selected=True,
+            parent,
+            segment,
+            CALLS[call][0],
+            completion.text,
+            parsed={"call": call, **extra, **parsed.fields},
+            llm_call_id=completion.call_id or None,
+            is_format_error=parsed.error is not None,
+            format_error=parsed.error,
+            is_selected=True,
         )
         if call not in ("query_first", "query_next"):  # a query is taken in once it has its hits
             trace.apply(call, node.parsed)
@@ -223,7 +231,11 @@ async def execute_plan(run: Execution, parent: Node, sub_questions: Sequence[str
     for i, planned in enumerate(sub_questions, start=1):
         resolved = resolve_references(planned, answers)
         node = run.tree.add_child(
-            node, f"s{i}", "sub_question", resolved, is_selected=True,
+            node,
+            f"s{i}",
+            "sub_question",
+            resolved,
+            is_selected=True,
             parsed={"step": i, "question": planned, "resolved": resolved, "depends_on": references(planned)},
         )
         trace.open(resolved)

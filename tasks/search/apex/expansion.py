@@ -38,7 +38,6 @@ from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.rewards.sepr import PlanMatch, PlanScorer, plan_score_row
 from ragfactory.tasks.search.apex.config import STRATEGY, ApexConfig
 from ragfactory.tasks.search.apex.execute import Execution, execute_plan
-from ragfactory.tasks.search.common import question_fields, request_tags, sample_n
 from ragfactory.tasks.search.apex.plan_format import (
     PLAN_STOP,
     ParsedPlan,
@@ -48,6 +47,7 @@ from ragfactory.tasks.search.apex.plan_format import (
     planner_prompt,
 )
 from ragfactory.tasks.search.apex.plan_rewrite import references, rewrite_steps, rewrite_steps_with_llm
+from ragfactory.tasks.search.common import question_fields, request_tags, sample_n
 from ragfactory.tasks.search.tree import Node, QuestionTree, TableRows
 
 SeedOf = Callable[[str], int]  # a node path -> its sampling seed
@@ -91,13 +91,14 @@ async def run_apex_question(
     if gold is not None and scorer is not None:
         await _score(sampled, gold, scorer)
     run = Execution(tree, golden, generator, retriever, config.exec_spec, run_seed)
-    await asyncio.gather(*(
-        execute_plan(run, plan.node, steps, text) for plan, steps in _executions(sampled, gold, text, config)
-    ))
+    await asyncio.gather(
+        *(execute_plan(run, plan.node, steps, text) for plan, steps in _executions(sampled, gold, text, config))
+    )
     plans = [_plan_row(plan) for plan in sampled + ([gold] if gold else [])]
     scores = [
         plan_score_row(p.node.node_id, run_id, question_id, gold.node.node_id, p.match, scorer.embedder_name)
-        for p in sampled if p.match is not None
+        for p in sampled
+        if p.match is not None
     ]
     return ApexResult(nodes=tree.node_rows(), rollouts=tree.rollout_rows(), plans=plans, plan_scores=scores)
 
@@ -107,9 +108,14 @@ async def _sample_plans(
 ) -> list[_Plan]:
     """G planner samples as one request, each a ``plan`` node."""
     path = f"{root.path}/p"
-    sampling = Sampling(n=config.n_plans, temperature=config.plan_temperature,
-                        max_tokens=config.plan_max_tokens, stop=PLAN_STOP, seed=seed_of(path),
-                        grammar=config.plan_grammar)
+    sampling = Sampling(
+        n=config.n_plans,
+        temperature=config.plan_temperature,
+        max_tokens=config.plan_max_tokens,
+        stop=PLAN_STOP,
+        seed=seed_of(path),
+        grammar=config.plan_grammar,
+    )
     prompt = planner_prompt(question, config.max_steps)
     tags = request_tags(tree.question_id, path)
     request = Request((Message("user", prompt),), sampling, config.planner_role, tags)
@@ -118,8 +124,13 @@ async def _sample_plans(
     for i, completion in enumerate(completions):
         parsed = parse_plan(completion.text, config.max_steps)
         node = tree.add_child(
-            root, f"p{i}", "plan", completion.text, parsed={"source": "planner", **_steps_parsed(parsed)},
-            llm_call_id=completion.call_id or None, is_format_error=parsed.error is not None,
+            root,
+            f"p{i}",
+            "plan",
+            completion.text,
+            parsed={"source": "planner", **_steps_parsed(parsed)},
+            llm_call_id=completion.call_id or None,
+            is_format_error=parsed.error is not None,
             format_error=parsed.error,
         )
         plans.append(_Plan(node, "planner", parsed, completion.call_id or None))
@@ -127,7 +138,11 @@ async def _sample_plans(
 
 
 async def _gold_plan(
-    tree: QuestionTree, root: Node, question: Mapping, generator: Generator, config: ApexConfig,
+    tree: QuestionTree,
+    root: Node,
+    question: Mapping,
+    generator: Generator,
+    config: ApexConfig,
     seed_of: SeedOf,
 ) -> _Plan | None:
     originals = gold_plan_texts(question, config.gold_plan_field)
@@ -184,8 +199,13 @@ def _executions(
 def _plan_row(plan: _Plan) -> dict[str, Any]:
     node = plan.node
     return {
-        "plan_id": node.node_id, "run_id": node.run_id, "question_id": node.question_id,
-        "source": plan.source, "steps": [step.row() for step in plan.parsed.steps], "text": node.text,
-        "is_format_error": plan.parsed.error is not None, "format_error": plan.parsed.error,
+        "plan_id": node.node_id,
+        "run_id": node.run_id,
+        "question_id": node.question_id,
+        "source": plan.source,
+        "steps": [step.row() for step in plan.parsed.steps],
+        "text": node.text,
+        "is_format_error": plan.parsed.error is not None,
+        "format_error": plan.parsed.error,
         "llm_call_id": plan.llm_call_id,
     }

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
+from ragfactory.tasks.export.registry import TREE_COLUMNS, Exporter, ExportInputs, Rows, StrategyExports
 from ragfactory.tasks.export.sft import question_text, question_texts
 from ragfactory.tasks.rewards.answer import METRICS
 from ragfactory.tasks.search.apex.config import STRATEGY
@@ -53,9 +53,7 @@ class ApexExportConfig:
             raise ValueError(f"ApexExportConfig.metric must be one of {sorted(METRICS)}, got {self.metric!r}")
         unknown = set(self.calls) - set(CALLS)
         if unknown:
-            raise ValueError(
-                f"ApexExportConfig.calls may hold {sorted(CALLS)}, got unknown {sorted(unknown)}"
-            )
+            raise ValueError(f"ApexExportConfig.calls may hold {sorted(CALLS)}, got unknown {sorted(unknown)}")
 
 
 def executor_sft_examples(
@@ -77,22 +75,28 @@ def executor_sft_examples(
                 call = node["parsed"]["call"]
                 if node["is_format_error"] or call not in config.calls:
                     continue
-                rows.append({
-                    "example_id": stable_id("sft", tree.run_id, tree.question_id, STRATEGY, node["node_id"]),
-                    "run_id": tree.run_id,
-                    "question_id": tree.question_id,
-                    "strategy": STRATEGY,
-                    "messages": [{"role": "user", "content": prompt},
-                                 {"role": "assistant", "content": closed_output(call, node["text"])}],
-                    "node_ids": ids[: ids.index(node["node_id"]) + 1],
-                })
+                rows.append(
+                    {
+                        "example_id": stable_id("sft", tree.run_id, tree.question_id, STRATEGY, node["node_id"]),
+                        "run_id": tree.run_id,
+                        "question_id": tree.question_id,
+                        "strategy": STRATEGY,
+                        "messages": [
+                            {"role": "user", "content": prompt},
+                            {"role": "assistant", "content": closed_output(call, node["text"])},
+                        ],
+                        "node_ids": ids[: ids.index(node["node_id"]) + 1],
+                    }
+                )
     return rows
 
 
 def _correct_answers(tree: RowTree, config: ApexExportConfig) -> list[dict[str, Any]]:
     answers = [
-        row for row in tree.rows.values()
-        if row["kind"] == "answer" and row["parsed"].get("call") == "synthesis"
+        row
+        for row in tree.rows.values()
+        if row["kind"] == "answer"
+        and row["parsed"].get("call") == "synthesis"
         and (row["parsed"].get(config.metric) or 0.0) >= config.min_score
     ]
     return sorted(answers, key=lambda row: path_key(row["path"]))
@@ -135,17 +139,19 @@ def planner_grpo_prompts(
             continue
         if question_id not in texts:
             raise ValueError(f"question {question_id!r} of run {run_id!r} is not in the questions given")
-        rows.append({
-            "prompt_id": stable_id("grpo", run_id, question_id, STRATEGY, PLAN_TASK),
-            "run_id": run_id,
-            "question_id": question_id,
-            "strategy": STRATEGY,
-            "task": PLAN_TASK,
-            "prompt": [{"role": "user", "content": planner_prompt(texts[question_id], config.max_steps)}],
-            "golden_answers": golden[question_id],
-            "gold_plan": gold_plan_json(gold["steps"]),
-            "node_ids": [p["plan_id"] for p in sampled],
-        })
+        rows.append(
+            {
+                "prompt_id": stable_id("grpo", run_id, question_id, STRATEGY, PLAN_TASK),
+                "run_id": run_id,
+                "question_id": question_id,
+                "strategy": STRATEGY,
+                "task": PLAN_TASK,
+                "prompt": [{"role": "user", "content": planner_prompt(texts[question_id], config.max_steps)}],
+                "golden_answers": golden[question_id],
+                "gold_plan": gold_plan_json(gold["steps"]),
+                "node_ids": [p["plan_id"] for p in sampled],
+            }
+        )
     return rows
 
 
@@ -166,10 +172,18 @@ def _planner_grpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
 
 
 EXPORT_CONFIG = {"apex": ("Executor SFT and planner GRPO rows (APEX)", ApexExportConfig)}
-EXPORTS = StrategyExports(STRATEGY, (
-    Exporter("sft_examples", {"nodes": TREE_COLUMNS, "questions": ("question_id", "question")}, _executor_sft),
-    Exporter("grpo_prompts", {"plans": ("run_id", "question_id", "plan_id", "source", "steps"),
-                              "plan_scores": ("plan_id", "f1"),
-                              "questions": ("question_id", "question", "golden_answers")},
-             _planner_grpo),
-))
+EXPORTS = StrategyExports(
+    STRATEGY,
+    (
+        Exporter("sft_examples", {"nodes": TREE_COLUMNS, "questions": ("question_id", "question")}, _executor_sft),
+        Exporter(
+            "grpo_prompts",
+            {
+                "plans": ("run_id", "question_id", "plan_id", "source", "steps"),
+                "plan_scores": ("plan_id", "f1"),
+                "questions": ("question_id", "question", "golden_answers"),
+            },
+            _planner_grpo,
+        ),
+    ),
+)

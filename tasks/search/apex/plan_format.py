@@ -24,15 +24,13 @@ from typing import Any
 
 from ragfactory.tasks.llm.types import Grammar
 from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
-from ragfactory.tasks.search.parsing import tag_span, visible_text
 from ragfactory.tasks.search.apex.plan_rewrite import references
+from ragfactory.tasks.search.parsing import tag_span, visible_text
 
 MAX_STEPS = 5  # the template's step bound; MuSiQue's longest gold plans have 4 steps, one spare
 MAX_GRAMMAR_STEPS = 8  # apex_plan.lark spells out steps1 .. steps8
 PLAN_STOP = ("</plan>",)
-_STEP_LINE = re.compile(
-    r"^\s*(?:(?:step|sub-?question|q)?\s*\d+\s*[.):\-]|[-*•])\s*(?P<text>.*?)\s*$", re.IGNORECASE
-)
+_STEP_LINE = re.compile(r"^\s*(?:(?:step|sub-?question|q)?\s*\d+\s*[.):\-]|[-*•])\s*(?P<text>.*?)\s*$", re.IGNORECASE)
 _MARKUP = re.compile(r"^(?:\*\*|__|[\"'“”])+|(?:\*\*|__|[\"'“”])+$")
 
 
@@ -47,8 +45,12 @@ class PlanStep:
 
     def row(self) -> dict[str, Any]:
         """The ``plans.steps`` struct."""
-        return {"step": self.step, "question": self.question, "original": self.original,
-                "depends_on": list(self.depends_on)}
+        return {
+            "step": self.step,
+            "question": self.question,
+            "original": self.original,
+            "depends_on": list(self.depends_on),
+        }
 
 
 @dataclass(frozen=True)

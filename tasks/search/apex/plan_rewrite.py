@@ -39,44 +39,62 @@ from ragfactory.tasks.search.parsing import find_tag
 _SYMBOLIC = re.compile(r"^(?P<subject>.+?)\s*>>\s*(?P<relation>[^>]+)$")
 REFERENCE = re.compile(r"#(\d+)")
 GENERIC_TEMPLATE = "What is the {relation} of {s}?"
-_WHO = ("author", "composer", "performer", "producer", "creator", "developer", "screenwriter",
-        "director", "spouse", "father", "mother", "child", "sibling", "cast member", "employer",
-        "founded by", "operator", "manufacturer")
-RELATION_TEMPLATES = MappingProxyType({
-    **{relation: f"Who is the {relation} of {{s}}?" for relation in _WHO},
-    "located in the administrative territorial entity":
-        "In which county, city or region is {s} located?",
-    "contains administrative territorial entity": "Which county, city or region does {s} contain?",
-    "shares border with": "What borders {s}?",
-    "place of birth": "Where was {s} born?",
-    "place of death": "Where did {s} die?",
-    "country": "Which country is {s} in?",
-    "country of citizenship": "What is the country of citizenship of {s}?",
-    "capital": "What is the capital of {s}?",
-    "capital of": "What is {s} the capital of?",
-    "member of sports team": "Which sports team is {s} a member of?",
-    "member of": "What is {s} a member of?",
-    "member of political party": "Which political party is {s} a member of?",
-    "owned by": "Who owns {s}?",
-    "headquarters location": "Where is the headquarters of {s}?",
-    "educated at": "Which school or university did {s} attend?",
-    "work location": "Where did {s} work?",
-    "record label": "What is the record label of {s}?",
-    "named after": "What is {s} named after?",
-    "part of": "What is {s} part of?",
-    "religion": "What is the religion of {s}?",
-    "location": "Where is {s} located?",
-    "location of formation": "Where was {s} formed?",
-    "position held": "What position did {s} hold?",
-    "platform": "On which platform is {s} available?",
-    "located in or next to body of water": "Which body of water is {s} located in or next to?",
-    "followed by": "What followed {s}?",
-    "occupant": "Who occupies {s}?",
-    "drafted by": "Which team drafted {s}?",
-    "crosses": "What does {s} cross?",
-    "conflict": "Which conflict did {s} take part in?",
-    "participant in": "Which event did {s} participate in?",
-})
+_WHO = (
+    "author",
+    "composer",
+    "performer",
+    "producer",
+    "creator",
+    "developer",
+    "screenwriter",
+    "director",
+    "spouse",
+    "father",
+    "mother",
+    "child",
+    "sibling",
+    "cast member",
+    "employer",
+    "founded by",
+    "operator",
+    "manufacturer",
+)
+RELATION_TEMPLATES = MappingProxyType(
+    {
+        **{relation: f"Who is the {relation} of {{s}}?" for relation in _WHO},
+        "located in the administrative territorial entity": "In which county, city or region is {s} located?",
+        "contains administrative territorial entity": "Which county, city or region does {s} contain?",
+        "shares border with": "What borders {s}?",
+        "place of birth": "Where was {s} born?",
+        "place of death": "Where did {s} die?",
+        "country": "Which country is {s} in?",
+        "country of citizenship": "What is the country of citizenship of {s}?",
+        "capital": "What is the capital of {s}?",
+        "capital of": "What is {s} the capital of?",
+        "member of sports team": "Which sports team is {s} a member of?",
+        "member of": "What is {s} a member of?",
+        "member of political party": "Which political party is {s} a member of?",
+        "owned by": "Who owns {s}?",
+        "headquarters location": "Where is the headquarters of {s}?",
+        "educated at": "Which school or university did {s} attend?",
+        "work location": "Where did {s} work?",
+        "record label": "What is the record label of {s}?",
+        "named after": "What is {s} named after?",
+        "part of": "What is {s} part of?",
+        "religion": "What is the religion of {s}?",
+        "location": "Where is {s} located?",
+        "location of formation": "Where was {s} formed?",
+        "position held": "What position did {s} hold?",
+        "platform": "On which platform is {s} available?",
+        "located in or next to body of water": "Which body of water is {s} located in or next to?",
+        "followed by": "What followed {s}?",
+        "occupant": "Who occupies {s}?",
+        "drafted by": "Which team drafted {s}?",
+        "crosses": "What does {s} cross?",
+        "conflict": "Which conflict did {s} take part in?",
+        "participant in": "Which event did {s} participate in?",
+    }
+)
 
 
 def references(text: str) -> list[int]:
@@ -138,8 +156,13 @@ async def rewrite_steps_with_llm(
 
     async def ask(i: int) -> str:
         prompt = render_prompt("apex_rewrite", step=originals[i])
-        sampling = Sampling(temperature=0.0, max_tokens=max_tokens, stop=("</question>",),
-                            seed=seed_of(i), grammar=load_grammar("apex_rewrite", max_tokens))
+        sampling = Sampling(
+            temperature=0.0,
+            max_tokens=max_tokens,
+            stop=("</question>",),
+            seed=seed_of(i),
+            grammar=load_grammar("apex_rewrite", max_tokens),
+        )
         [completion] = await sample_n(generator, Request((Message("user", prompt),), sampling, role))
         return accept_llm_rewrite(originals[i], completion.text)
 

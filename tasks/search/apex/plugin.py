@@ -21,8 +21,9 @@ from ragfactory.tasks.search.tree import TableRows
 
 async def expand(question: Mapping[str, Any], context: ShardContext, config: ApexConfig) -> TableRows:
     """One question planned, scored and executed: its ``nodes``, ``plans`` and ``plan_scores`` rows."""
-    return await run_apex_question(question, context.generator, context.retriever, context.scorer, config,
-                                   context.run_id, context.run_seed)
+    return await run_apex_question(
+        question, context.generator, context.retriever, context.scorer, config, context.run_id, context.run_seed
+    )
 
 
 def open_scorer(config: ApexConfig, embeddings_dir: Path) -> PlanScorer:

@@ -48,8 +48,7 @@ class DecExConfig:
     retrieval_role: str = "policy"  # §3.2 ran the retrieval decision on the model being trained
 
     def __post_init__(self):
-        for name in ("k", "n_rollouts", "t_max", "top_k", "termination_samples", "max_tokens",
-                     "rollout_max_turns"):
+        for name in ("k", "n_rollouts", "t_max", "top_k", "termination_samples", "max_tokens", "rollout_max_turns"):
             if getattr(self, name) < 1:
                 raise ValueError(f"DecExConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.metric not in METRICS:
@@ -70,8 +69,13 @@ class DecExConfig:
     @property
     def rollout_spec(self) -> RolloutSpec:
         return RolloutSpec(
-            self.n_rollouts, self.rollout_max_turns, self.top_k, self.temperature,
-            self.max_tokens, self.role, grammar("decex_rollout", self.max_tokens),
+            self.n_rollouts,
+            self.rollout_max_turns,
+            self.top_k,
+            self.temperature,
+            self.max_tokens,
+            self.role,
+            grammar("decex_rollout", self.max_tokens),
         )
 
 

@@ -30,9 +30,10 @@ sub-query both become states, so states double with depth (the 2^l of §4.1).
 Every generated text is a node, kept (``is_selected``) or pruned; malformed outputs are nodes
 with ``format_error`` and no value, and duplicates point at the node they repeat
 (``parsed.duplicate_of``). Each rollout is a ``rollout_leaf`` node under the branch it values and
-a ``rollouts`` row whose ``rollout_id`` is that leaf's id. Sibling requests go out together
-(``asyncio.gather``), and several samples of one prompt are one request with ``n``, so the
-batcher merges the rollouts of all branches and questions of a shard into large engine calls.
+a ``rollouts`` row whose ``rollout_id`` is that leaf's id (``valuation.py``). Sibling requests
+go out together (``asyncio.gather``), and several samples of one prompt are one request with
+``n``, so the batcher merges the rollouts of all branches and questions of a shard into large
+engine calls.
 
 The parameters, with the paper's defaults, are ``DecExConfig`` in ``config.py``.
 """
@@ -50,7 +51,7 @@ from ragfactory.tasks.search.common import Expansion, hit_record, question_field
 from ragfactory.tasks.search.decex import history
 from ragfactory.tasks.search.decex.config import TERMINATION, DecExConfig, grammar
 from ragfactory.tasks.search.decex.history import Step, close_step
-from ragfactory.tasks.search.decex.rollout import run_rollouts
+from ragfactory.tasks.search.decex.valuation import value_branches
 from ragfactory.tasks.search.parsing import (
     Parsed,
     parse_self_answer,
@@ -58,7 +59,7 @@ from ragfactory.tasks.search.parsing import (
     parse_sub_question,
     parse_termination,
 )
-from ragfactory.tasks.search.tree import Node, QuestionTree, Rollout
+from ragfactory.tasks.search.tree import Node, QuestionTree
 
 # kind: (path segment prefix, parser, the parsed field that names a duplicate, prompt)
 _BRANCH_KINDS: dict[str, tuple[str, Callable[[str], Parsed], str, str]] = {
@@ -91,7 +92,12 @@ class _Expansion(Expansion):
     config: DecExConfig = DecExConfig()
 
     async def prompt(
-        self, prompt: str, n: int, path: str, role: str, grammar: Grammar,
+        self,
+        prompt: str,
+        n: int,
+        path: str,
+        role: str,
+        grammar: Grammar,
         stop: tuple[str, ...] = (),
     ) -> list[Completion]:
         """``n`` samples of one prompt as one request, seeded by the path of what it expands.
@@ -102,8 +108,12 @@ class _Expansion(Expansion):
         """
         cfg = self.config
         sampling = Sampling(
-            n=n, temperature=cfg.temperature, max_tokens=cfg.max_tokens, stop=stop,
-            seed=self.seed(path), grammar=grammar,
+            n=n,
+            temperature=cfg.temperature,
+            max_tokens=cfg.max_tokens,
+            stop=stop,
+            seed=self.seed(path),
+            grammar=grammar,
         )
         return await self.sample(Request((Message("user", prompt),), sampling, role, self.tags(path)))
 
@@ -158,8 +168,12 @@ async def _decide_termination(exp: _Expansion, state: State) -> tuple[list[Node]
         return [], False
     prompt = history.termination_prompt(exp.question, state.steps)
     completions = await exp.prompt(
-        prompt, cfg.termination_samples, f"{parent.path}/t", cfg.role,
-        grammar(TERMINATION, cfg.max_tokens), TERMINATION_STOP,
+        prompt,
+        cfg.termination_samples,
+        f"{parent.path}/t",
+        cfg.role,
+        grammar(TERMINATION, cfg.max_tokens),
+        TERMINATION_STOP,
     )
     votes = [
         _add_generated(exp, parent, f"t{i}", "termination", c, parse_termination(c.text), state.layer)
@@ -177,11 +191,16 @@ async def _close(exp: _Expansion, state: State, answers: list[Node]) -> None:
         cfg, parent = exp.config, state.node
         prompt = history.termination_prompt(exp.question, state.steps)
         [completion] = await exp.prompt(
-            prompt, 1, f"{parent.path}/f", cfg.role,
-            grammar(TERMINATION, cfg.max_tokens, outcome="answer"), TERMINATION_STOP,
+            prompt,
+            1,
+            f"{parent.path}/f",
+            cfg.role,
+            grammar(TERMINATION, cfg.max_tokens, outcome="answer"),
+            TERMINATION_STOP,
         )
-        vote = _add_generated(exp, parent, "f0", "termination", completion,
-                              parse_termination(completion.text), state.layer)
+        vote = _add_generated(
+            exp, parent, "f0", "termination", completion, parse_termination(completion.text), state.layer
+        )
         vote.parsed["final"] = True
         vote.is_selected = vote.parsed["decision"] == "terminate"
         answers = _answer_nodes(exp, state, [vote])
@@ -207,17 +226,28 @@ def _answer_nodes(exp: _Expansion, state: State, votes: list[Node]) -> list[Node
             **scores,
         }
         reward = scores[exp.config.metric]
-        nodes.append(exp.tree.add_child(
-            state.node, f"a{j}", "answer", first.text, parsed=parsed, llm_call_id=first.llm_call_id,
-            is_leaf=True, reward=reward, visits=1, value=reward,
-        ))
+        nodes.append(
+            exp.tree.add_child(
+                state.node,
+                f"a{j}",
+                "answer",
+                first.text,
+                parsed=parsed,
+                llm_call_id=first.llm_call_id,
+                is_leaf=True,
+                reward=reward,
+                visits=1,
+                value=reward,
+            )
+        )
     return nodes
 
 
 async def _expand_sub_questions(exp: _Expansion, state: State) -> list[Node]:
     prompt = history.sub_question_prompt(exp.question, state.steps)
     nodes = await _branches(exp, state.node, "sub_question", prompt, exp.config.role, state.layer)
-    await _value_branches(exp, [(n, state.steps + (_open_step(n),)) for n in nodes if _is_valid(n)])
+    branches = [(n, state.steps + (_open_step(n),)) for n in nodes if _is_valid(n)]
+    await value_branches(exp, exp.question, exp.config, branches)
     return nodes
 
 
@@ -247,7 +277,7 @@ async def _expand_self_answers(exp: _Expansion, state: State, sub_question: Node
     prompt = history.self_answer_prompt(sub_question.parsed["question"])
     role = exp.config.retrieval_role
     nodes = await _branches(exp, sub_question, "self_answer", prompt, role, state.layer)
-    await _value_branches(exp, _answered(state, sub_question, nodes))
+    await value_branches(exp, exp.question, exp.config, _answered(state, sub_question, nodes))
     return nodes
 
 
@@ -260,7 +290,7 @@ async def _expand_sub_queries(exp: _Expansion, state: State, sub_question: Node)
     for node, hits in zip(valid, found):
         node.passage_ids = [hit.passage_id for hit in hits]
         node.parsed["hits"] = [hit_record(hit) for hit in hits]
-    await _value_branches(exp, _answered(state, sub_question, nodes))
+    await value_branches(exp, exp.question, exp.config, _answered(state, sub_question, nodes))
     return nodes
 
 
@@ -275,11 +305,19 @@ def _open_step(sub_question: Node) -> Step:
 
 
 def _add_generated(
-    exp: _Expansion, parent: Node, segment: str, kind: str, completion: Completion, parsed: Parsed,
+    exp: _Expansion,
+    parent: Node,
+    segment: str,
+    kind: str,
+    completion: Completion,
+    parsed: Parsed,
     layer: int,
 ) -> Node:
     return exp.tree.add_child(
-        parent, segment, kind, completion.text,
+        parent,
+        segment,
+        kind,
+        completion.text,
         parsed={"layer": layer, **parsed.fields},
         llm_call_id=completion.call_id or None,
         is_format_error=parsed.error is not None,
@@ -287,15 +325,17 @@ def _add_generated(
     )
 
 
-async def _branches(
-    exp: _Expansion, parent: Node, kind: str, prompt: str, role: str, layer: int
-) -> list[Node]:
+async def _branches(exp: _Expansion, parent: Node, kind: str, prompt: str, role: str, layer: int) -> list[Node]:
     """``k`` samples of one prompt as nodes; a repeat of an earlier sample (its normalised
     text) is marked ``duplicate_of`` and not valued."""
     prefix, parse, key, prompt_name = _BRANCH_KINDS[kind]
     completions = await exp.prompt(
-        prompt, exp.config.k, f"{parent.path}/{prefix}", role,
-        grammar(prompt_name, exp.config.max_tokens), _BRANCH_STOPS.get(kind, ()),
+        prompt,
+        exp.config.k,
+        f"{parent.path}/{prefix}",
+        role,
+        grammar(prompt_name, exp.config.max_tokens),
+        _BRANCH_STOPS.get(kind, ()),
     )
     nodes: list[Node] = []
     seen: dict[str, Node] = {}
@@ -325,37 +365,3 @@ def _keep(node: Node | None) -> Node | None:
     if node is not None:
         node.is_selected = True
     return node
-
-
-async def _value_branches(exp: _Expansion, branches: list[tuple[Node, tuple[Step, ...]]]) -> None:
-    await asyncio.gather(*(_value_branch(exp, node, steps) for node, steps in branches))
-
-
-async def _value_branch(exp: _Expansion, node: Node, steps: tuple[Step, ...]) -> None:
-    """R(s_t, a_t) of Eq. 1: the mean score of ``n_rollouts`` rollouts from the branch's state."""
-    cfg = exp.config
-    prompt = history.rollout_prompt(exp.question, steps)
-    results = await run_rollouts(
-        prompt, cfg.rollout_spec, exp.generator, exp.retriever,
-        seed_of=lambda suffix: exp.seed(f"{node.path}/{suffix}"), tags=exp.tags(node.path),
-    )
-    rewards = []
-    for result in results:
-        scores = exp.scores(result.final_answer)
-        reward = scores[cfg.metric]
-        rewards.append(reward)
-        parsed = {"final_answer": result.final_answer, "n_turns": result.n_turns,
-                  "truncated": result.truncated, **scores}
-        leaf = exp.tree.add_child(
-            node, f"r{result.index}", "rollout_leaf", result.text, parsed=parsed,
-            passage_ids=list(result.passage_ids), llm_call_id=result.call_ids[0] or None,
-            is_format_error=result.error is not None, format_error=result.error,
-            is_leaf=True, reward=reward, visits=1, value=reward,
-        )
-        exp.tree.rollouts.append(Rollout(
-            leaf.node_id, exp.tree.run_id, exp.tree.question_id, node.node_id, result.text,
-            result.final_answer, scores["em"], scores["f1"], result.n_turns, list(result.call_ids),
-            result.seed,
-        ))
-    node.visits = len(rewards)
-    node.value = node.reward = sum(rewards) / len(rewards)

@@ -37,7 +37,7 @@ from itertools import combinations
 from typing import Any
 
 from ragfactory.tasks.export.dpo import DpoConfig
-from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
+from ragfactory.tasks.export.registry import TREE_COLUMNS, Exporter, ExportInputs, Rows, StrategyExports
 from ragfactory.tasks.export.sft import SftConfig, question_text, question_texts
 from ragfactory.tasks.export.skips import skipped
 from ragfactory.tasks.search.decex.config import STRATEGY
@@ -52,6 +52,7 @@ from ragfactory.tasks.search.decex.history import (
 from ragfactory.tasks.search.tree import RowTree, group_trees, path_key, stable_id
 
 STATE_KINDS = ("question", "self_answer", "sub_query")
+
 
 def best_chain(tree: RowTree, config: SftConfig = SftConfig()) -> list[dict[str, Any]] | None:
     """The kept root-to-answer chain with the highest value, or None when no kept answer exists."""
@@ -83,19 +84,26 @@ def sft_examples(
     for tree in group_trees(nodes_rows).values():
         chain = best_chain(tree, config)
         if chain is None or chain[-1]["value"] < config.min_reward:
-            skipped(tree, "sft_examples", "no kept chain ends in a valued answer" if chain is None else
-                    f"best kept chain's value {chain[-1]['value']:.3g} is below min_reward {config.min_reward:g}")
+            skipped(
+                tree,
+                "sft_examples",
+                "no kept chain ends in a valued answer"
+                if chain is None
+                else f"best kept chain's value {chain[-1]['value']:.3g} is below min_reward {config.min_reward:g}",
+            )
             continue
         question = question_text(texts, tree)
         for node_ids, messages in chain_examples(question, chain):
-            rows.append({
-                "example_id": stable_id("sft", tree.run_id, tree.question_id, tree.strategy, node_ids[-1]),
-                "run_id": tree.run_id,
-                "question_id": tree.question_id,
-                "strategy": tree.strategy,
-                "messages": messages,
-                "node_ids": node_ids,
-            })
+            rows.append(
+                {
+                    "example_id": stable_id("sft", tree.run_id, tree.question_id, tree.strategy, node_ids[-1]),
+                    "run_id": tree.run_id,
+                    "question_id": tree.question_id,
+                    "strategy": tree.strategy,
+                    "messages": messages,
+                    "node_ids": node_ids,
+                }
+            )
     return rows
 
 
@@ -174,8 +182,13 @@ def preference_pairs(
                 if row is not None:
                     rows.append(row)
         if len(rows) == before:
-            skipped(tree, "preference_pairs", "no valued kept branch has a sibling to pair with" if not candidates
-                    else f"no sibling pair of the allowed labels has a value gap of at least {config.min_gap:g}")
+            skipped(
+                tree,
+                "preference_pairs",
+                "no valued kept branch has a sibling to pair with"
+                if not candidates
+                else f"no sibling pair of the allowed labels has a value gap of at least {config.min_gap:g}",
+            )
     return rows
 
 
@@ -253,7 +266,10 @@ def _dpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
 
 
 _READS = {"nodes": TREE_COLUMNS, "questions": ("question_id", "question")}
-EXPORTS = StrategyExports(STRATEGY, (
-    Exporter("sft_examples", _READS, _sft),
-    Exporter("preference_pairs", _READS, _dpo),
-))
+EXPORTS = StrategyExports(
+    STRATEGY,
+    (
+        Exporter("sft_examples", _READS, _sft),
+        Exporter("preference_pairs", _READS, _dpo),
+    ),
+)

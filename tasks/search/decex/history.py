@@ -127,7 +127,5 @@ def close_step(step: Step, kind: str, parsed: Mapping) -> Step:
     """``step`` answered by a self-answer or sub-query node's parsed fields."""
     if kind == "self_answer":
         return Step(step.reasoning, step.question, answer=parsed.get("answer") or "")
-    hits = tuple(
-        Hit(h["passage_id"], h["title"], h["text"], float(h["score"])) for h in parsed.get("hits") or []
-    )
+    hits = tuple(Hit(h["passage_id"], h["title"], h["text"], float(h["score"])) for h in parsed.get("hits") or [])
     return Step(step.reasoning, step.question, query=parsed.get("query") or "", documents=hits)

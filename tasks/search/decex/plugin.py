@@ -19,8 +19,9 @@ from ragfactory.tasks.search.tree import TableRows
 
 async def expand(question: Mapping[str, Any], context: ShardContext, config: DecExConfig) -> TableRows:
     """One question's DecEx-RAG tree as ``nodes`` and ``rollouts`` rows."""
-    tree = await expand_question(question, context.generator, context.retriever, config, context.run_id,
-                                 context.run_seed)
+    tree = await expand_question(
+        question, context.generator, context.retriever, config, context.run_id, context.run_seed
+    )
     return tree.table_rows()
 
 

@@ -22,8 +22,7 @@ from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, 
 from ragfactory.tasks.retrieval.types import Hit, Retriever
 from ragfactory.tasks.search.common import sample_n, search_batch
 from ragfactory.tasks.search.decex.history import render_information
-from ragfactory.tasks.search.parsing import parse_rollout_turn, ROLLOUT_STOP
-
+from ragfactory.tasks.search.parsing import ROLLOUT_STOP, parse_rollout_turn
 
 
 @dataclass(frozen=True)
@@ -80,9 +79,7 @@ async def run_rollouts(
     """``spec.n`` rollouts of the state in ``prompt``; ``seed_of(suffix)`` names every request."""
     base = seed_of("r")
     first = _request([Message("user", prompt)], spec, spec.n, base, tags)
-    results = [
-        RolloutResult(index=i, seed=base + i, messages=[Message("user", prompt)]) for i in range(spec.n)
-    ]
+    results = [RolloutResult(index=i, seed=base + i, messages=[Message("user", prompt)]) for i in range(spec.n)]
     pending = list(zip(results, await sample_n(generator, first)))
     for turn in range(1, spec.max_turns + 1):
         searching = [(r, query) for r, c in pending if (query := _record_turn(r, c)) is not None]
@@ -130,7 +127,11 @@ def _next_request(
 
 def _sampling(spec: RolloutSpec, n: int, seed: int) -> Sampling:
     return Sampling(
-        n=n, temperature=spec.temperature, max_tokens=spec.max_tokens, stop=ROLLOUT_STOP, seed=seed,
+        n=n,
+        temperature=spec.temperature,
+        max_tokens=spec.max_tokens,
+        stop=ROLLOUT_STOP,
+        seed=seed,
         grammar=spec.grammar,
     )
 
@@ -139,4 +140,3 @@ def _request(
     messages: Sequence[Message], spec: RolloutSpec, n: int, seed: int, tags: tuple[tuple[str, str], ...]
 ) -> Request:
     return Request(tuple(messages), _sampling(spec, n, seed), spec.role, tags)
-

@@ -58,13 +58,22 @@ class MctsConfig:
     role: str = "policy"
 
     def __post_init__(self):
-        for name in ("iterations", "child_limit", "max_depth", "rollouts", "parallel_selections",
-                     "top_k", "max_tokens"):
+        for name in (
+            "iterations",
+            "child_limit",
+            "max_depth",
+            "rollouts",
+            "parallel_selections",
+            "top_k",
+            "max_tokens",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"MctsConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.min_queries < 0 or 2 * self.min_queries + 1 > self.max_depth:
-            raise ValueError(f"MctsConfig.min_queries must be in [0, (max_depth - 1) / 2] "
-                             f"(a query and its evidence each take a step), got {self.min_queries}")
+            raise ValueError(
+                f"MctsConfig.min_queries must be in [0, (max_depth - 1) / 2] "
+                f"(a query and its evidence each take a step), got {self.min_queries}"
+            )
         if not 0 < self.alpha <= 1:
             raise ValueError(f"MctsConfig.alpha must be in (0, 1], got {self.alpha}")
         if self.c < 0:
@@ -75,5 +84,4 @@ class MctsConfig:
             raise ValueError(f"MctsConfig.value must be one of {VALUE_SOURCES}, got {self.value!r}")
 
     def uct(self) -> UctSettings:
-        return UctSettings(c=self.c, child_limit=self.child_limit, max_depth=self.max_depth,
-                           log_visits=self.log_visits)
+        return UctSettings(c=self.c, child_limit=self.child_limit, max_depth=self.max_depth, log_visits=self.log_visits)

@@ -37,7 +37,13 @@ from ragfactory.tasks.search.mcts.config import STRATEGY, MctsConfig
 from ragfactory.tasks.search.mcts.judge import parse_verdict
 from ragfactory.tasks.search.mcts.pairs import answered
 from ragfactory.tasks.search.mcts.steps import (
-    GROUNDING, REASONING, STOP, closed, grounding_input, parse_turn, reasoning_input,
+    GROUNDING,
+    REASONING,
+    STOP,
+    closed,
+    grounding_input,
+    parse_turn,
+    reasoning_input,
 )
 from ragfactory.tasks.search.mcts.uct import UctSearch, spre
 from ragfactory.tasks.search.strategy import ShardContext
@@ -82,13 +88,23 @@ class _Search(Expansion):
         if state.stage == REASONING:
             system = render_prompt("reasonrag_reasoning", answer_format="answer")
             user = reasoning_input(question, state.thoughts)
-            grammar = ("reasonrag_final" if self.forced(REASONING, depth) else
-                       "reasonrag_query" if state.queries < cfg.min_queries else "reasonrag_reasoning")
+            grammar = (
+                "reasonrag_final"
+                if self.forced(REASONING, depth)
+                else "reasonrag_query"
+                if state.queries < cfg.min_queries
+                else "reasonrag_reasoning"
+            )
         else:
             system, user = render_prompt("reasonrag_grounding"), grounding_input(question, state.thoughts, state.docs)
             grammar = "reasonrag_grounding"
-        sampling = Sampling(temperature=temperature, max_tokens=cfg.max_tokens, stop=STOP,
-                            seed=self.seed(seed_path), grammar=load_grammar(grammar, cfg.max_tokens, "MctsConfig.max_tokens"))
+        sampling = Sampling(
+            temperature=temperature,
+            max_tokens=cfg.max_tokens,
+            stop=STOP,
+            seed=self.seed(seed_path),
+            grammar=load_grammar(grammar, cfg.max_tokens, "MctsConfig.max_tokens"),
+        )
         request = Request((Message("system", system), Message("user", user)), sampling, cfg.role, self.tags(path))
         return (await self.sample(request))[0]
 
@@ -101,10 +117,16 @@ class _Search(Expansion):
         error = turn.error or (None if action in EXPECTED[parent.stage] else f"<{action}> in the {parent.stage} stage")
         kind = KINDS[action] if action and not error else ("sub_query" if parent.stage == REASONING else "evidence")
         text = closed(completion.text, action)
-        node = self.tree.add_child(parent.node, f"s{slot}", kind, text,
-                                   parsed={"stage": parent.stage, "action": action, "content": content, "slot": slot},
-                                   llm_call_id=completion.call_id or None,
-                                   is_format_error=error is not None, format_error=error)
+        node = self.tree.add_child(
+            parent.node,
+            f"s{slot}",
+            kind,
+            text,
+            parsed={"stage": parent.stage, "action": action, "content": content, "slot": slot},
+            llm_call_id=completion.call_id or None,
+            is_format_error=error is not None,
+            format_error=error,
+        )
         thoughts = parent.thoughts + (text,)
         if error is not None:
             node.is_leaf, node.reward = True, 0.0
@@ -116,8 +138,9 @@ class _Search(Expansion):
             docs = tuple(await retrieve(self.retriever, content, self.config.top_k))
             node.passage_ids = [hit.passage_id for hit in docs]
             node.parsed["hits"] = [hit_record(hit) for hit in docs]
-        state = State(node, thoughts, GROUNDING if action == "query" else REASONING, docs,
-                      parent.queries + (action == "query"))
+        state = State(
+            node, thoughts, GROUNDING if action == "query" else REASONING, docs, parent.queries + (action == "query")
+        )
         return Step(state, await self.simulate(state), False)
 
     def score_answer(self, node: Node, answer: str | None) -> float:
@@ -154,24 +177,50 @@ class _Search(Expansion):
                 answer, state = content, State(state.node, thoughts, REASONING)
                 break
             docs = tuple(await retrieve(self.retriever, content, self.config.top_k)) if action == "query" else ()
-            state = State(state.node, thoughts, GROUNDING if action == "query" else REASONING, docs,
-                          state.queries + (action == "query"))
+            state = State(
+                state.node,
+                thoughts,
+                GROUNDING if action == "query" else REASONING,
+                docs,
+                state.queries + (action == "query"),
+            )
         scores = self.scores(answer)
         value = scores[self.config.metric] if answer is not None else 0.0
-        self.tree.rollouts.append(Rollout(
-            stable_id("mcts-rollout", start.node.node_id, str(index)), self.tree.run_id, self.tree.question_id,
-            start.node.node_id, " ".join(state.thoughts), answer, scores["em"], scores["f1"], depth, calls,
-            self.seed(f"{start.node.path}/r{index}/{start.node.depth + 1}"),
-        ))
+        self.tree.rollouts.append(self._rollout_row(start, index, state, answer, scores, depth, calls))
         return value, depth, answer is not None
+
+    def _rollout_row(
+        self, start: State, index: int, end: State, answer: str | None, scores: dict, depth: int, calls: list[str]
+    ) -> Rollout:
+        """The ``rollouts`` row of rollout ``index`` from ``start``: its thoughts up to ``end``,
+        the answer it reached (if any) and its scores, depth, calls and first seed."""
+        return Rollout(
+            stable_id("mcts-rollout", start.node.node_id, str(index)),
+            self.tree.run_id,
+            self.tree.question_id,
+            start.node.node_id,
+            " ".join(end.thoughts),
+            answer,
+            scores["em"],
+            scores["f1"],
+            depth,
+            calls,
+            self.seed(f"{start.node.path}/r{index}/{start.node.depth + 1}"),
+        )
 
     async def judge(self, state: State) -> float:
         """Eq. 6: the Fig. 14 judge's verdict on the trajectory so far; malformed scores 0."""
-        user = (f"Question: {self.tree.nodes[0].text}\nGolden Answers: {'; '.join(self.golden)}\n"
-                f"Agent Thoughts: {' '.join(state.thoughts)}")
+        user = (
+            f"Question: {self.tree.nodes[0].text}\nGolden Answers: {'; '.join(self.golden)}\n"
+            f"Agent Thoughts: {' '.join(state.thoughts)}"
+        )
         sampling = Sampling(temperature=0.0, max_tokens=self.config.max_tokens, seed=self.seed(f"{state.node.path}/j"))
-        request = Request((Message("system", render_prompt("reasonrag_process_judge")), Message("user", user)),
-                          sampling, "judge", self.tags(f"{state.node.path}/j"))
+        request = Request(
+            (Message("system", render_prompt("reasonrag_process_judge")), Message("user", user)),
+            sampling,
+            "judge",
+            self.tags(f"{state.node.path}/j"),
+        )
         verdict = parse_verdict((await self.sample(request))[0].text)
         state.node.parsed["judge_score"] = verdict
         if verdict is None:
@@ -184,7 +233,9 @@ def _at_depth(state: State, depth: int) -> State:
     node = state.node
     if node.depth == depth:
         return state
-    shadow = Node(node.node_id, node.run_id, node.question_id, node.parent_id, node.path, depth, node.strategy, node.kind)
+    shadow = Node(
+        node.node_id, node.run_id, node.question_id, node.parent_id, node.path, depth, node.strategy, node.kind
+    )
     return State(shadow, state.thoughts, state.stage, state.docs, state.queries)
 
 
@@ -216,9 +267,16 @@ async def search_question(question: Mapping, context: ShardContext, config: Mcts
 
 def _record_statistics(tree: QuestionTree, uct: UctSearch, states: list[State]) -> None:
     """N and Q on every node; kept (on a path to an answer) or pruned."""
-    steps = [{"node_id": s.node.node_id, "parent_id": s.node.parent_id, "kind": s.node.kind,
-              "reached_answer": s.node.parsed.get("reached_answer", False)}
-             for s in states[1:] if not s.node.is_format_error]
+    steps = [
+        {
+            "node_id": s.node.node_id,
+            "parent_id": s.node.parent_id,
+            "kind": s.node.kind,
+            "reached_answer": s.node.parsed.get("reached_answer", False),
+        }
+        for s in states[1:]
+        if not s.node.is_format_error
+    ]
     keep = answered(steps)
     for index, state in enumerate(states):
         state.node.visits = uct.nodes[index].visits

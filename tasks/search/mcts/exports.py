@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ragfactory.tasks.export.dpo import DpoConfig
-from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
+from ragfactory.tasks.export.registry import TREE_COLUMNS, Exporter, ExportInputs, Rows, StrategyExports
 from ragfactory.tasks.export.sft import SftConfig, question_text, question_texts
 from ragfactory.tasks.prompts.loader import render_prompt
 from ragfactory.tasks.search.common import hits_from_records
@@ -32,42 +32,59 @@ def step_prompt(tree: RowTree, question: str, step: Mapping[str, Any]) -> list[d
     chain = tree.chain(step["parent_id"])[1:]  # the steps before it, root excluded
     thoughts = [row["text"] for row in chain]
     if step["parsed"].get("stage", REASONING) == REASONING:
-        return [{"role": "system", "content": render_prompt("reasonrag_reasoning", answer_format="answer")},
-                {"role": "user", "content": reasoning_input(question, thoughts)}]
+        return [
+            {"role": "system", "content": render_prompt("reasonrag_reasoning", answer_format="answer")},
+            {"role": "user", "content": reasoning_input(question, thoughts)},
+        ]
     hits = hits_from_records(chain[-1]["parsed"].get("hits")) if chain else []
-    return [{"role": "system", "content": render_prompt("reasonrag_grounding")},
-            {"role": "user", "content": grounding_input(question, thoughts, hits)}]
+    return [
+        {"role": "system", "content": render_prompt("reasonrag_grounding")},
+        {"role": "user", "content": grounding_input(question, thoughts, hits)},
+    ]
 
 
 def _steps(tree: RowTree) -> list[dict[str, Any]]:
     """The valued, well-formed steps in path order, with whether their rollouts reached an answer."""
     rows = sorted(tree.rows.values(), key=lambda r: path_key(r["path"]))
-    return [{**r, "reached_answer": bool(r["parsed"].get("reached_answer"))} for r in rows
-            if r["kind"] != "question" and not r["is_format_error"] and r["value"] is not None]
+    return [
+        {**r, "reached_answer": bool(r["parsed"].get("reached_answer"))}
+        for r in rows
+        if r["kind"] != "question" and not r["is_format_error"] and r["value"] is not None
+    ]
 
 
-def mcts_preference_pairs(nodes: Iterable[Mapping[str, Any]], questions: Iterable[Mapping[str, Any]],
-                          config: DpoConfig = DpoConfig()) -> list[dict[str, Any]]:
+def mcts_preference_pairs(
+    nodes: Iterable[Mapping[str, Any]], questions: Iterable[Mapping[str, Any]], config: DpoConfig = DpoConfig()
+) -> list[dict[str, Any]]:
     """``preference_pairs`` rows of every MCTS tree in ``nodes`` (module docstring)."""
     texts, rows = question_texts(questions), []
     for tree in group_trees(nodes).values():
         question = question_text(texts, tree)
         for pair in step_pairs(_steps(tree), min_gap=config.min_gap):
             chosen, rejected = tree.rows[pair.chosen], tree.rows[pair.rejected]
-            rows.append({
-                "pair_id": stable_id("mcts-pair", tree.run_id, pair.chosen, pair.rejected),
-                "run_id": tree.run_id, "question_id": tree.question_id, "strategy": tree.strategy,
-                "decision": pair.stage, "prompt": step_prompt(tree, question, chosen),
-                "chosen": [{"role": "assistant", "content": chosen["text"]}],
-                "rejected": [{"role": "assistant", "content": rejected["text"]}],
-                "chosen_value": chosen["value"], "rejected_value": rejected["value"], "gap": pair.gap,
-                "chosen_node_id": pair.chosen, "rejected_node_id": pair.rejected,
-            })
+            rows.append(
+                {
+                    "pair_id": stable_id("mcts-pair", tree.run_id, pair.chosen, pair.rejected),
+                    "run_id": tree.run_id,
+                    "question_id": tree.question_id,
+                    "strategy": tree.strategy,
+                    "decision": pair.stage,
+                    "prompt": step_prompt(tree, question, chosen),
+                    "chosen": [{"role": "assistant", "content": chosen["text"]}],
+                    "rejected": [{"role": "assistant", "content": rejected["text"]}],
+                    "chosen_value": chosen["value"],
+                    "rejected_value": rejected["value"],
+                    "gap": pair.gap,
+                    "chosen_node_id": pair.chosen,
+                    "rejected_node_id": pair.rejected,
+                }
+            )
     return rows
 
 
-def mcts_sft_examples(nodes: Iterable[Mapping[str, Any]], questions: Iterable[Mapping[str, Any]],
-                      config: SftConfig = SftConfig()) -> list[dict[str, Any]]:
+def mcts_sft_examples(
+    nodes: Iterable[Mapping[str, Any]], questions: Iterable[Mapping[str, Any]], config: SftConfig = SftConfig()
+) -> list[dict[str, Any]]:
     """``sft_examples`` rows: each step of every tree's best answer path (module docstring)."""
     texts, rows = question_texts(questions), []
     for tree in group_trees(nodes).values():
@@ -78,12 +95,16 @@ def mcts_sft_examples(nodes: Iterable[Mapping[str, Any]], questions: Iterable[Ma
         question = question_text(texts, tree)
         chain = tree.chain(best["node_id"])[1:]
         for i, step in enumerate(chain):
-            rows.append({
-                "example_id": stable_id("mcts-sft", tree.run_id, tree.question_id, step["node_id"]),
-                "run_id": tree.run_id, "question_id": tree.question_id, "strategy": tree.strategy,
-                "messages": step_prompt(tree, question, step) + [{"role": "assistant", "content": step["text"]}],
-                "node_ids": [row["node_id"] for row in chain[: i + 1]],
-            })
+            rows.append(
+                {
+                    "example_id": stable_id("mcts-sft", tree.run_id, tree.question_id, step["node_id"]),
+                    "run_id": tree.run_id,
+                    "question_id": tree.question_id,
+                    "strategy": tree.strategy,
+                    "messages": step_prompt(tree, question, step) + [{"role": "assistant", "content": step["text"]}],
+                    "node_ids": [row["node_id"] for row in chain[: i + 1]],
+                }
+            )
     return rows
 
 
@@ -96,7 +117,10 @@ def _dpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
 
 
 _READS = {"nodes": TREE_COLUMNS, "questions": ("question_id", "question")}
-EXPORTS = StrategyExports(STRATEGY, (
-    Exporter("sft_examples", _READS, _sft),
-    Exporter("preference_pairs", _READS, _dpo),
-))
+EXPORTS = StrategyExports(
+    STRATEGY,
+    (
+        Exporter("sft_examples", _READS, _sft),
+        Exporter("preference_pairs", _READS, _dpo),
+    ),
+)

@@ -53,8 +53,7 @@ def answered(steps: Sequence[Mapping[str, Any]]) -> set[str]:
     return keep
 
 
-def step_pairs(steps: Sequence[Mapping[str, Any]], min_gap: float = 0.01,
-               mode: str = "best_worst") -> list[StepPair]:
+def step_pairs(steps: Sequence[Mapping[str, Any]], min_gap: float = 0.01, mode: str = "best_worst") -> list[StepPair]:
     """The preference pairs of one question's tree (module docstring), parents in list order."""
     if mode not in ("best_worst", "all"):
         raise ValueError(f"pairs mode must be 'best_worst' or 'all', got {mode!r}")

@@ -61,7 +61,6 @@ def grounding_input(question: str, thoughts: Sequence[str], docs: Sequence[Hit])
     return f"{reasoning_input(question, thoughts)}\nReference: <reference>{render_wikipedia(docs)}</reference>"
 
 
-
 def render_wikipedia(hits: Sequence[Hit]) -> str:
     """Documents as the Grounding prompt's "Wikipedia documents" (ReasonRAG's reference layout)."""
     return "".join(f"Wikipedia Title: {hit.title}\n{hit.text}\n\n" for hit in hits).strip()

@@ -38,8 +38,8 @@ failed) must still be released with ``abandon``, or its virtual loss stays on th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 
 def spre(values: Sequence[float], steps: Sequence[int], alpha: float) -> float:
@@ -50,7 +50,7 @@ def spre(values: Sequence[float], steps: Sequence[int], alpha: float) -> float:
         raise ValueError(f"spre: alpha must be in (0, 1], got {alpha}")
     if not values:
         return 0.0
-    return sum(v * alpha ** n for v, n in zip(values, steps)) / len(values)
+    return sum(v * alpha**n for v, n in zip(values, steps)) / len(values)
 
 
 @dataclass(frozen=True)
@@ -103,8 +103,11 @@ class UctSearch:
 
     def expandable(self, index: int) -> bool:
         node = self.nodes[index]
-        return (not node.terminal and node.depth < self.settings.max_depth
-                and len(node.children) + node.expanding < self.settings.child_limit)
+        return (
+            not node.terminal
+            and node.depth < self.settings.max_depth
+            and len(node.children) + node.expanding < self.settings.child_limit
+        )
 
     def exhausted(self, index: int) -> bool:
         """No expansion slot left below ``index`` and nothing to select."""
@@ -137,8 +140,7 @@ class UctSearch:
     def backpropagate(self, parent: int, value: float, terminal: bool) -> int:
         """Add the child generated at ``parent`` with its value; back the value up to the root
         (Eq. 7) and release the selection's virtual loss. Returns the child's index."""
-        child = SearchNode(len(self.nodes), parent, self.nodes[parent].depth + 1, terminal,
-                           visits=1, value_sum=value)
+        child = SearchNode(len(self.nodes), parent, self.nodes[parent].depth + 1, terminal, visits=1, value_sum=value)
         self.nodes.append(child)
         self.nodes[parent].children.append(child.index)
         self.nodes[parent].expanding -= 1

@@ -73,5 +73,9 @@ class R3Config:
         """λ_T (Eq. 4) of a trajectory that ended ``outcome``."""
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown R3 outcome {outcome!r}; one of {OUTCOMES}")
-        return {"correct": self.gamma_correct, "incorrect": self.gamma_incorrect,
-                "fail": self.gamma_fail, "format": 1.0}[outcome]
+        return {
+            "correct": self.gamma_correct,
+            "incorrect": self.gamma_incorrect,
+            "fail": self.gamma_fail,
+            "format": 1.0,
+        }[outcome]

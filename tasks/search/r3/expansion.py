@@ -36,7 +36,11 @@ from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.common import Expansion, hit_record, question_fields, retrieve
 from ragfactory.tasks.search.r3.config import STRATEGY, R3Config
 from ragfactory.tasks.search.r3.judges import (
-    judge_request, outcome_values, parse_outcome, parse_relevance, relevance_values,
+    judge_request,
+    outcome_values,
+    parse_outcome,
+    parse_relevance,
+    relevance_values,
 )
 from ragfactory.tasks.search.r3.steps import Step, parse_step, step_prompt
 from ragfactory.tasks.search.strategy import ShardContext
@@ -89,10 +93,15 @@ class _Attempts(Expansion):
             turn = parse_step(completion.text)
             action, content = turn.get("action"), turn.get("content")
             node = self.tree.add_child(
-                parent, segment, "answer" if action == "answer" and not turn.error else "sub_query", completion.text,
+                parent,
+                segment,
+                "answer" if action == "answer" and not turn.error else "sub_query",
+                completion.text,
                 parsed={"attempt": index, "step": number, "temperature": temperature, **turn.fields},
-                llm_call_id=completion.call_id or None, is_format_error=turn.error is not None,
-                format_error=turn.error)
+                llm_call_id=completion.call_id or None,
+                is_format_error=turn.error is not None,
+                format_error=turn.error,
+            )
             run.nodes.append(node)
             if turn.error:
                 run.outcome = "format"
@@ -163,13 +172,19 @@ def _reason(attempt: Attempt, kept: Attempt | None) -> str:
     return "longer than the kept trajectory"
 
 
-def _reward(node: Node, name: str, value: float, scale: float | None = None,
-            verdict: Verdict | None = None) -> dict:
+def _reward(node: Node, name: str, value: float, scale: float | None = None, verdict: Verdict | None = None) -> dict:
     return {
-        "reward_id": stable_id("r3-reward", node.node_id, name), "run_id": node.run_id,
-        "question_id": node.question_id, "strategy": node.strategy, "node_id": node.node_id, "name": name,
-        "value": value, "scale": scale, "scaled": None if scale is None else value * scale,
-        "is_format_error": bool(verdict and verdict.error), "error": verdict.error if verdict else None,
+        "reward_id": stable_id("r3-reward", node.node_id, name),
+        "run_id": node.run_id,
+        "question_id": node.question_id,
+        "strategy": node.strategy,
+        "node_id": node.node_id,
+        "name": name,
+        "value": value,
+        "scale": scale,
+        "scaled": None if scale is None else value * scale,
+        "is_format_error": bool(verdict and verdict.error),
+        "error": verdict.error if verdict else None,
         "llm_call_id": verdict.call_id if verdict else None,
     }
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
+from ragfactory.tasks.export.registry import TREE_COLUMNS, Exporter, ExportInputs, Rows, StrategyExports
+from ragfactory.tasks.export.sft import question_text, question_texts
 from ragfactory.tasks.search.common import hits_from_records
 from ragfactory.tasks.search.r3.config import STRATEGY
 from ragfactory.tasks.search.r3.steps import Step, step_prompt, step_text
 from ragfactory.tasks.search.tree import group_trees, path_key, stable_id
-from ragfactory.tasks.export.sft import question_text, question_texts
 
 
 def _step(row: Mapping[str, Any]) -> Step:
@@ -34,21 +34,29 @@ def r3_sft_examples(nodes: Iterable[Mapping[str, Any]], questions: Iterable[Mapp
     """``sft_examples`` rows: Algorithm 2 over every kept trajectory (module docstring)."""
     texts, rows = question_texts(questions), []
     for tree in group_trees(nodes).values():
-        kept = sorted((r for r in tree.rows.values() if r["kind"] != "question" and r["is_selected"]),
-                      key=lambda r: path_key(r["path"]))
+        kept = sorted(
+            (r for r in tree.rows.values() if r["kind"] != "question" and r["is_selected"]),
+            key=lambda r: path_key(r["path"]),
+        )
         if not kept:
             continue
         root = tree.rows[kept[0]["parent_id"]]
         question, doc_chars = question_text(texts, tree), root["parsed"].get("doc_chars", 512)
         steps = [_step(row) for row in kept]
         for k, (row, step) in enumerate(zip(kept, steps)):
-            rows.append({
-                "example_id": stable_id("r3-sft", tree.run_id, tree.question_id, row["node_id"]),
-                "run_id": tree.run_id, "question_id": tree.question_id, "strategy": tree.strategy,
-                "messages": [{"role": "user", "content": step_prompt(question, steps[:k], doc_chars)},
-                             {"role": "assistant", "content": step_text(step)}],
-                "node_ids": [r["node_id"] for r in kept[: k + 1]],
-            })
+            rows.append(
+                {
+                    "example_id": stable_id("r3-sft", tree.run_id, tree.question_id, row["node_id"]),
+                    "run_id": tree.run_id,
+                    "question_id": tree.question_id,
+                    "strategy": tree.strategy,
+                    "messages": [
+                        {"role": "user", "content": step_prompt(question, steps[:k], doc_chars)},
+                        {"role": "assistant", "content": step_text(step)},
+                    ],
+                    "node_ids": [r["node_id"] for r in kept[: k + 1]],
+                }
+            )
     return rows
 
 
@@ -56,6 +64,6 @@ def _sft(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
     return r3_sft_examples(inputs["nodes"], inputs["questions"])
 
 
-EXPORTS = StrategyExports(STRATEGY, (
-    Exporter("sft_examples", {"nodes": TREE_COLUMNS, "questions": ("question_id", "question")}, _sft),
-))
+EXPORTS = StrategyExports(
+    STRATEGY, (Exporter("sft_examples", {"nodes": TREE_COLUMNS, "questions": ("question_id", "question")}, _sft),)
+)

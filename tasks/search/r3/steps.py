@@ -60,7 +60,7 @@ def parse_step(text: str | None) -> Parsed:
     if not actions:
         return Parsed(fields, f"missing {QUERY!r} or {ANSWER!r}")
     last = actions[-1]
-    fields["analysis"] = body[start + len(ANALYSIS): last.start()].strip()
+    fields["analysis"] = body[start + len(ANALYSIS) : last.start()].strip()
     fields["action"] = "query" if last.group(1) == QUERY else "answer"
     fields["content"] = last.group(2).strip()
     if not fields["content"]:

@@ -74,12 +74,17 @@ class R3ProcessReward:
     metric: str = "em"
     __name__ = "r3_process"
 
-    def __call__(self, prompts, completions, retrieved=None, golden_answers=None, question_id=None,
-                 **columns) -> list[float]:
+    def __call__(
+        self, prompts, completions, retrieved=None, golden_answers=None, question_id=None, **columns
+    ) -> list[float]:
         if retrieved is None or question_id is None:
             raise ValueError("r3_process scores agentic rollouts: it needs the retrieved and question_id columns")
-        items = [(self.question(qid), hits_from_records(hits)) for qid, searches in zip(question_id, retrieved)
-                 for hits in searches if hits]
+        items = [
+            (self.question(qid), hits_from_records(hits))
+            for qid, searches in zip(question_id, retrieved)
+            for hits in searches
+            if hits
+        ]
         scores = iter(self.judge(items) if items else [])
         rewards = []
         for completion, searches, golden in zip(completions, retrieved, golden_answers or [[]] * len(completions)):
@@ -105,8 +110,9 @@ class EngineJudge:
     def __call__(self, items: Sequence[tuple[str, Sequence[Hit]]]) -> list[float | None]:
         async def one(i: int, question: str, hits: Sequence[Hit]) -> float | None:
             values = relevance_values(question, hits, self.config.doc_chars)
-            request = judge_request("r3_relevance_judge", values, self.config.judge_max_tokens, i,
-                                    (("reward", "r3_process"),))
+            request = judge_request(
+                "r3_relevance_judge", values, self.config.judge_max_tokens, i, (("reward", "r3_process"),)
+            )
             [completion] = await self.generator.generate(request)
             return parse_relevance(completion.text)
 

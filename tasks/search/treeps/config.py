@@ -44,8 +44,9 @@ class TreePSConfig:
         if self.linkage not in LINKAGES:
             raise ValueError(f"TreePSConfig.linkage must be one of {LINKAGES}, got {self.linkage!r}")
         if self.branching and (len(self.branching) != self.depth or min(self.branching) < 1):
-            raise ValueError(f"TreePSConfig.branching needs {self.depth} factors >= 1 (one per "
-                             f"depth), got {self.branching}")
+            raise ValueError(
+                f"TreePSConfig.branching needs {self.depth} factors >= 1 (one per depth), got {self.branching}"
+            )
         if self.metric not in METRICS:
             raise ValueError(f"TreePSConfig.metric must be one of {sorted(METRICS)}, got {self.metric!r}")
         if self.temperature <= 0:

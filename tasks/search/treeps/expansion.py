@@ -73,8 +73,14 @@ class _Expansion(Expansion):
         """``n`` continuations of the parent's state as one request (Eq. 1)."""
         cfg = self.config
         path = parent.node.path
-        sampling = Sampling(n=n, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-                            stop=STEP_STOP, seed=self.seed(f"{path}/c"), grammar=cfg.grammar)
+        sampling = Sampling(
+            n=n,
+            temperature=cfg.temperature,
+            max_tokens=cfg.max_tokens,
+            stop=STEP_STOP,
+            seed=self.seed(f"{path}/c"),
+            grammar=cfg.grammar,
+        )
         return await self.sample(Request(parent.turns, sampling, cfg.role, self.tags(path)))
 
 
@@ -123,17 +129,18 @@ async def _expand_layer(exp: _Expansion, frontier: list[Parent], depth: int) -> 
     return kept
 
 
-def _add_child(
-    exp: _Expansion, parent: Parent, index: int, completion: Completion, depth: int, branching: int
-) -> Node:
+def _add_child(exp: _Expansion, parent: Parent, index: int, completion: Completion, depth: int, branching: int) -> Node:
     parsed = parse_step(completion.text, exp.config.prompt)
     action = parsed.get("action")
     node = exp.tree.add_child(
-        parent.node, f"{_SEGMENTS[action]}{index}", "sub_query" if action == "search" else "answer",
+        parent.node,
+        f"{_SEGMENTS[action]}{index}",
+        "sub_query" if action == "search" else "answer",
         closed_step(completion.text, action),
         parsed={"depth": depth, "sample": index, "branching": branching, **parsed.fields},
         llm_call_id=completion.call_id or None,
-        is_format_error=parsed.error is not None, format_error=parsed.error,
+        is_format_error=parsed.error is not None,
+        format_error=parsed.error,
     )
     if action != "search":
         _make_leaf(exp, node, parsed.get("answer"))
@@ -170,11 +177,21 @@ def _rollouts(exp: _Expansion, root: Node) -> list[Rollout]:
         response, _, _ = render_response(turns)
         parent = tree.node(leaf.parent_id)
         seed = exp.seed(f"{parent.path}/c") + leaf.parsed["sample"]
-        rows.append(Rollout(
-            leaf.node_id, tree.run_id, tree.question_id, root.node_id, response,
-            leaf.parsed.get("answer"), leaf.parsed["em"], leaf.parsed["f1"], len(chain),
-            [n.llm_call_id or "" for n in chain], seed,
-        ))
+        rows.append(
+            Rollout(
+                leaf.node_id,
+                tree.run_id,
+                tree.question_id,
+                root.node_id,
+                response,
+                leaf.parsed.get("answer"),
+                leaf.parsed["em"],
+                leaf.parsed["f1"],
+                len(chain),
+                [n.llm_call_id or "" for n in chain],
+                seed,
+            )
+        )
     return rows
 
 

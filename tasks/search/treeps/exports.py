@@ -11,28 +11,36 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ragfactory.tasks.export.registry import TREE_COLUMNS, ExportInputs, Exporter, Rows, StrategyExports
-from ragfactory.tasks.llm.splice import CALL_COLUMNS, calls_by_id
+from ragfactory.tasks.export.registry import TREE_COLUMNS, Exporter, ExportInputs, Rows, StrategyExports
 from ragfactory.tasks.export.verl import ABILITY, ANSWER_TAG, REWARD_STYLE, data_source
+from ragfactory.tasks.llm.splice import CALL_COLUMNS, calls_by_id
 from ragfactory.tasks.search.tree import RowTree, group_trees, stable_id
 from ragfactory.tasks.search.treeps.config import STRATEGY
 from ragfactory.tasks.search.treeps.grpo import (
-    golden_list, grpo_prompt_rows, question_rows, root_id, root_prompt_tokens, tree_question,
+    golden_list,
+    grpo_prompt_rows,
+    question_rows,
+    root_id,
+    root_prompt_tokens,
+    tree_question,
 )
 from ragfactory.tasks.search.treeps.step_labels import StepLabelConfig, step_label_rows
-from ragfactory.tasks.search.treeps.trajectories import TrajectoryConfig, tree_prompt, trajectory_rows
+from ragfactory.tasks.search.treeps.trajectories import TrajectoryConfig, trajectory_rows, tree_prompt
 
 
 def _user_prompt(tree: RowTree) -> str:
     text = tree_prompt(tree)
     if ANSWER_TAG not in text:
-        raise ValueError(f"question {tree.question_id!r}: the prompt does not ask for {ANSWER_TAG}…"
-                         "</answer>, which verl's Search-R1 reward parses")
+        raise ValueError(
+            f"question {tree.question_id!r}: the prompt does not ask for {ANSWER_TAG}…"
+            "</answer>, which verl's Search-R1 reward parses"
+        )
     return text
 
 
 def verl_rows(
-    nodes_rows: Iterable[Mapping[str, Any]], questions: Iterable[Mapping[str, Any]],
+    nodes_rows: Iterable[Mapping[str, Any]],
+    questions: Iterable[Mapping[str, Any]],
     calls: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """One ``verl_prompts`` row per question tree in ``nodes_rows``, indexed in tree order, with
@@ -41,24 +49,26 @@ def verl_rows(
     rows = []
     for index, tree in enumerate(group_trees(nodes_rows).values()):
         question = tree_question(by_id, tree)
-        rows.append({
-            "prompt_id": stable_id("verl", tree.run_id, tree.question_id, tree.strategy),
-            "run_id": tree.run_id,
-            "question_id": tree.question_id,
-            "data_source": data_source(question.get("dataset")),
-            "prompt": [{"role": "user", "content": _user_prompt(tree)}],
-            "ability": ABILITY,
-            "reward_model": {"style": REWARD_STYLE, "ground_truth": {"target": golden_list(question)}},
-            "extra_info": {
-                "split": question.get("split"),
-                "index": index,
-                "question_id": tree.question_id,
+        rows.append(
+            {
+                "prompt_id": stable_id("verl", tree.run_id, tree.question_id, tree.strategy),
                 "run_id": tree.run_id,
-                "strategy": tree.strategy,
-                "node_ids": [root_id(tree)],
-            },
-            **root_prompt_tokens(tree, calls or {}),
-        })
+                "question_id": tree.question_id,
+                "data_source": data_source(question.get("dataset")),
+                "prompt": [{"role": "user", "content": _user_prompt(tree)}],
+                "ability": ABILITY,
+                "reward_model": {"style": REWARD_STYLE, "ground_truth": {"target": golden_list(question)}},
+                "extra_info": {
+                    "split": question.get("split"),
+                    "index": index,
+                    "question_id": tree.question_id,
+                    "run_id": tree.run_id,
+                    "strategy": tree.strategy,
+                    "node_ids": [root_id(tree)],
+                },
+                **root_prompt_tokens(tree, calls or {}),
+            }
+        )
     return rows
 
 
@@ -82,11 +92,24 @@ EXPORT_CONFIG = {
     "trajectories": ("Sampled root-to-leaf paths (TreePS)", TrajectoryConfig),
     "step_labels": ("Stepwise process labels for PRMs (TreePS)", StepLabelConfig),
 }
-EXPORTS = StrategyExports(STRATEGY, (
-    Exporter("trajectories", {"nodes": TREE_COLUMNS, "llm_calls": CALL_COLUMNS}, _trajectories),
-    Exporter("grpo_prompts", {"nodes": TREE_COLUMNS, "questions": ("question_id", "golden_answers"),
-                              "llm_calls": CALL_COLUMNS}, _grpo),
-    Exporter("verl_prompts", {"nodes": TREE_COLUMNS, "llm_calls": CALL_COLUMNS,
-                              "questions": ("question_id", "dataset", "split", "golden_answers")}, _verl),
-    Exporter("step_labels", {"nodes": TREE_COLUMNS}, _step_labels),
-))
+EXPORTS = StrategyExports(
+    STRATEGY,
+    (
+        Exporter("trajectories", {"nodes": TREE_COLUMNS, "llm_calls": CALL_COLUMNS}, _trajectories),
+        Exporter(
+            "grpo_prompts",
+            {"nodes": TREE_COLUMNS, "questions": ("question_id", "golden_answers"), "llm_calls": CALL_COLUMNS},
+            _grpo,
+        ),
+        Exporter(
+            "verl_prompts",
+            {
+                "nodes": TREE_COLUMNS,
+                "llm_calls": CALL_COLUMNS,
+                "questions": ("question_id", "dataset", "split", "golden_answers"),
+            },
+            _verl,
+        ),
+        Exporter("step_labels", {"nodes": TREE_COLUMNS}, _step_labels),
+    ),
+)

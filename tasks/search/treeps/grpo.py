@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ragfactory.tasks.llm.splice import prompt_tokens
-from ragfactory.tasks.search.treeps.trajectories import tree_prompt
 from ragfactory.tasks.search.tree import RowTree, group_trees, stable_id
+from ragfactory.tasks.search.treeps.trajectories import tree_prompt
 
 TASK = "qa"
 
@@ -52,7 +52,8 @@ def root_prompt_tokens(tree: RowTree, calls: Mapping[str, Mapping[str, Any]]) ->
 
 
 def grpo_prompt_rows(
-    nodes_rows: Iterable[Mapping[str, Any]], questions: Iterable[Mapping[str, Any]],
+    nodes_rows: Iterable[Mapping[str, Any]],
+    questions: Iterable[Mapping[str, Any]],
     calls: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """One ``grpo_prompts`` row per question tree in ``nodes_rows``, with the prompt's token ids
@@ -61,16 +62,18 @@ def grpo_prompt_rows(
     rows = []
     for tree in group_trees(nodes_rows).values():
         question = tree_question(by_id, tree)
-        rows.append({
-            "prompt_id": stable_id("grpo", tree.run_id, tree.question_id, tree.strategy),
-            "run_id": tree.run_id,
-            "question_id": tree.question_id,
-            "strategy": tree.strategy,
-            "task": TASK,
-            "prompt": [{"role": "user", "content": tree_prompt(tree)}],
-            "golden_answers": golden_list(question),
-            "gold_plan": None,
-            "node_ids": [root_id(tree)],
-            **root_prompt_tokens(tree, calls or {}),
-        })
+        rows.append(
+            {
+                "prompt_id": stable_id("grpo", tree.run_id, tree.question_id, tree.strategy),
+                "run_id": tree.run_id,
+                "question_id": tree.question_id,
+                "strategy": tree.strategy,
+                "task": TASK,
+                "prompt": [{"role": "user", "content": tree_prompt(tree)}],
+                "golden_answers": golden_list(question),
+                "gold_plan": None,
+                "node_ids": [root_id(tree)],
+                **root_prompt_tokens(tree, calls or {}),
+            }
+        )
     return rows

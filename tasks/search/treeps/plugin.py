@@ -19,8 +19,9 @@ from ragfactory.tasks.search.treeps.expansion import expand_question
 
 async def expand(question: Mapping[str, Any], context: ShardContext, config: TreePSConfig) -> TableRows:
     """One question's TreePS-RAG tree as ``nodes`` and ``rollouts`` rows."""
-    tree = await expand_question(question, context.generator, context.retriever, config, context.run_id,
-                                 context.run_seed)
+    tree = await expand_question(
+        question, context.generator, context.retriever, config, context.run_id, context.run_seed
+    )
     return tree.table_rows()
 
 

@@ -39,9 +39,7 @@ def jaccard_distances(passage_sets: Sequence[Collection[str]]) -> np.ndarray:
     return np.asarray(out, dtype=float)
 
 
-def cluster_labels(
-    passage_sets: Sequence[Collection[str]], n_clusters: int, method: str = "average"
-) -> list[int]:
+def cluster_labels(passage_sets: Sequence[Collection[str]], n_clusters: int, method: str = "average") -> list[int]:
     """A cluster label per set, ``n_clusters`` labels in all (fewer sets: one label each)."""
     if method not in LINKAGES:
         raise ValueError(f"linkage must be one of {LINKAGES}, got {method!r}")

@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ragfactory.tasks.search.treeps.trajectories import tree_paths, tree_prompt
 from ragfactory.tasks.search.tree import group_trees, stable_id
 from ragfactory.tasks.search.treeps.steps import information
+from ragfactory.tasks.search.treeps.trajectories import tree_paths, tree_prompt
 
 
 @dataclass(frozen=True)
@@ -50,20 +50,25 @@ def step_label_rows(
             steps = chain[1:]
             unvalued = [n["node_id"] for n in steps if n.get("value") is None]
             if unvalued:
-                raise ValueError(f"question {tree.question_id!r}: node {unvalued[0]!r} has no value; "
-                                 "run valuation first (the build's valuation stage, tasks/valuate.py, "
-                                 "values the strategies valuation.strategies names)")
+                raise ValueError(
+                    f"question {tree.question_id!r}: node {unvalued[0]!r} has no value; "
+                    "run valuation first (the build's valuation stage, tasks/valuate.py, "
+                    "values the strategies valuation.strategies names)"
+                )
             values = [float(n["value"]) for n in steps]
-            rows.append({
-                "label_id": stable_id("step_labels", tree.run_id, tree.question_id, tree.strategy,
-                                      chain[-1]["node_id"]),
-                "run_id": tree.run_id,
-                "question_id": tree.question_id,
-                "strategy": tree.strategy,
-                "prompt": prompt,
-                "completions": [step_text(n, config.with_observations) for n in steps],
-                "labels": [v > config.threshold for v in values],
-                "step_values": values,
-                "node_ids": [n["node_id"] for n in steps],
-            })
+            rows.append(
+                {
+                    "label_id": stable_id(
+                        "step_labels", tree.run_id, tree.question_id, tree.strategy, chain[-1]["node_id"]
+                    ),
+                    "run_id": tree.run_id,
+                    "question_id": tree.question_id,
+                    "strategy": tree.strategy,
+                    "prompt": prompt,
+                    "completions": [step_text(n, config.with_observations) for n in steps],
+                    "labels": [v > config.threshold for v in values],
+                    "step_values": values,
+                    "node_ids": [n["node_id"] for n in steps],
+                }
+            )
     return rows

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ragfactory.tasks.llm.splice import trajectory_tokens
 from ragfactory.tasks.llm.seeds import derive_seed
+from ragfactory.tasks.llm.splice import trajectory_tokens
 from ragfactory.tasks.llm.types import Message
 from ragfactory.tasks.search.tree import RowTree, group_trees, path_key, stable_id
 from ragfactory.tasks.search.treeps.steps import initial_prompt, render_response, step_turns
@@ -54,8 +54,9 @@ def tree_prompt(tree: RowTree) -> str:
     root = roots[0]
     name = root["parsed"].get("prompt")
     if not name:
-        raise ValueError(f"question {tree.question_id!r}: root {root['node_id']!r} records no "
-                         "prompt; is it a TreePS-RAG tree?")
+        raise ValueError(
+            f"question {tree.question_id!r}: root {root['node_id']!r} records no prompt; is it a TreePS-RAG tree?"
+        )
     return initial_prompt(root["text"], name)
 
 
@@ -70,8 +71,10 @@ def tree_paths(tree: RowTree) -> list[list[dict[str, Any]]]:
         bad = [n for n in chain[1:] if n["kind"] not in STEP_KINDS]
         if chain[0]["kind"] != "question" or bad:
             node = bad[0] if bad else chain[0]
-            raise ValueError(f"question {tree.question_id!r}: node {node['node_id']!r} of kind "
-                             f"{node['kind']!r} is not a TreePS-RAG step")
+            raise ValueError(
+                f"question {tree.question_id!r}: node {node['node_id']!r} of kind "
+                f"{node['kind']!r} is not a TreePS-RAG step"
+            )
     return chains
 
 
@@ -115,12 +118,13 @@ def _row(tree: RowTree, prompt: list[dict], chain: list[dict], sampled: bool, se
     advantages = [node.get("advantage") for node in chain[1:]]
     if None in advantages:
         node = chain[1:][advantages.index(None)]
-        raise ValueError(f"question {tree.question_id!r}: node {node['node_id']!r} has no advantage; "
-                         "run valuation first (the build's valuation stage, tasks/valuate.py, "
-                         "values the strategies valuation.strategies names)")
+        raise ValueError(
+            f"question {tree.question_id!r}: node {node['node_id']!r} has no advantage; "
+            "run valuation first (the build's valuation stage, tasks/valuate.py, "
+            "values the strategies valuation.strategies names)"
+        )
     return {
-        "trajectory_id": stable_id("trajectory", tree.run_id, tree.question_id, tree.strategy,
-                                   leaf["node_id"]),
+        "trajectory_id": stable_id("trajectory", tree.run_id, tree.question_id, tree.strategy, leaf["node_id"]),
         "run_id": tree.run_id,
         "question_id": tree.question_id,
         "strategy": tree.strategy,

@@ -22,18 +22,20 @@ from typing import Any
 from ragfactory.tasks.training.methods import dpo, grpo, grpo_agentic, prm, sft, tree_advantage
 from ragfactory.tasks.training.methods.spec import REWARD_OPTIONS, MethodContext, MethodSpec
 
-METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (
-    sft.SPEC,
-    dpo.SPEC,
-    grpo.SPEC,
-    grpo_agentic.SPEC,
-    tree_advantage.SPEC,
-    prm.SPEC,
-)}
+METHODS: dict[str, MethodSpec] = {
+    spec.name: spec
+    for spec in (
+        sft.SPEC,
+        dpo.SPEC,
+        grpo.SPEC,
+        grpo_agentic.SPEC,
+        tree_advantage.SPEC,
+        prm.SPEC,
+    )
+}
 TRAIN_METHODS: tuple[str, ...] = tuple(METHODS)
 
-__all__ = ["METHODS", "REWARD_OPTIONS", "TRAIN_METHODS", "MethodContext", "MethodSpec", "check_options",
-           "method_spec"]
+__all__ = ["METHODS", "REWARD_OPTIONS", "TRAIN_METHODS", "MethodContext", "MethodSpec", "check_options", "method_spec"]
 
 
 def method_spec(name: str) -> MethodSpec:
@@ -48,5 +50,7 @@ def check_options(method: str, options: dict[str, Any]) -> None:
     known = METHODS[method].options if method in METHODS else ()
     unknown = sorted(set(options) - set(known))
     if unknown:
-        raise ValueError(f"train --method {method}: unknown option(s) {unknown}; "
-                         f"{'known: ' + ', '.join(known) if known else 'it takes none'}")
+        raise ValueError(
+            f"train --method {method}: unknown option(s) {unknown}; "
+            f"{'known: ' + ', '.join(known) if known else 'it takes none'}"
+        )

@@ -4,8 +4,11 @@
 from ragfactory.tasks.training.methods.spec import MICRO_BATCH, MethodSpec
 
 SPEC = MethodSpec(
-    "dpo", "preference_pairs", ("prompt", "chosen", "rejected"),
-    config="trl:DPOConfig", trainer="trl:DPOTrainer",
+    "dpo",
+    "preference_pairs",
+    ("prompt", "chosen", "rejected"),
+    config="trl:DPOConfig",
+    trainer="trl:DPOTrainer",
     # max_length as SFT's (the pairs' prompts are the same conversations); micro-batches as SFT's; the
     # reference log-probs computed once before training from the initial weights, so no reference
     # copy is held and no step runs a reference forward.

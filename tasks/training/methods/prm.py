@@ -13,8 +13,11 @@ def prm_reward(ctx: RewardContext) -> RewardFunc:
 
 
 SPEC = MethodSpec(
-    "prm", "step_labels", ("label_id", "prompt", "completions", "labels"),
-    options=("heldout_fraction", "max_length"), module="ragfactory.tasks.training.prm.trainer",
+    "prm",
+    "step_labels",
+    ("label_id", "prompt", "completions", "labels"),
+    options=("heldout_fraction", "max_length"),
+    module="ragfactory.tasks.training.prm.trainer",
     defaults={"per_device_train_batch_size": 2},  # a CPU worker's batch
     rewards={"prm": prm_reward},
 )

@@ -7,8 +7,11 @@ Each assistant turn becomes a prompt/completion row (``data.sft_prompt_completio
 from ragfactory.tasks.training.methods.spec import MICRO_BATCH, MethodSpec
 
 SPEC = MethodSpec(
-    "sft", "sft_examples", ("messages",),
-    config="trl:SFTConfig", trainer="trl:SFTTrainer",
+    "sft",
+    "sft_examples",
+    ("messages",),
+    config="trl:SFTConfig",
+    trainer="trl:SFTTrainer",
     prepare="ragfactory.tasks.training.data:sft_prompt_completions",
     # only the assistant turns train; 1024 tokens hold the demo's longest conversation
     # TRL's default batch of 8 as 4 micro-batches of 2: the same gradient per step, a quarter of the

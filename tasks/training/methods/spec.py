@@ -70,8 +70,10 @@ class MethodSpec:
 
     def __post_init__(self):
         if (self.trainer is None) == (self.module is None):
-            raise ValueError(f"method {self.name!r}: give exactly one of trainer (a stock TRL trainer) "
-                             "or module (one with build_trainer)")
+            raise ValueError(
+                f"method {self.name!r}: give exactly one of trainer (a stock TRL trainer) "
+                "or module (one with build_trainer)"
+            )
 
     @property
     def stock(self) -> bool:
@@ -121,8 +123,9 @@ class MethodContext:
 
         if self.run_id is None or self.warehouse is None:
             return None
-        rows = query(self.warehouse, "select config, inputs from runs where run_id = $run_id",
-                     {"run_id": self.run_id}).to_pylist()
+        rows = query(
+            self.warehouse, "select config, inputs from runs where run_id = $run_id", {"run_id": self.run_id}
+        ).to_pylist()
         return {**rows[0], "config": json.loads(rows[0]["config"] or "{}")} if rows else None
 
     def judge_generator(self):
@@ -142,7 +145,9 @@ class MethodContext:
         from ragfactory.warehouse.catalog import query
 
         ids = sorted({str(r["question_id"]) for r in self.rows})
-        rows = query(self.warehouse, "select question_id, question from questions where list_contains($ids, question_id)",
-                     {"ids": ids}).to_pylist()
+        rows = query(
+            self.warehouse,
+            "select question_id, question from questions where list_contains($ids, question_id)",
+            {"ids": ids},
+        ).to_pylist()
         return {r["question_id"]: r["question"] for r in rows}
-

@@ -51,8 +51,12 @@ def checked_row(row: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"step_labels row {label_id!r}: no step")
     if any(label not in (True, False) for label in labels):
         raise ValueError(f"step_labels row {label_id!r}: labels must be booleans, got {labels}")
-    return {"label_id": str(label_id), "prompt": str(row["prompt"]), "completions": steps,
-            "labels": [bool(label) for label in labels]}
+    return {
+        "label_id": str(label_id),
+        "prompt": str(row["prompt"]),
+        "completions": steps,
+        "labels": [bool(label) for label in labels],
+    }
 
 
 def separator_ids(tokenizer) -> list[int]:
@@ -71,8 +75,9 @@ def kept_steps(prompt_len: int, step_lens: Sequence[int], max_length: int | None
     return len(step_lens)
 
 
-def encode_steps(tokenizer, prompt: str, steps: Sequence[str], labels: Sequence[bool] | None = None,
-                 max_length: int | None = None) -> EncodedRow:
+def encode_steps(
+    tokenizer, prompt: str, steps: Sequence[str], labels: Sequence[bool] | None = None, max_length: int | None = None
+) -> EncodedRow:
     """The module docstring's layout; ``labels`` None (scoring) leaves every label -100."""
     prompt_ids = tokenizer(prompt)["input_ids"]
     separator = separator_ids(tokenizer)

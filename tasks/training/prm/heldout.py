@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 
+
 def split_key(label_id: str) -> float:
     """sha256 of the id, its first 8 bytes as a fraction of 2**64: uniform and stable across runs."""
     return int.from_bytes(hashlib.sha256(label_id.encode("utf-8")).digest()[:8], "big") / 2**64
@@ -31,8 +32,9 @@ def heldout_ids(label_ids: Iterable[str], fraction: float) -> set[str]:
 def heldout_metrics(labels: Sequence[Sequence[bool]], scores: Sequence[Sequence[float]]) -> dict[str, float]:
     """Accuracy of P(good) > 0.5 and the mean score of good and of bad steps; steps cut by
     ``max_length`` (no score) are not counted."""
-    pairs = [(label, score) for row_labels, row_scores in zip(labels, scores)
-             for label, score in zip(row_labels, row_scores)]
+    pairs = [
+        (label, score) for row_labels, row_scores in zip(labels, scores) for label, score in zip(row_labels, row_scores)
+    ]
     metrics = {"prm_heldout_steps": float(len(pairs))}
     if pairs:
         metrics["prm_heldout_accuracy"] = sum((s > 0.5) == lab for lab, s in pairs) / len(pairs)

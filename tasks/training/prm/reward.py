@@ -35,7 +35,7 @@ def split_steps(text: str) -> list[str]:
     """The steps of a completion, cut where the export's steps end (module docstring)."""
     steps, start = [], 0
     for match in STEP_END.finditer(text):
-        steps.append(text[start:match.end()].strip())
+        steps.append(text[start : match.end()].strip())
         start = match.end()
     steps.append(text[start:].strip())
     return [s for s in steps if s] or [text.strip()]

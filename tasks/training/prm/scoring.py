@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ragfactory.tasks.training.prm.encoding import GOOD, EncodedRow, encode_steps
 
+
 def load_tokenizer(path: str | Path):
     from transformers import AutoTokenizer
 
@@ -29,7 +30,7 @@ def step_probabilities(model, encoded: Sequence[EncodedRow], pad_id: int, batch_
     model.eval()
     with torch.no_grad():
         for start in range(0, len(encoded), batch_size):
-            chunk = encoded[start:start + batch_size]
+            chunk = encoded[start : start + batch_size]
             width = max(len(e.input_ids) for e in chunk)
             ids = torch.tensor([e.input_ids + [pad_id] * (width - len(e.input_ids)) for e in chunk])
             mask = torch.tensor([[1] * len(e.input_ids) + [0] * (width - len(e.input_ids)) for e in chunk])

@@ -19,6 +19,7 @@ from ragfactory.tasks.training.prm.encoding import ID2LABEL, checked_row, encode
 from ragfactory.tasks.training.prm.heldout import heldout_ids, heldout_metrics
 from ragfactory.tasks.training.prm.scoring import load_tokenizer, step_probabilities
 
+
 @dataclass(frozen=True)
 class PRMOptions:
     heldout_fraction: float = 0.1
@@ -45,10 +46,17 @@ def training_features(rows: Sequence[dict], tokenizer, max_length: int, logger) 
             shortened.append(row["label_id"])
         features.append({"input_ids": encoded.input_ids, "labels": encoded.labels})
     if truncated := {*cut, *shortened, *dropped}:
-        logger.warning("prm: max_length %d truncated %d of %d rows: %d had the prompt cut from the left, "
-                       "%d lost trailing steps, %d are left out (not one step fits); first: %r",
-                       max_length, len(truncated), len(rows), len(cut), len(shortened), len(dropped),
-                       (dropped or shortened or cut)[0])
+        logger.warning(
+            "prm: max_length %d truncated %d of %d rows: %d had the prompt cut from the left, "
+            "%d lost trailing steps, %d are left out (not one step fits); first: %r",
+            max_length,
+            len(truncated),
+            len(rows),
+            len(cut),
+            len(shortened),
+            len(dropped),
+            (dropped or shortened or cut)[0],
+        )
     return features
 
 
@@ -69,7 +77,8 @@ def token_classifier(path: str, tokenizer, peft_config=None):
 
     dtype = torch.bfloat16 if device_settings()["bf16"] else torch.float32
     model = AutoModelForTokenClassification.from_pretrained(
-        str(path), num_labels=2, id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()}, dtype=dtype)
+        str(path), num_labels=2, id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()}, dtype=dtype
+    )
     model.config.pad_token_id = tokenizer.pad_token_id
     if peft_config is None:
         return model
@@ -82,8 +91,7 @@ def token_classifier(path: str, tokenizer, peft_config=None):
 class PRMTrainer(Trainer):
     """``transformers.Trainer`` that scores the held-out rows after training (into the metrics)."""
 
-    def __init__(self, *args, heldout: Sequence[dict] = (), max_length: int | None = None,
-                 prm_logger=None, **kwargs):
+    def __init__(self, *args, heldout: Sequence[dict] = (), max_length: int | None = None, prm_logger=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.heldout, self.prm_max_length, self.prm_logger = list(heldout), max_length, prm_logger
 
@@ -94,16 +102,25 @@ class PRMTrainer(Trainer):
 
     def score_heldout(self) -> dict[str, float]:
         tokenizer = self.processing_class
-        encoded = [encode_steps(tokenizer, r["prompt"], r["completions"], None, self.prm_max_length)
-                   for r in self.heldout]
-        scores = step_probabilities(self.model, encoded, tokenizer.pad_token_id,
-                                    self.args.per_device_eval_batch_size) if encoded else []
+        encoded = [
+            encode_steps(tokenizer, r["prompt"], r["completions"], None, self.prm_max_length) for r in self.heldout
+        ]
+        scores = (
+            step_probabilities(self.model, encoded, tokenizer.pad_token_id, self.args.per_device_eval_batch_size)
+            if encoded
+            else []
+        )
         logger = self.prm_logger if self.is_world_process_zero() else None
         for row, row_scores in zip(self.heldout, scores):
             for i, (label, score) in enumerate(zip(row["labels"], row_scores), start=1):
                 if logger is not None:
-                    logger.info("prm held-out %s step %d: label %s, P(good) %.3f",
-                                         row["label_id"], i, "good" if label else "bad", score)
+                    logger.info(
+                        "prm held-out %s step %d: label %s, P(good) %.3f",
+                        row["label_id"],
+                        i,
+                        "good" if label else "bad",
+                        score,
+                    )
         return heldout_metrics([r["labels"] for r in self.heldout], scores)
 
 
@@ -124,9 +141,15 @@ def build_trainer(ctx: MethodContext) -> PRMTrainer:
     model = token_classifier(ctx.model_path, tokenizer, ctx.peft_config)
     overrides = {k: v for k, v in ctx.trl.items() if k != "max_length"}
     args = trl_args("prm", ctx.output_dir, ctx.save_steps, ctx.seed, overrides)
-    ctx.logger.info("prm: %d rows train (%d after truncation), %d held out", len(train_rows),
-                    len(features), len(held))
-    return PRMTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(features),
-                      processing_class=tokenizer, data_collator=DataCollatorForTokenClassification(tokenizer),
-                      callbacks=list(ctx.callbacks), heldout=[r for r in rows if r["label_id"] in held],
-                      max_length=options.max_length, prm_logger=ctx.logger)
+    ctx.logger.info("prm: %d rows train (%d after truncation), %d held out", len(train_rows), len(features), len(held))
+    return PRMTrainer(
+        model=model,
+        args=args,
+        train_dataset=datasets.Dataset.from_list(features),
+        processing_class=tokenizer,
+        data_collator=DataCollatorForTokenClassification(tokenizer),
+        callbacks=list(ctx.callbacks),
+        heldout=[r for r in rows if r["label_id"] in held],
+        max_length=options.max_length,
+        prm_logger=ctx.logger,
+    )
