@@ -31,9 +31,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/ragfactory build --config configs/demo.yaml
 
-# Two workers on CI's two cores: much of the suite waits on servers, processes and the model's
-# single-threaded parts, so a second worker fills the idle core (scopes: tests/conftest.py).
-TEST_WORKERS ?= 2
+# Three workers on CI's two cores, each with one torch/BLAS thread (tests/conftest.py): much of
+# the suite waits on servers starting, subprocess builds and polls, and two workers left a core
+# idle a fifth of the time; scopes (a module, or all of tests/e2e/) also in tests/conftest.py.
+TEST_WORKERS ?= 3
 test: $(STAMP) $(VLLM_STAMP) $(CLIENTS_STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
