@@ -2,11 +2,13 @@
 
 The folder (written here into a temporary directory, as a package the library does not ship)
 holds what a shipped strategy's folder holds: ``plugin.py`` (the ``Strategy``, naming its
-``exports`` module and its ``views/``), ``exports.py`` (its ``EXPORTS``) and
+``exports``, ``training`` and ``evaluation`` modules and its ``views/``), ``exports.py`` (its
+``EXPORTS``), ``training.py`` (a reward, ``REWARDS``), ``evaluation.py`` (a mode, ``MODES``) and
 ``views/toy_answers.sql``. Registering its plug-in in the strategy registry, the one line a
 shipped strategy adds to ``tasks/search/registry.py``, is all it takes: the build expands it
 (each question answered with its first gold answer, so the engine is never asked), the export
-stage finds its exporter, and the catalog shows its view.
+stage finds its exporter, the catalog shows its view, a training names its reward and an
+evaluation its mode.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ async def expand(question, context, config):
 
 
 TOY = Strategy("toy", GoldConfig, expand, exports=f"{__package__}.exports",
-               views=Path(__file__).parent / "views")
+               views=Path(__file__).parent / "views", training=f"{__package__}.training",
+               evaluation=f"{__package__}.evaluation")
 """,
     "exports.py": """
 from ragfactory.tasks.export.registry import Exporter, StrategyExports
@@ -69,6 +72,26 @@ def sft(inputs, config, run_seed):
 EXPORTS = StrategyExports("toy", (Exporter(
     "sft_examples", {"nodes": ("node_id", "run_id", "question_id", "kind", "text"),
                      "questions": ("question_id", "question")}, sft),))
+""",
+    "training.py": """
+def answer_length(context):
+    def toy_length(prompts, completions, **columns):  # TRL logs rewards/toy_length/mean
+        return [min(len(str(c)), 10) / 10 for c in completions]
+
+    return toy_length
+
+
+REWARDS = {"toy_length": answer_length}
+""",
+    "evaluation.py": """
+from ragfactory.tasks.eval.inference import Outcome
+
+
+async def gold(question, generator, retriever, config):
+    return Outcome(prediction=question.golden_answers[0])
+
+
+MODES = {"toy_gold": gold}
 """,
     "views/toy_answers.sql": "select question_id, text as answer, reward from nodes "
     "where strategy = 'toy' and kind = 'answer'\n",
@@ -125,3 +148,23 @@ def test_a_strategy_view_leaves_the_catalog_with_its_strategy(toy_folder):
     STRATEGIES.unregister("toy")
     assert "toy_answers" not in sql_views()
     assert {"decex_layers", "treeps_tree", "apex_plans", "mcts_tree", "r3_trajectories"} <= set(sql_views())
+
+
+def test_a_strategy_folder_adds_its_reward_and_evaluation_mode(toy_folder):
+    import asyncio
+    from types import SimpleNamespace
+
+    from ragfactory.tasks.eval.inference import EvalQuestion, InferenceConfig
+    from ragfactory.tasks.eval.runner import answer_questions, eval_modes
+    from ragfactory.tasks.llm.batcher import Batcher
+    from ragfactory.tasks.training.rewards import declared_rewards, run_rewards
+
+    [reward] = run_rewards(SimpleNamespace(rewards=["toy_length"], rows=[]))
+    assert (reward.__name__, reward(["q", "q"], ["abcd", "a" * 30])) == ("toy_length", [0.4, 1.0])
+    questions = [EvalQuestion("q1", "Who?", ("Ada", "Lovelace")), EvalQuestion("q2", "Where?", ("Paris",))]
+    outcomes = asyncio.run(
+        answer_questions(questions, ["toy_gold"], Batcher(ScriptedBackend()), None, InferenceConfig(), 2)
+    )
+    assert [o.prediction for o in outcomes["toy_gold"]] == ["Ada", "Paris"]
+    STRATEGIES.unregister("toy")
+    assert "toy_gold" not in eval_modes() and "toy_length" not in declared_rewards()
