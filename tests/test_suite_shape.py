@@ -43,3 +43,11 @@ def test_a_module_is_one_xdist_scope_and_the_e2e_package_is_one():
         == xdist_scope("tests/e2e/test_stack_flywheel.py::t")
         == ("tests/e2e/")
     )
+
+
+def test_every_longest_scope_names_a_module_or_package_of_the_suite():
+    from tests.conftest import LONGEST_SCOPES
+
+    root = TESTS.parent
+    assert [scope for scope in LONGEST_SCOPES if not (root / scope).exists()] == []
+    assert len(set(LONGEST_SCOPES)) == len(LONGEST_SCOPES)
