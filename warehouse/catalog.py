@@ -17,6 +17,7 @@ duckdb CLI (``duckdb -readonly catalog.duckdb``), the unrestricted way in.
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -165,15 +166,18 @@ def table_view_sql(warehouse: Warehouse, table: str, confined: bool = False) -> 
     )
 
 
-def create_views(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, confined: bool = False) -> None:
-    """Create the table views and the shipped SQL views on a connection.
+def create_views(
+    con: duckdb.DuckDBPyConnection, warehouse: Warehouse, confined: bool = False, names: set[str] | None = None
+) -> None:
+    """Create the table views and the shipped SQL views on a connection (only those in ``names``
+    when given: ``referenced``).
 
     A table with a damaged file (``warehouse.integrity.quick_damage``: its size is not the one
     recorded, or DuckDB cannot read it) gets a view that fails when read, with one line naming
     the file and the commands that list and repair it; every other table, and the shipped views
     that do not read that table, keep working.
     """
-    for table in TABLES:
+    for table in TABLES if names is None else [t for t in TABLES if t in names]:
         damaged = damaged_files(warehouse, table)
         if not damaged:
             try:
@@ -182,7 +186,27 @@ def create_views(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, confined:
             except duckdb.Error as exc:
                 damaged = damaged_files(warehouse, table, footer=True) or [(f"a file of {table}", first_line(exc))]
         con.execute(f'create or replace view "{table}" as {_failing_select(warehouse, table, damaged)}')
-    create_sql_views(con, sql_views())
+    views = sql_views()
+    create_sql_views(con, views if names is None else {k: v for k, v in views.items() if k in names})
+
+
+def referenced(sql: str) -> set[str]:
+    """The tables and shipped views ``sql`` reads, with the ones those views read in turn: every
+    name that appears in it as a word. A name that appears only in a string or a comment counts
+    too, which costs one view more and never misses one. Creating these rather than all of them
+    (two dozen tables, as many views, a scan of each table's files) is most of a query's cost."""
+    views = sql_views()
+    known = set(TABLES) | set(views)
+
+    def words(text: str) -> set[str]:
+        return set(re.findall(r"[a-z_][a-z0-9_]*", text.lower())) & known
+
+    wanted, todo = set(), words(sql)
+    while todo:
+        name = todo.pop()
+        wanted.add(name)
+        todo |= words(views[name]) - wanted if name in views else set()
+    return wanted
 
 
 def create_sql_views(con: duckdb.DuckDBPyConnection, views: dict[str, str]) -> None:
@@ -282,14 +306,15 @@ def confined_connection(warehouse: Warehouse, limits: SqlLimits | None = None) -
     return con
 
 
-def connect(warehouse: Warehouse) -> duckdb.DuckDBPyConnection:
-    """An in-memory connection holding the catalog's views over local paths, current as of now.
+def connect(warehouse: Warehouse, sql: str | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory connection holding the catalog's views over local paths, current as of now:
+    every one, or those ``sql`` reads (``referenced``).
 
     For the factory's own queries (``query``): SQL written here, with parameters, never a user's
     text. DuckDB reads local Parquet natively, on all its threads.
     """
     con = duckdb.connect()
-    create_views(con, warehouse)
+    create_views(con, warehouse, names=None if sql is None else referenced(sql))
     return con
 
 
@@ -299,7 +324,7 @@ def query(warehouse: Warehouse, sql: str, params: list | dict | None = None) -> 
     Only SELECTs run (``check_read_only``); a person's SQL goes through ``user_query`` instead.
     """
     statements = check_read_only(sql)
-    con = connect(warehouse)
+    con = connect(warehouse, sql)
     try:
         for statement in statements[:-1]:
             con.execute(statement.query)

@@ -129,3 +129,15 @@ def test_queries_from_many_threads_at_once_each_parse_on_their_own_connection(wa
 )
 def test_the_tables_a_query_reads(sql, tables):
     assert tables_read(sql) == tables
+
+
+def test_a_query_creates_the_views_it_reads_and_those_they_read():
+    from ragfactory.warehouse.catalog import referenced
+
+    assert referenced("select count(*) from nodes where run_id = $r") == {"nodes"}
+    assert referenced('SELECT * FROM Runs r JOIN "evals" e USING (run_id)') == {"runs", "evals"}
+    assert referenced("select 'questions' as word") == {"questions"}  # a word in a string counts too
+    agreement = referenced("select * from label_agreement")
+    parts = {"apex_step_labels", "decex_step_labels", "mcts_step_labels", "r3_step_labels", "treeps_step_labels"}
+    assert {"label_agreement", "step_labels_all", "nodes"} | parts <= agreement
+    assert "evals" not in agreement and "preference_pairs" not in agreement
