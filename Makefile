@@ -31,10 +31,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/ragfactory build --config configs/demo.yaml
 
-# Three workers on CI's two cores, each with one torch/BLAS thread (tests/conftest.py): much of
-# the suite waits on servers starting, subprocess builds and polls, and two workers left a core
-# idle a fifth of the time; scopes (a module, or all of tests/e2e/) also in tests/conftest.py.
-TEST_WORKERS ?= 3
+# Four workers on CI's two cores, each with one torch/BLAS thread (tests/conftest.py): much of
+# the suite waits on servers starting, subprocess builds and polls; two workers left a core idle
+# a fifth of the run, three a tenth. Scopes (a module, or all of tests/e2e/), longest first, are
+# in tests/conftest.py too.
+TEST_WORKERS ?= 4
 test: $(STAMP) $(VLLM_STAMP) $(CLIENTS_STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
