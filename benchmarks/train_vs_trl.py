@@ -13,7 +13,8 @@ samples its resident size every 50 ms, kept as the peak of each phase: imports, 
 config says so), and each step. ``--profile`` adds a torch profiler summary of one step.
 
 The ``defaults`` rows train the factory's DPO with no argument but ``max_steps``: what a user of
-``ragfactory train --method dpo`` gets. Ratios compare runs of one invocation.
+``ragfactory train --method dpo`` gets, every weight trained (``factory``) and LoRA adapters only
+(``factory-lora``, the train flow's ``lora.enabled``). Ratios compare runs of one invocation.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -121,8 +123,8 @@ def step_callback(sampler: RssSampler, times: list[float]):
     return Steps()
 
 
-def factory_trainer(root: str, method: str, trl: dict, callback):
-    """Train through the factory's runner; returns its metrics."""
+def factory_trainer(root: str, method: str, trl: dict, callback, lora: bool = False):
+    """Train through the factory's runner (LoRA adapters when ``lora``); returns its metrics."""
     import logging
 
     from ragfactory.flows.config import TrainConfig
@@ -138,6 +140,7 @@ def factory_trainer(root: str, method: str, trl: dict, callback):
         seed=SEED,
         trl=trl,
         output_dir=tempfile.mkdtemp(dir=root),
+        lora={"enabled": lora},
     )
     return train_planned(wh, config, plan_training(wh, config), logging.getLogger("bench"), callbacks=[callback])
 
@@ -224,7 +227,7 @@ def child(side: str, method: str, root: str, trl: dict, out: str, profile: bool)
     sampler = RssSampler()
     sampler.start()
     times: list[float] = []
-    fn = factory_trainer if side == "factory" else trl_trainer
+    fn = {"factory": factory_trainer, "trl": trl_trainer, "factory-lora": partial(factory_trainer, lora=True)}[side]
     result = {}
     if profile:
         result["profile"] = profile_step(fn, root, method, trl, sampler, times)
@@ -273,6 +276,14 @@ def main(profile: bool) -> None:
                 "side": "factory",
                 "args": "defaults",
                 **run_child("factory", "dpo", root, {"max_steps": STEPS}),
+            }
+        )
+        rows.append(
+            {
+                "method": "dpo",
+                "side": "factory-lora",
+                "args": "defaults",
+                **run_child("factory-lora", "dpo", root, {"max_steps": STEPS}),
             }
         )
         if profile:
