@@ -147,13 +147,18 @@ def test_the_eta_is_the_remaining_steps_at_the_pace_so_far():
     assert progress.eta(4, 1000, now=began + 30) == "4h09m00s"  # 996 steps x 15 s
 
 
-@pytest.mark.parametrize("method", ["sft", "dpo"])
-def test_the_default_batch_of_8_runs_as_4_micro_batches_of_2(method, tmp_path):
+@pytest.mark.parametrize("method,micro", [("sft", (2, 4)), ("dpo", (1, 8))])
+def test_the_default_batch_of_8_runs_as_micro_batches(method, micro, tmp_path):
     args = trl_args(method, tmp_path, save_steps=10, seed=0)
-    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (2, 4)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == micro
     asked = trl_args(method, tmp_path, save_steps=10, seed=0, overrides={"per_device_train_batch_size": 3})
     assert (asked.per_device_train_batch_size, asked.gradient_accumulation_steps) == (3, 1)
 
 
-def test_dpo_computes_its_reference_log_probs_once(tmp_path):
-    assert trl_args("dpo", tmp_path, save_steps=10, seed=0).precompute_ref_log_probs is True
+def test_dpo_computes_its_reference_log_probs_once_and_recomputes_activations(tmp_path):
+    args = trl_args("dpo", tmp_path, save_steps=10, seed=0)
+    assert (args.precompute_ref_log_probs, args.precompute_ref_batch_size, args.gradient_checkpointing) == (
+        True,
+        1,
+        True,
+    )
