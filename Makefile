@@ -31,11 +31,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/ragfactory build --config configs/demo.yaml
 
-# Four workers on CI's two cores, each with one torch/BLAS thread (tests/conftest.py): much of
-# the suite waits on servers starting, subprocess builds and polls; two workers left a core idle
-# a fifth of the run, three a tenth. Scopes (a module, or all of tests/e2e/), longest first, are
-# in tests/conftest.py too.
-TEST_WORKERS ?= 4
+# Three workers on CI's two cores, each with one torch/BLAS thread (tests/conftest.py): much of
+# the suite waits on servers starting, subprocess builds and polls. Two workers left a core idle
+# a fifth of the run (37 min), three a tenth (31 min), four spent more CPU than they filled
+# (32 min). Scopes (a module, or all of tests/e2e/), longest first, are in tests/conftest.py.
+TEST_WORKERS ?= 3
 test: $(STAMP) $(VLLM_STAMP) $(CLIENTS_STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
