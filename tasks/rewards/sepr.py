@@ -132,11 +132,12 @@ class PlanScorer:
 def load_plan_scorer(
     config: SeprConfig = SeprConfig(), cache_dir: str | Path | None = None, device: str | None = None
 ) -> PlanScorer:
-    """A scorer with ``config.model`` loaded offline (once per process: every shard shares it),
-    its vectors cached under ``cache_dir``."""
-    from ragfactory.tasks.retrieval.dense import shared_embedder
+    """A scorer with ``config.model`` loaded offline on its first text to embed (once per
+    process: every shard shares it), its vectors cached under ``cache_dir``. A shard with no gold
+    plan to match, or whose vectors are all cached, never loads the model."""
+    from ragfactory.tasks.retrieval.dense import LazyEmbedder
 
-    return PlanScorer(EmbeddingCache(shared_embedder(config.model, device), cache_dir), config)
+    return PlanScorer(EmbeddingCache(LazyEmbedder(config.model, device), cache_dir), config)
 
 
 def plan_score_row(
