@@ -17,7 +17,6 @@ duckdb CLI (``duckdb -readonly catalog.duckdb``), the unrestricted way in.
 
 from __future__ import annotations
 
-import re
 from importlib import resources
 from pathlib import Path
 
@@ -102,19 +101,38 @@ def tables_read(sql: str) -> set[str] | None:
     read them, or as ``warehouse://<table>/…`` files. None when that cannot be told (a statement
     the parser does not take or describe, a reader whose path the query computes): then every
     table may be read. A mirror pulls only these before the query (``ragfactory sql``)."""
-    views = sql_views()
-    read: set[str] = set()
-    pending, seen = [sql], set()
+    found = _read_closure(sql, sql_views())
+    if found is None:
+        return None
+    names, paths = found
+    return (names | {path[len(PREFIX) :].split("/", 1)[0] for path in paths if path.startswith(PREFIX)}) & TABLES.keys()
+
+
+def referenced(sql: str, views: dict[str, str] | None = None) -> set[str] | None:
+    """The tables and shipped views (of ``views``, by default ``sql_views()``) ``sql`` reads, with
+    the ones those views read in turn; None when the parser cannot tell (then all of them).
+    Creating these rather than all of them (two dozen tables, as many views, a scan of each
+    table's files) is most of a query's cost."""
+    views = sql_views() if views is None else views
+    found = _read_closure(sql, views)
+    return None if found is None else found[0] & (TABLES.keys() | views.keys())
+
+
+def _read_closure(sql: str, views: dict[str, str]) -> tuple[set[str], set[str]] | None:
+    """The names ``sql`` reads (lower case, as DuckDB matches them) with those the views among
+    them read in turn, and the literal reader paths of all of them; None when one cannot be told."""
+    names: set[str] = set()
+    paths: set[str] = set()
+    pending = [sql]
     while pending:
         found = _references(pending.pop())
         if found is None:
             return None
-        names, paths = found
-        read |= {path[len(PREFIX) :].split("/", 1)[0] for path in paths if path.startswith(PREFIX)}
-        read |= names & TABLES.keys()
-        pending += [views[name] for name in names - seen if name in views]
-        seen |= names
-    return read & TABLES.keys()
+        new = {name.lower() for name in found[0]} - names
+        paths |= found[1]
+        pending += [views[name] for name in new if name in views]
+        names |= new
+    return names, paths
 
 
 def _references(sql: str) -> tuple[set[str], set[str]] | None:
@@ -167,10 +185,14 @@ def table_view_sql(warehouse: Warehouse, table: str, confined: bool = False) -> 
 
 
 def create_views(
-    con: duckdb.DuckDBPyConnection, warehouse: Warehouse, confined: bool = False, names: set[str] | None = None
+    con: duckdb.DuckDBPyConnection,
+    warehouse: Warehouse,
+    confined: bool = False,
+    names: set[str] | None = None,
+    views: dict[str, str] | None = None,
 ) -> None:
-    """Create the table views and the shipped SQL views on a connection (only those in ``names``
-    when given: ``referenced``).
+    """Create the table views and the shipped SQL views (``views``, by default ``sql_views()``)
+    on a connection; only those in ``names`` when given (``referenced``).
 
     A table with a damaged file (``warehouse.integrity.quick_damage``: its size is not the one
     recorded, or DuckDB cannot read it) gets a view that fails when read, with one line naming
@@ -186,27 +208,8 @@ def create_views(
             except duckdb.Error as exc:
                 damaged = damaged_files(warehouse, table, footer=True) or [(f"a file of {table}", first_line(exc))]
         con.execute(f'create or replace view "{table}" as {_failing_select(warehouse, table, damaged)}')
-    views = sql_views()
+    views = sql_views() if views is None else views
     create_sql_views(con, views if names is None else {k: v for k, v in views.items() if k in names})
-
-
-def referenced(sql: str) -> set[str]:
-    """The tables and shipped views ``sql`` reads, with the ones those views read in turn: every
-    name that appears in it as a word. A name that appears only in a string or a comment counts
-    too, which costs one view more and never misses one. Creating these rather than all of them
-    (two dozen tables, as many views, a scan of each table's files) is most of a query's cost."""
-    views = sql_views()
-    known = set(TABLES) | set(views)
-
-    def words(text: str) -> set[str]:
-        return set(re.findall(r"[a-z_][a-z0-9_]*", text.lower())) & known
-
-    wanted, todo = set(), words(sql)
-    while todo:
-        name = todo.pop()
-        wanted.add(name)
-        todo |= words(views[name]) - wanted if name in views else set()
-    return wanted
 
 
 def create_sql_views(con: duckdb.DuckDBPyConnection, views: dict[str, str]) -> None:
@@ -314,7 +317,8 @@ def connect(warehouse: Warehouse, sql: str | None = None) -> duckdb.DuckDBPyConn
     text. DuckDB reads local Parquet natively, on all its threads.
     """
     con = duckdb.connect()
-    create_views(con, warehouse, names=None if sql is None else referenced(sql))
+    views = sql_views()
+    create_views(con, warehouse, names=None if sql is None else referenced(sql, views), views=views)
     return con
 
 
