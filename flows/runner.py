@@ -125,13 +125,18 @@ def prefect_env() -> dict[str, str]:
         return {"PREFECT_API_URL": str(client.api_url).rstrip("/")}
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
 def worker_env(workers: int) -> dict[str, str]:
-    """The environment of a temporary cluster's workers: this machine's cores shared out among
-    them (torch and BLAS size their thread pools from ``OMP_NUM_THREADS``), so that four workers
-    on four cores run four single-threaded engines rather than sixteen threads fighting over four
-    cores. A value already set in the environment wins."""
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    return {name: os.environ.get(name, str(threads)) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    """The environment of ``workers`` processes sharing this machine (a temporary cluster's
+    workers, the test suite's): the cores this process may run on shared out among them (torch
+    and BLAS size their thread pools from these variables), so that four workers on four cores
+    run four single-threaded engines rather than sixteen threads fighting over four cores. A
+    value already set in the environment wins."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = max(1, cores // workers)
+    return {name: os.environ.get(name, str(threads)) for name in THREAD_VARIABLES}
 
 
 def settled_state(future: PrefectFuture) -> State:

@@ -12,16 +12,15 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# Under `pytest -n N` the machine's cores are shared out among the N workers (as a build's
-# temporary cluster shares them, ``flows/runner.py`` ``worker_env``): torch and BLAS size their
-# thread pools from these variables, and two workers each spinning a pool as wide as the machine
-# made the model's calls several times slower than one worker alone. Children (a Prefect stack's
-# workers, subprocess builds) inherit the share.
+# Under `pytest -n N` the machine's cores are shared out among the N workers as a build's
+# temporary cluster shares them (``flows/runner.py`` ``worker_env``): two workers each spinning a
+# torch pool as wide as the machine made the model's calls several times slower than one worker
+# alone. Children (a Prefect stack's workers, subprocess builds) inherit the share.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
-    _SHARE = str(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
-    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ.setdefault(_name, _SHARE)
+    from ragfactory.flows.runner import worker_env
+
+    os.environ.update(worker_env(_WORKERS))
 # The embedded model is converted once into the checkout's pytest cache, never into ~/.cache;
 # every warehouse root a test (or a worker it starts) makes links its files from there.
 os.environ.setdefault(

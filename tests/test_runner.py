@@ -83,10 +83,10 @@ def test_a_settled_shard_keeps_its_state():
 def test_a_temporary_clusters_workers_share_the_cores(monkeypatch):
     from ragfactory.flows.runner import worker_env
 
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
-    cores = os.cpu_count() or 1
-    assert worker_env(cores) == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    cores = len(os.sched_getaffinity(0))
+    assert worker_env(cores) == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     assert worker_env(cores * 3)["OMP_NUM_THREADS"] == "1"  # never 0
     assert worker_env(1)["OMP_NUM_THREADS"] == str(cores)
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
