@@ -181,25 +181,22 @@ PACKAGE_SCOPES = ("tests/e2e/",)
 # scope when the others are about done (xdist's own order, by number of tests, left the one-test
 # memory bound and the embedded evaluation for the last minutes of the run).
 LONGEST_SCOPES = (
-    "tests/e2e/",  # 733 s
-    "tests/flows/test_evaluate.py",  # 514 s
-    "tests/flows/test_memory_bounded.py",  # 396 s
-    "tests/search/test_structured_slow.py",  # 331 s
-    "tests/faults/test_run_states.py",  # 272 s
-    "tests/flows/test_build_distributed.py",  # 266 s
-    "tests/search/test_apex_slow.py",  # 259 s
-    "tests/search/test_mcts_slow.py",  # 247 s
-    "tests/llm/test_vllm_backend.py",  # 243 s
-    "tests/export/test_trainer_clients.py",  # 234 s
-    "tests/training/test_embedded_training.py",  # 169 s
-    "tests/faults/test_prefect_settings.py",  # 141 s
-    "tests/faults/test_preflight.py",  # 136 s
-    "tests/search/test_r3_slow.py",  # 131 s
-    "tests/flows/test_nightly.py",  # 105 s
-    "tests/dashboard/test_browser.py",  # 96 s
-    "tests/training/test_agentic_slow.py",  # 92 s
-    "tests/flows/test_train_process.py",  # 91 s
-    "tests/faults/test_repair.py",  # 82 s
+    "tests/flows/test_memory_bounded.py",  # 513 s
+    "tests/e2e/",  # 460 s
+    "tests/flows/test_evaluate.py",  # 339 s
+    "tests/llm/test_vllm_backend.py",  # 233 s
+    "tests/search/test_structured_slow.py",  # 175 s
+    "tests/search/test_mcts_slow.py",  # 156 s
+    "tests/search/test_apex_slow.py",  # 149 s
+    "tests/faults/test_run_states.py",  # 123 s
+    "tests/training/test_agentic_slow.py",  # 120 s
+    "tests/training/test_embedded_training.py",  # 119 s
+    "tests/export/test_trainer_clients.py",  # 110 s
+    "tests/flows/test_build_distributed.py",  # 109 s
+    "tests/search/test_r3_slow.py",  # 108 s
+    "tests/flows/test_nightly.py",  # 58 s
+    "tests/faults/test_prefect_settings.py",  # 55 s
+    "tests/test_cli.py",  # 45 s
 )
 
 
