@@ -47,7 +47,8 @@ demo: $(COMPILED) compile-sources
 # Three workers on CI's two cores, each with one torch/BLAS thread (tests/conftest.py): much of
 # the suite waits on servers starting, subprocess builds and polls. Two workers left a core idle
 # a fifth of the run (37 min), three a tenth (31 min), four spent more CPU than they filled
-# (32 min). Scopes (a module, or all of tests/e2e/), longest first, are in tests/conftest.py.
+# (32 min), all before the bytecode was compiled; three now take 19.5 min (docs/testing.md).
+# Scopes (a module, or all of tests/e2e/), longest first, are in tests/conftest.py.
 TEST_WORKERS ?= 3
 test: $(COMPILED) compile-sources $(VLLM_STAMP) $(CLIENTS_STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/ruff format --check .
