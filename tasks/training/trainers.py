@@ -8,6 +8,7 @@ prompt/completion rows of ``data.training_dataset``, so only assistant tokens ca
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 from collections.abc import Sequence
@@ -64,13 +65,37 @@ def trl_args(method: str, output_dir: str | Path, save_steps: int, seed: int, ov
         **generation,
         "save_steps": save_steps,
         "seed": seed,
-        **(overrides or {}),
+        **_renamed(overrides or {}),
     }
     kwargs["output_dir"] = str(output_dir)
+    _checkpointing_by_its_name(config, kwargs)
     try:
         return config(**kwargs)
     except TypeError as exc:
         raise ValueError(f"{method}: bad TRL config override: {exc}") from exc
+
+
+def _renamed(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``overrides`` with ``gradient_checkpointing`` under its current name, so that it overrides a
+    method's ``activation_checkpointing`` default."""
+    if "gradient_checkpointing" not in overrides or "activation_checkpointing" in overrides:
+        return overrides
+    renamed = {k: v for k, v in overrides.items() if k != "gradient_checkpointing"}
+    return {**renamed, "activation_checkpointing": overrides["gradient_checkpointing"]}
+
+
+def _checkpointing_by_its_name(config: type, kwargs: dict[str, Any]) -> None:
+    """transformers 5 calls activation recomputation ``activation_checkpointing`` and warns on
+    every config that sets the old ``gradient_checkpointing``, which TRL's configs default to
+    True: each run's log opened with that warning. The new name is set instead, from the old
+    one's value (an override, or the config's default)."""
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    if "activation_checkpointing" not in fields:
+        return
+    old = fields.get("gradient_checkpointing")
+    value = kwargs.pop("gradient_checkpointing", None if old is None else old.default)
+    if isinstance(value, bool):
+        kwargs.setdefault("activation_checkpointing", value)
 
 
 def lora_config(lora: LoraSection):

@@ -155,6 +155,18 @@ def test_the_default_batch_of_8_runs_as_micro_batches(method, micro, tmp_path):
     assert (asked.per_device_train_batch_size, asked.gradient_accumulation_steps) == (3, 1)
 
 
+@pytest.mark.parametrize("method", ["sft", "dpo", "grpo"])
+def test_a_methods_config_says_activation_checkpointing_by_its_current_name(method, tmp_path):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # transformers warns on gradient_checkpointing
+        args = trl_args(method, tmp_path, save_steps=10, seed=0)
+        off = trl_args(method, tmp_path, save_steps=10, seed=0, overrides={"gradient_checkpointing": False})
+    assert (args.activation_checkpointing, args.gradient_checkpointing) == (True, True)  # TRL's default
+    assert (off.activation_checkpointing, off.gradient_checkpointing) == (False, False)  # the old name still works
+
+
 def test_dpo_computes_its_reference_log_probs_once_and_recomputes_activations(tmp_path):
     args = trl_args("dpo", tmp_path, save_steps=10, seed=0)
     assert (args.precompute_ref_log_probs, args.precompute_ref_batch_size, args.gradient_checkpointing) == (

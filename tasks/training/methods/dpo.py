@@ -13,7 +13,7 @@ SPEC = MethodSpec(
     # micro-batches of one pair: a pair is two sequences, and their logits over a 49k vocabulary
     # are most of a step's memory; the same gradient (the same loss, to the digit, in
     # benchmarks/train_vs_trl.py), no padding to the longest pair of a batch, and no slower on CPU.
-    # Activations recomputed in the backward pass (gradient checkpointing); the reference
+    # Activations recomputed in the backward pass (activation checkpointing); the reference
     # log-probs computed once before training, a pair at a time, from the initial weights, so no
     # reference copy is held and no step runs a reference forward. On the embedded model the
     # peak fell from 5.6 GB (2 x 4, no checkpointing) to 4.3 GB.
@@ -23,6 +23,6 @@ SPEC = MethodSpec(
         "precompute_ref_batch_size": 1,
         "per_device_train_batch_size": 1,
         "gradient_accumulation_steps": 8,
-        "gradient_checkpointing": True,
+        "activation_checkpointing": True,
     },
 )
