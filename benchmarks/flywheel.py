@@ -93,6 +93,11 @@ def test_f1(root: str, eval_run_id: str) -> float:
 
 
 def main(args: argparse.Namespace) -> None:
+    # As a command runs its flows: Prefect's settings made first (a temporary server with its own
+    # home, no telemetry), and an interrupt marks the night's runs and leaves no process behind.
+    from ragfactory.cli.common import prefect_local_defaults, run_flow
+
+    cleanup = prefect_local_defaults()
     from ragfactory.flows.config import NightlyConfig
     from ragfactory.flows.nightly import nightly
 
@@ -101,7 +106,7 @@ def main(args: argparse.Namespace) -> None:
     rows = []
     for i in range(1, args.nights + 1):
         start = time.perf_counter()
-        result = nightly(config, night=f"night-{i}")
+        result = run_flow(lambda night=f"night-{i}": nightly(config, night=night, return_state=True), cleanup)
         rows.append(night_row(root, result, time.perf_counter() - start))
         print(rows[-1], flush=True)
     base = config.base_model
