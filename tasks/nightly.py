@@ -7,6 +7,8 @@ here it gets each model's per-question scores from ``evals`` and its row goes to
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pyarrow.parquet as pq
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
@@ -96,9 +98,16 @@ def promote(
         for name, run in (("candidate", candidate_run), ("incumbent", incumbent_run))
     }
     decision = decide(scores["candidate"], scores["incumbent"], config, same_model=candidate == incumbent)
+    if candidate is None:  # every method was skipped: the night's exports held no row to train on
+        decision = replace(decision, reason="no candidate: nothing was trained this night")
     row = promotion_row(pipeline, night, candidate or "", incumbent, config, decision, utc_now(), build_run_id)
     wh.write("promotions", [row], night)
     get_run_logger().info(
-        "night %s: %s %s over %s (%s)", night, decision.decision, candidate, incumbent, decision.reason
+        "night %s: %s %s over %s (%s)",
+        night,
+        decision.decision,
+        candidate or "no candidate",
+        incumbent,
+        decision.reason,
     )
     return row

@@ -66,3 +66,18 @@ def test_the_bootstrap_is_repeatable_and_chunked_the_same_as_whole():
 def test_a_bad_metric_is_refused():
     with pytest.raises(ValueError, match="promotion.metric must be em, f1 or cover_em"):
         PromotionConfig(metric="bleu")
+
+
+def test_a_night_that_trained_nothing_keeps_the_incumbent_and_says_why(tmp_path):
+    from prefect.logging import disable_run_logger
+
+    from ragfactory.tasks.nightly import promote
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    with disable_run_logger():
+        row = promote.fn(str(tmp_path), "flywheel", "night-1", None, "embedded", None, "eval-1", PromotionConfig())
+    assert (row["decision"], row["candidate"], row["incumbent"]) == (KEEP, "", "embedded")
+    assert row["reason"] == "no candidate: nothing was trained this night"
+    written = query(Warehouse(str(tmp_path)), "select decision, reason from promotions").to_pylist()
+    assert written == [{"decision": KEEP, "reason": "no candidate: nothing was trained this night"}]
