@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragfactory.memory import training_allocator
+from ragfactory.memory import tune_allocator
 from ragfactory.tasks.llm.embedded import embedded_model_path, is_embedded
 from ragfactory.tasks.rewards import RewardFunc
 from ragfactory.tasks.training.config import TrainingRequest
@@ -89,11 +89,7 @@ def train_planned(
     extra_rewards: Mapping[str, RewardFunc] | None = None,
 ) -> dict:
     """Train as planned and return the run's metrics (the weights land in ``plan.output_dir``)."""
-    with training_allocator():  # a worker's flow process starts without the CLI's tuning
-        return _train(wh, config, plan, logger, callbacks, extra_rewards)
-
-
-def _train(wh, config, plan, logger, callbacks, extra_rewards) -> dict:
+    tune_allocator()  # a worker's flow process starts without the CLI: freed activations leave the heap
     rows = read_export([Path(f) for f in plan.files], config.method, config.task)
     progress = LossLogger(logger, prefix=f"{plan.model_id}: ")
     spec = method_spec(config.method)
