@@ -18,7 +18,7 @@ import pytest
 from ragfactory.tasks.rewards.answer import cover_exact_match, exact_match, f1_score, normalize_answer
 from tests.export.clients import run_client
 
-pytestmark = pytest.mark.clients
+pytestmark = [pytest.mark.clients, pytest.mark.subprocess]  # FlashRAG runs in .venv-clients
 
 GOLDS = [
     "Paris",
