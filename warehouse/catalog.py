@@ -17,6 +17,7 @@ duckdb CLI (``duckdb -readonly catalog.duckdb``), the unrestricted way in.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -135,9 +136,11 @@ def _read_closure(sql: str, views: dict[str, str]) -> tuple[set[str], set[str]] 
     return names, paths
 
 
-def _references(sql: str) -> tuple[set[str], set[str]] | None:
+@lru_cache(maxsize=512)
+def _references(sql: str) -> tuple[frozenset[str], frozenset[str]] | None:
     """The table names and the literal reader paths in ``sql``'s statements; None when the
-    parser cannot describe one of them or a reader's path is computed."""
+    parser cannot describe one of them or a reader's path is computed. Kept per text: every query
+    that reads a shipped view walks the same view bodies, and a parse costs a millisecond each."""
     names, paths = set(), set()
     con = parser_connection()
     try:
@@ -155,7 +158,7 @@ def _references(sql: str) -> tuple[set[str], set[str]] | None:
                     paths.update(listed)
     except duckdb.Error:
         return None
-    return names, paths
+    return frozenset(names), frozenset(paths)
 
 
 def _quote(path: str) -> str:
