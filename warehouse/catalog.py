@@ -110,10 +110,9 @@ def tables_read(sql: str) -> set[str] | None:
 
 
 def referenced(sql: str, views: dict[str, str] | None = None) -> set[str] | None:
-    """The tables and shipped views (of ``views``, by default ``sql_views()``) ``sql`` reads, with
-    the ones those views read in turn; None when the parser cannot tell (then all of them).
-    Creating these rather than all of them (two dozen tables, as many views, a scan of each
-    table's files) is most of a query's cost."""
+    """The tables and shipped views (of ``views``, default ``sql_views()``) ``sql`` reads, with those
+    they read in turn; None when the parser cannot tell (then all). Creating only these (not two
+    dozen tables, as many views, a scan of each table's files) is most of a query's cost saved."""
     views = sql_views() if views is None else views
     found = _read_closure(sql, views)
     return None if found is None else found[0] & (TABLES.keys() | views.keys())
@@ -122,9 +121,7 @@ def referenced(sql: str, views: dict[str, str] | None = None) -> set[str] | None
 def _read_closure(sql: str, views: dict[str, str]) -> tuple[set[str], set[str]] | None:
     """The names ``sql`` reads (lower case, as DuckDB matches them) with those the views among
     them read in turn, and the literal reader paths of all of them; None when one cannot be told."""
-    names: set[str] = set()
-    paths: set[str] = set()
-    pending = [sql]
+    names, paths, pending = set(), set(), [sql]
     while pending:
         found = _references(pending.pop())
         if found is None:
@@ -138,9 +135,8 @@ def _read_closure(sql: str, views: dict[str, str]) -> tuple[set[str], set[str]] 
 
 @lru_cache(maxsize=512)
 def _references(sql: str) -> tuple[frozenset[str], frozenset[str]] | None:
-    """The table names and the literal reader paths in ``sql``'s statements; None when the
-    parser cannot describe one of them or a reader's path is computed. Kept per text: every query
-    that reads a shipped view walks the same view bodies, and a parse costs a millisecond each."""
+    """The table names and literal reader paths in ``sql``'s statements (kept per text: queries
+    walk the same shipped views); None when one cannot be described or a path is computed."""
     names, paths = set(), set()
     con = parser_connection()
     try:
