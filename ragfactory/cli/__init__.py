@@ -11,7 +11,7 @@ from __future__ import annotations
 
 # isort: off
 from ragfactory.cli import warehouse, building, training, evaluation, serving  # noqa: F401  (they register, in order)
-from ragfactory.cli import corpus  # noqa: F401  (registers `ragfactory corpus`)
+from ragfactory.cli import corpus, world  # noqa: F401  (register `ragfactory corpus`, `ragfactory world`)
 
 # isort: on
 from ragfactory.cli.building import print_build_summary

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ragfactory.tasks.data.jsonl import MAX_PASSAGE_CHARS
 from ragfactory.tasks.data.partitions import PartitionRule
 
-DatasetFormat = Literal["hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "flashrag"]
+DatasetFormat = Literal["hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "flashrag", "world"]
 Partition = Literal["train", "valid", "test"]
 _RULE = PartitionRule()
 

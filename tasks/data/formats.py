@@ -1,7 +1,8 @@
 """Parsers from each benchmark's original row layout to one question with its paragraphs.
 
 Covers the datasets the papers evaluate on (HotpotQA, 2WikiMultiHopQA, MuSiQue, Bamboogle) in
-their official layouts (``ragfactory/data/README.md``), plus FlashRAG's unified JSONL. MuSiQue's
+their official layouts (``ragfactory/data/README.md``), FlashRAG's unified JSONL, and the seeded
+world's questions (``tasks/data/world``, docs/world.md). MuSiQue's
 ``question_decomposition`` becomes the gold plan that SEPR matches predicted plans against
 (Hungarian plan matching); its ``#n`` references to earlier answers are kept verbatim.
 
@@ -185,6 +186,20 @@ def parse_musique(record: dict, line: int) -> ParsedRow:
     )
 
 
+def parse_world(record: dict, line: int) -> ParsedRow:
+    """A question of the seeded world (``tasks/data/world``): MuSiQue's layout plus its rung, the
+    entities it names and the partition its file was written for, kept in ``metadata``."""
+    row = parse_musique(record, line)
+    rung = require_str(record, "rung")
+    entities = require_list(record, "entities")
+    if not all(isinstance(e, str) for e in entities):
+        raise RowError("field 'entities' must be an array of strings")
+    relations = [step.get("relation") for step in record["question_decomposition"]]
+    row.metadata.update(rung=rung, hops=len(row.gold_plan), entities=entities, relations=relations)
+    row.metadata["partition"] = record.get("partition")
+    return row
+
+
 def parse_bamboogle(record: dict, line: int) -> ParsedRow:
     # Bamboogle ships without ids; its line number is stable because the file is fixed
     return ParsedRow(
@@ -223,6 +238,7 @@ FORMATS: dict[str, Parser] = {
     "2wikimultihopqa": parse_2wikimultihopqa,
     "musique": parse_musique,
     "bamboogle": parse_bamboogle,
+    "world": parse_world,
     "flashrag": parse_flashrag,
 }
 
