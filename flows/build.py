@@ -142,7 +142,7 @@ def _questions(
             root,
             run_id,
             tree_strategy(config, strategy),
-            config.llm.policy.model,
+            (config.llm.policy.backend, config.llm.policy.model),
             datasets,
             search.questions_per_night,
             search.shard_size,

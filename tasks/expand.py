@@ -94,7 +94,8 @@ FRONTIER_SQL = (
 expanded as (
     select distinct n.question_id from nodes n join runs r using (run_id)
     where n.strategy = $strategy and n.run_id <> $run_id
-      and json_extract_string(r.config, '$.llm.policy.model') = $policy
+      and json_extract_string(r.config, '$.llm.policy.backend') = $backend
+      and json_extract_string(r.config, '$.llm.policy.model') = $model
 )
 select question_id from questions
 where list_contains($datasets, dataset) and partition = $partition
@@ -111,7 +112,7 @@ def plan_frontier(
     root: str,
     run_id: str,
     strategy: str,
-    policy: str,
+    policy: tuple[str, str],
     datasets: list[str],
     n: int,
     shard_size: int,
@@ -119,16 +120,19 @@ def plan_frontier(
     versions: list[str] | None = None,
 ) -> list[list[str]]:
     """The next ``n`` questions of ``partition`` in sample-key order that no other run expanded
-    with tree strategy ``strategy`` (``nodes.strategy``) and policy model ``policy``, cut into
-    shards: each night extends the last. Run ``run_id`` itself is not counted, so a night that
-    resumes plans the questions it planned before."""
+    with tree strategy ``strategy`` (``nodes.strategy``) and policy ``policy`` (its engine and
+    model together: the null engine's model names only a tokenizer, so a dry run on it is no run
+    of the real engine), cut into shards: each night extends the last. Run ``run_id`` itself is
+    not counted, so a night that resumes plans the questions it planned before."""
+    backend, model = policy
     params = {
         "datasets": datasets,
         "n": n,
         "partition": partition,
         "versions": list(versions or []),
         "strategy": strategy,
-        "policy": policy,
+        "backend": backend,
+        "model": model,
         "run_id": run_id,
     }
     rows = query(Warehouse(root), FRONTIER_SQL, params)

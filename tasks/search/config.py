@@ -54,7 +54,7 @@ class SearchSettings(Section):
         "sample",
         description="sample: questions_per_dataset (or question_ids) every run; frontier: "
         "the next questions_per_night questions in sample_key order that no earlier run of the "
-        "strategy with the same policy model expanded, so each night extends the last",
+        "strategy with the same policy engine and model expanded, so each night extends the last",
     )
     questions_per_night: int | None = Field(
         None, ge=1, description="With select: frontier, how many new questions each strategy expands per run"

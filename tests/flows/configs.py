@@ -5,7 +5,7 @@ nightly pipeline)."""
 from __future__ import annotations
 
 from ragfactory.flows.config import BuildConfig
-from tests.fakes import scripted_llm
+from tests.fakes import SCRIPTED, scripted_llm
 
 STRATEGIES = ["decex", "treeps", "mcts", "r3", "apex"]
 DEMO_SIZES = {  # configs/demo.yaml's tree sizes
@@ -31,8 +31,8 @@ def null_config(root, questions: int = 1, limit: int | None = 20) -> dict:
     }
 
 
-def frontier_config(root, model: str = "scripted-model") -> BuildConfig:
-    llm = scripted_llm(max_in_flight=2)
+def frontier_config(root, model: str = "scripted-model", backend: str = SCRIPTED) -> BuildConfig:
+    llm = scripted_llm(backend, max_in_flight=2)
     llm["policy"]["model"] = model
     return BuildConfig.model_validate(
         {

@@ -4,7 +4,8 @@ earlier run of the strategy with the same policy expanded, as its own run.
 Two nights of a DecEx build (scripted engine) over 40 bundled HotpotQA questions, two new
 questions a night: night 2 expands the third and fourth train questions, night 1's run row is
 kept, a rerun of a night plans the questions it planned before, and a new policy starts again
-from the first questions.
+from the first questions. A dry run on the null engine (docs/null_engine.md), whose model field
+names only its tokenizer, spends no real engine's questions.
 """
 
 from __future__ import annotations
@@ -70,6 +71,17 @@ def test_a_rerun_night_plans_the_same_questions_and_a_new_policy_starts_over(nig
         other = build(frontier_config(root, model="another-policy"), night="n3")
     assert again["run_id"] == first["run_id"] and _expanded(root, again["run_id"]) == sorted(train[:2])
     assert _expanded(root, other["run_id"]) == sorted(train[:2])
+
+
+def test_dry_runs_on_the_null_engine_leave_a_real_engine_night_its_questions(tmp_path):
+    root = tmp_path / "wh"
+    dry = [build(frontier_config(root, model="embedded", backend="null"), night=f"dry{i}") for i in (1, 2, 3)]
+    with registered_engine(ScriptedBackend(decex_policy(GOLD))):
+        real = build(frontier_config(root, model="embedded"), night="real")
+    train = _train_ids(root)
+    assert [night["status"] for night in dry] == ["completed"] * 3 and real["status"] == "completed"
+    assert [_expanded(root, night["run_id"]) for night in dry] == [sorted(train[i : i + 2]) for i in (0, 2, 4)]
+    assert _expanded(root, real["run_id"]) == sorted(train[:2])
 
 
 def test_frontier_keys_are_checked_and_leave_other_hashes_alone():
