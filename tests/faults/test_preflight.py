@@ -17,6 +17,7 @@ import pytest
 
 from ragfactory.schemas.errors import PermanentError, is_permanent
 from ragfactory.tasks.data.jsonl import NotJsonlError
+from ragfactory.tasks.data.loaders import bundled_path
 from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.warehouse.store import Warehouse
 from tests.faults.cli import assert_fails_with, error_lines, run_cli
@@ -89,6 +90,25 @@ def test_missing_dataset_path_is_one_line_before_any_work(tmp_path):
         root,
     )
     assert not (root / "runs").exists()
+
+
+@pytest.mark.subprocess
+def test_a_dataset_name_a_partition_folder_would_change_is_refused_naming_the_field(tmp_path):
+    root = tmp_path / "wh"
+    (tmp_path / "dev.jsonl").write_text("".join(bundled_path("hotpotqa").read_text().splitlines(keepends=True)[:3]))
+    (tmp_path / "build.yaml").write_text(
+        'name: t\ndatasets: [{name: "hotpot dev", format: hotpotqa, path: dev.jsonl}]\nsearch: {strategies: [decex]}\n'
+    )
+    done = run_cli(["build", "-c", "build.yaml"], tmp_path, root, PREFLIGHT_S)
+    assert_fails_with(
+        done,
+        (
+            "error: build.yaml: datasets.0.name: 'hotpot dev' would be read back as 'hotpot_dev' from its "
+            "dataset=<name> folder; a dataset name keeps to letters, digits, '_', '.' and '-' (not '.' or '..')"
+        ),
+        root,
+    )
+    assert not root.exists() or not (root / "runs").exists()
 
 
 @pytest.mark.subprocess
