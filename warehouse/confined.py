@@ -16,6 +16,7 @@ row limit. Each ends the query with ``LimitReached``: one line naming the limit 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import threading
@@ -48,6 +49,11 @@ SETTINGS = (
 
 MEMORY_ENV, TIMEOUT_ENV, ROWS_ENV = "RAGFACTORY_SQL_MEMORY_LIMIT", "RAGFACTORY_SQL_TIMEOUT_S", "RAGFACTORY_SQL_MAX_ROWS"
 _GIB = 1 << 30
+# DuckDB's memory units; it reads a negative size as 16,384 PiB and fails to plan below a few MiB
+_UNITS = {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*")
+MIN_MEMORY = 64 << 20
+MAX_TIMEOUT_S = 86_400.0  # a day: a longer analysis has `duckdb -readonly`
 
 
 def default_memory_limit() -> str:
@@ -71,15 +77,63 @@ class SqlLimits:
     @classmethod
     def from_env(cls, defaults: dict | None = None, **overrides) -> SqlLimits:
         """The limits: ``defaults`` (a surface's own), then the environment's, then ``overrides``
-        (a command's options; None is unset)."""
+        (a command's options; None is unset). A value from the environment or an option out of
+        its range is ``LimitOutOfRange``, naming the variable or the option."""
         found: dict = dict(defaults or {})
-        if os.environ.get(MEMORY_ENV):
-            found["memory_limit"] = os.environ[MEMORY_ENV]
-        if os.environ.get(TIMEOUT_ENV):
-            found["timeout_s"] = float(os.environ[TIMEOUT_ENV])
-        if os.environ.get(ROWS_ENV):
-            found["max_rows"] = int(os.environ[ROWS_ENV])
-        return replace(cls(), **(found | {k: v for k, v in overrides.items() if v is not None}))
+        for name, env, check in _ENTRIES:
+            if os.environ.get(env):
+                found[name] = check(os.environ[env], f"${env}")
+        given = {k: v for k, v in overrides.items() if v is not None}
+        for name, flag, check in _FLAGS:
+            if name in given:
+                given[name] = check(given[name], flag)
+        return replace(cls(), **(found | given))
+
+
+class LimitOutOfRange(Refused):
+    """A limit given outside its range; the message names the flag or variable it came from and
+    the range, since an unchecked one could mean no limit at all (a negative memory size, a
+    timeout of 0, nan or inf)."""
+
+
+def checked_memory(value: str, source: str) -> str:
+    """``value`` (``source``'s text), a DuckDB memory size from ``MIN_MEMORY`` to this machine's RAM."""
+    ram = psutil.virtual_memory().total
+    found = _SIZE.fullmatch(value)
+    unit = _UNITS.get(found.group(2).lower()) if found else None
+    if unit is None or not MIN_MEMORY <= float(found.group(1)) * unit <= ram:
+        raise LimitOutOfRange(
+            f"{source}={value}: a memory limit is a size in KB, MB, GB, TB, KiB, MiB, GiB or TiB from "
+            f"{MIN_MEMORY >> 20}MiB to {math.floor(ram / _GIB * 10) / 10:.1f}GiB (this machine's RAM)"
+        )
+    return value.strip()
+
+
+def checked_timeout(value: str | float, source: str) -> float:
+    """``value`` as seconds from 0.1 to ``MAX_TIMEOUT_S``; nan, inf and anything below are refused."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and 0.1 <= seconds <= MAX_TIMEOUT_S):
+        shown = f"{value:g}" if isinstance(value, float) else value
+        raise LimitOutOfRange(
+            f"{source}={shown}: a time limit is a number of seconds from 0.1 to {MAX_TIMEOUT_S:g} (a day)"
+        )
+    return seconds
+
+
+def checked_rows(value: str | int, source: str) -> int:
+    """``value`` as a row count of at least 1."""
+    text = str(value).strip()
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise LimitOutOfRange(f"{source}={value}: a row limit is a whole number from 1 up")
+    return int(text)
+
+
+_ENTRIES = (("memory_limit", MEMORY_ENV, checked_memory), ("timeout_s", TIMEOUT_ENV, checked_timeout))
+_ENTRIES += (("max_rows", ROWS_ENV, checked_rows),)
+_FLAGS = (("memory_limit", "--memory-limit", checked_memory), ("timeout_s", "--timeout", checked_timeout))
 
 
 class LimitReached(Refused):

@@ -42,13 +42,15 @@ MemoryLimitOption = Annotated[
     str | None,
     typer.Option(
         "--memory-limit",
-        help="Memory the query may use, e.g. 8GiB (default $RAGFACTORY_SQL_MEMORY_LIMIT, "
-        "else an eighth of RAM, 1-4 GiB); nothing spills to disk",
+        help="Memory the query may use, e.g. 8GiB, from 64MiB to the machine's RAM (default "
+        "$RAGFACTORY_SQL_MEMORY_LIMIT, else an eighth of RAM, 1-4 GiB); nothing spills to disk",
     ),
 ]
 TimeoutOption = Annotated[
     float | None,
-    typer.Option("--timeout", min=0.1, help="Seconds the query may run (default $RAGFACTORY_SQL_TIMEOUT_S, else 120)"),
+    typer.Option(
+        "--timeout", help="Seconds the query may run, 0.1 to 86400 (default $RAGFACTORY_SQL_TIMEOUT_S, else 120)"
+    ),
 ]
 
 
@@ -97,12 +99,12 @@ def sql(
 
 def _sql_limits(memory_limit: str | None, timeout: float | None):
     """The query's limits: the options, else the environment's, else the defaults."""
-    from ragfactory.warehouse.catalog import SqlLimits
+    from ragfactory.warehouse.catalog import Refused, SqlLimits
 
     try:
         return SqlLimits.from_env(memory_limit=memory_limit, timeout_s=timeout)
-    except ValueError as exc:
-        fail(f"$RAGFACTORY_SQL_TIMEOUT_S and $RAGFACTORY_SQL_MAX_ROWS take numbers: {exc}")
+    except Refused as exc:  # a limit out of its range, naming the option or variable
+        fail(str(exc))
 
 
 @app.command()

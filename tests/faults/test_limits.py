@@ -11,7 +11,10 @@ it in under a second.)
 
 from __future__ import annotations
 
+import math
+
 import duckdb
+import psutil
 import pytest
 from typer.testing import CliRunner
 
@@ -62,6 +65,51 @@ def test_a_long_query_ends_with_the_time_limit_line(nodes, monkeypatch):
     ]
     code, lines = _sql("select count(*) as n from nodes", "--root", str(nodes.root), "--format", "csv")
     assert (code, lines) == (0, ['"n"', "60"])
+
+
+RAM = f"{math.floor(psutil.virtual_memory().total / 2**30 * 10) / 10:.1f}GiB"  # rounded down
+MEMORY_RANGE = (
+    f"a memory limit is a size in KB, MB, GB, TB, KiB, MiB, GiB or TiB from 64MiB to {RAM} (this machine's RAM)"
+)
+TIME_RANGE = "a time limit is a number of seconds from 0.1 to 86400 (a day)"
+
+
+@pytest.mark.parametrize(
+    "options, env, line",
+    [
+        (["--memory-limit=-5GB"], {}, f"--memory-limit=-5GB: {MEMORY_RANGE}"),
+        (["--memory-limit", "1KB"], {}, f"--memory-limit=1KB: {MEMORY_RANGE}"),
+        (["--memory-limit", "64TiB"], {}, f"--memory-limit=64TiB: {MEMORY_RANGE}"),
+        ([], {"RAGFACTORY_SQL_MEMORY_LIMIT": "lots"}, f"$RAGFACTORY_SQL_MEMORY_LIMIT=lots: {MEMORY_RANGE}"),
+        (["--timeout", "0"], {}, f"--timeout=0: {TIME_RANGE}"),
+        (["--timeout", "inf"], {}, f"--timeout=inf: {TIME_RANGE}"),
+        ([], {"RAGFACTORY_SQL_TIMEOUT_S": "-1"}, f"$RAGFACTORY_SQL_TIMEOUT_S=-1: {TIME_RANGE}"),
+        ([], {"RAGFACTORY_SQL_TIMEOUT_S": "0"}, f"$RAGFACTORY_SQL_TIMEOUT_S=0: {TIME_RANGE}"),
+        ([], {"RAGFACTORY_SQL_TIMEOUT_S": "nan"}, f"$RAGFACTORY_SQL_TIMEOUT_S=nan: {TIME_RANGE}"),
+        ([], {"RAGFACTORY_SQL_TIMEOUT_S": "inf"}, f"$RAGFACTORY_SQL_TIMEOUT_S=inf: {TIME_RANGE}"),
+        ([], {"RAGFACTORY_SQL_MAX_ROWS": "0"}, "$RAGFACTORY_SQL_MAX_ROWS=0: a row limit is a whole number from 1 up"),
+    ],
+    ids=[
+        "negative-memory",
+        "1KB",
+        "past-RAM",
+        "memory-word",
+        "timeout-0",
+        "timeout-inf",
+        "env-timeout-negative",
+        "env-timeout-0",
+        "env-timeout-nan",
+        "env-timeout-inf",
+        "env-rows-0",
+    ],
+)
+def test_a_limit_out_of_its_range_is_one_line_naming_where_it_came_from_and_the_range(
+    nodes, monkeypatch, options, env, line
+):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code, lines = _sql("select count(*) as n from nodes", "--root", str(nodes.root), *options)
+    assert (code, lines) == (1, [f"error: {line}"])
 
 
 def test_the_dashboard_row_limit_names_itself_and_a_result_within_it_is_whole(nodes):
