@@ -193,7 +193,13 @@ def _ingest(root: str, config: BuildConfig, errors: dict[str, str]) -> tuple[lis
     """Ingest every dataset and corpus file at once: (their summaries, the names that failed);
     the reason of each failure goes to ``errors``."""
     limit = config.corpus.max_passage_chars
-    futures = {d.name: ingest_dataset.submit(root, d, config.partitions.rule_for(d), limit) for d in config.datasets}
+    names = [d.name for d in config.datasets]  # a dataset of several files: one entry a file
+    futures = {
+        d.name if names.count(d.name) == 1 else f"{d.name} ({d.path})": ingest_dataset.submit(
+            root, d, config.partitions.rule_for(d), limit
+        )
+        for d in config.datasets
+    }
     futures |= {f: ingest_corpus.submit(root, f, limit) for f in config.corpus.files}
     return _settle(futures, errors)
 
@@ -204,9 +210,13 @@ def _prepare_search(root: str, config: BuildConfig, ingested: list[dict]) -> tup
     passage sources, their indexes)."""
     if backfilled := backfill_question_partitions(root, config.partitions):
         get_run_logger().info("partitions backfilled in questions shards written before them: %s", backfilled)
-    sources = sorted(r["source"] for r in ingested if r["passages"])
+    # the datasets' own paragraphs are searched only when corpus.from_datasets says so
+    searched = {r["source"] for r in ingested if r["passages"]}
+    if not config.corpus.from_datasets:
+        searched -= {d.name for d in config.datasets}
+    sources = sorted(searched)
     indexes = build_indexes(root, sources, config.retrieval) if sources else {}
-    datasets = sorted(r["source"] for r in ingested if r["questions"])
+    datasets = sorted({r["source"] for r in ingested if r["questions"]})
     return datasets, sources, indexes
 
 
