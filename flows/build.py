@@ -314,9 +314,10 @@ def build(
     ) as hold:
         errors: dict[str, str] = {}
         stages, datasets = _run_stages(root, run_id, config, hold, warnings, errors)
+        # the run's state is written last: a report or card that fails records the run failed
+        refresh_catalog(wh)
+        report = publish_build_report(root, run_id, config.name, datasets, stages["shards"])
         status = finish(hold, stages["failed_shards"], anything_done=bool(stages["ingested"]))
-    refresh_catalog(wh)
-    report = publish_build_report(root, run_id, config.name, datasets, stages["shards"])
     return final_state(
         {
             "run_id": run_id,
@@ -355,6 +356,7 @@ def _run_stages(
     ingested, failed = _ingest(root, config, errors)
     warnings.extend(warning for r in ingested for warning in r["warnings"])  # the summary's list too
     hold.run.update(inputs=[{"dataset": r["source"], "version": r["version"]} for r in ingested], warnings=warnings)
+    hold.record("running")  # the row names its inputs now: the dataset cards read them before the run ends
     datasets, sources, indexes = _prepare_search(root, config, ingested)
     shards, expand_failed = _expand(root, run_id, config, datasets, sources, [r["version"] for r in ingested], errors)
     valuations, value_failed, unvalued = _value(root, run_id, config, shards, errors)

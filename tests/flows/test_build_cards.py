@@ -1,9 +1,11 @@
 """Dataset cards in every export folder of a small DecEx build (tasks/export/cards.py): the Hub's
-``DatasetCard`` parses each, and ``datasets.load_dataset(folder)`` still reads the rows."""
+``DatasetCard`` parses each, and ``datasets.load_dataset(folder)`` still reads the rows. The run
+is recorded only once its cards are written: a build whose report step fails records ``failed``."""
 
 from __future__ import annotations
 
 import datasets
+import pytest
 from huggingface_hub import DatasetCard
 
 from ragfactory.flows.build import build
@@ -16,12 +18,11 @@ from tests.flows.scripted_policies import decex_policy
 GOLD = {q["question"]: q["golden_answers"][0] for q in load_bundled("hotpotqa", limit=2).questions}
 
 
-def test_every_export_folder_has_a_card_the_hub_parses_and_datasets_loads(tmp_path, engines):
-    engines(ScriptedBackend(decex_policy(GOLD)))
-    config = BuildConfig.model_validate(
+def _config(root) -> BuildConfig:
+    return BuildConfig.model_validate(
         {
             "name": "cards-test",
-            "warehouse": {"root": str(tmp_path / "wh")},
+            "warehouse": {"root": str(root)},
             "datasets": [{"name": "hotpotqa", "limit": 2}],
             "partitions": {"shares": {"train": 1.0, "valid": 0.0, "test": 0.0}},
             "retrieval": {"dense": {"enabled": False}},
@@ -33,6 +34,11 @@ def test_every_export_folder_has_a_card_the_hub_parses_and_datasets_loads(tmp_pa
             },
         }
     )
+
+
+def test_every_export_folder_has_a_card_the_hub_parses_and_datasets_loads(tmp_path, engines):
+    engines(ScriptedBackend(decex_policy(GOLD)))
+    config = _config(tmp_path / "wh")
     summary = build(config)
     assert summary["status"] == "completed", summary
     wh, run = Warehouse(tmp_path / "wh"), summary["run_id"]
@@ -62,3 +68,16 @@ def test_every_export_folder_has_a_card_the_hub_parses_and_datasets_loads(tmp_pa
         ) in loaded.column_names, (relative, loaded.column_names)
         if relative.startswith("sft_examples/"):
             assert "## Label sources" in card.text and "kept reasoning chains" in card.text
+
+
+def test_a_build_whose_cards_cannot_be_written_is_recorded_failed_not_completed(tmp_path, engines):
+    engines(ScriptedBackend(decex_policy(GOLD)))
+    wh = Warehouse(tmp_path / "wh")
+    blocked = wh.root / "sft_examples" / "run_id=cards" / "README.md"
+    blocked.mkdir(parents=True)  # a folder where the sft_examples card goes: the report step fails
+    with pytest.raises(IsADirectoryError):
+        build(_config(wh.root), run_id="cards")
+    [run] = wh.read("runs").to_pylist()
+    assert run["status"] == "failed" and run["error"].startswith("IsADirectoryError: "), run
+    assert run["finished_at"] is not None
+    assert wh.read("sft_examples").num_rows > 0 and blocked.is_dir()
