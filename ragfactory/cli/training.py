@@ -19,6 +19,7 @@ from ragfactory.cli.common import (
     prefect_local_defaults,
     preflight,
     print_arrow,
+    run_flow,
 )
 
 MethodOption = Annotated[
@@ -128,11 +129,11 @@ def _run_training(root: Path | None, **options) -> dict:
     wh = open_warehouse(root)
     apply_network_policy(cfg.allow_downloads)
     preflight(lambda: check_training(cfg, wh))
-    prefect_local_defaults(root=wh.root)
+    cleanup = prefect_local_defaults(root=wh.root)
     from ragfactory.flows.train import train as train_flow
 
     with logged_run(wh.root, "train"):
-        return train_flow(cfg)
+        return run_flow(lambda: train_flow(cfg, return_state=True), cleanup)
 
 
 def _print_trained(result: dict) -> None:

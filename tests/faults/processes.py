@@ -5,6 +5,7 @@ is mid-shard on an engine call (``tests/faults/test_run_states.py``, ``test_chil
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import psutil
 import yaml
+
+from ragfactory.warehouse.store import Warehouse
 
 REPO = Path(__file__).resolve().parents[2]  # `python -m tests.echo_server` runs from here
 START_WITHIN_S = 300  # a build's Prefect server migrates a fresh database: slow on 2 busy cores
@@ -52,6 +55,38 @@ def start_build(config: Path, root: Path, log: Path) -> subprocess.Popen:
             stderr=subprocess.STDOUT,
             env=shell_env(),
         )
+
+
+def start_cli(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``ragfactory <args>`` in a process of its own, its output in ``log``."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "ragfactory.cli", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=shell_env() | (env or {}),
+        )
+
+
+def sigterm_once_recorded(command: subprocess.Popen, root: Path, log: Path, exit_within_s: float) -> list:
+    """SIGTERM ``command`` a few seconds after it recorded its run in ``root``, and check that it
+    exits 143 within ``exit_within_s``; returns the processes it had started."""
+    try:
+        deadline = time.monotonic() + START_WITHIN_S
+        while not (root / "runs").exists() or Warehouse(root).read("runs").num_rows == 0:
+            assert command.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, "the command never recorded its run"
+            time.sleep(0.5)
+        time.sleep(3)  # into its work
+        children = psutil.Process(command.pid).children(recursive=True)
+        sent = time.monotonic()
+        command.send_signal(signal.SIGTERM)
+        assert command.wait(timeout=exit_within_s) == 143
+        assert time.monotonic() - sent <= exit_within_s
+    finally:
+        if command.poll() is None:
+            command.kill()
+    return children
 
 
 def wait_for_engine_call(build: subprocess.Popen, port: int) -> None:

@@ -10,7 +10,8 @@ the build runs in another process, which never sees this one's registry.)
 - SIGTERM / SIGINT mid-shard: exit 143 / 130 within ``EXIT_WITHIN_S`` of the signal, one line
   naming the signal and the run, ``runs.status = 'interrupted'``, no process the build started
   alive afterwards (checked by pid), its temporary PREFECT_HOME removed. The same for SIGTERM
-  during `ragfactory evaluate` with the embedded model (slow: it loads the model).
+  during `ragfactory evaluate` with the embedded model (slow: it loads the model) and during
+  `ragfactory train` (a tiny model's SFT, set to run far longer than the test).
 - A ``running`` row whose process died (SIGKILL) reads ``abandoned`` after ``ragfactory tables``.
 - A partial build ends in a Failed Prefect state, not Completed, and still prints its summary.
 - Two builds started at once, each with its own root, both succeed (each has its own Prefect
@@ -28,6 +29,8 @@ import time
 from pathlib import Path
 
 import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -38,8 +41,9 @@ from tests.faults.processes import (
     START_WITHIN_S,
     alive_pids,
     build_config,
-    shell_env,
+    sigterm_once_recorded,
     start_build,
+    start_cli,
     start_mid_shard_build,
 )
 
@@ -182,45 +186,50 @@ def test_each_command_gets_its_own_prefect_home_unless_an_api_is_configured(tmp_
 @pytest.mark.subprocess
 def test_sigterm_during_an_evaluation_records_interrupted_and_leaves_no_process(tmp_path):
     root, log = tmp_path / "wh", tmp_path / "evaluate.log"
-    with log.open("w") as out:
-        evaluation = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "ragfactory.cli",
-                "evaluate",
-                "--model",
-                "embedded",
-                "-d",
-                "hotpotqa",
-                "--limit",
-                "20",
-                "--mode",
-                "agentic",
-                "--root",
-                str(root),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=shell_env() | {"RAGFACTORY_ENGINE": "transformers"},
-        )
-    try:
-        deadline = time.monotonic() + START_WITHIN_S
-        while not (root / "runs").exists() or Warehouse(root).read("runs").num_rows == 0:
-            assert evaluation.poll() is None, log.read_text()[-2000:]
-            assert time.monotonic() < deadline, "the evaluation never recorded its run"
-            time.sleep(0.5)
-        time.sleep(3)  # into the dataset's model calls
-        children = psutil.Process(evaluation.pid).children(recursive=True)
-        sent = time.monotonic()
-        evaluation.send_signal(signal.SIGTERM)
-        assert evaluation.wait(timeout=EXIT_WITHIN_S) == 143
-        assert time.monotonic() - sent <= EXIT_WITHIN_S
-    finally:
-        if evaluation.poll() is None:
-            evaluation.kill()
+    evaluation = start_cli(
+        [
+            "evaluate",
+            "--model",
+            "embedded",
+            "-d",
+            "hotpotqa",
+            "--limit",
+            "20",
+            "--mode",
+            "agentic",
+            "--root",
+            str(root),
+        ],
+        log,
+        {"RAGFACTORY_ENGINE": "transformers"},
+    )
+    children = sigterm_once_recorded(evaluation, root, log, EXIT_WITHIN_S)
+    _assert_recorded_interrupted(root, log, children, "eval-")
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_sigterm_during_a_training_records_interrupted_and_leaves_no_process(tmp_path, tiny_model):
+    root, log, export = tmp_path / "wh", tmp_path / "train.log", tmp_path / "sft.parquet"
+    conversations = [
+        [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}] for i in range(8)
+    ]
+    pq.write_table(pa.table({"messages": conversations}), export)
+    training = start_cli(
+        ["train", "--method", "sft", "--parquet", str(export), "--base-model", tiny_model]
+        + ["--trl", "max_steps=100000", "--root", str(root)],
+        log,
+    )
+    children = sigterm_once_recorded(training, root, log, EXIT_WITHIN_S)
+    _assert_recorded_interrupted(root, log, children, "train-sft-")
+
+
+def _assert_recorded_interrupted(root: Path, log: Path, children: list, run_prefix: str) -> None:
+    """The command's last line says SIGTERM interrupted run ``run_prefix...``, no process it
+    started lives on, and its one ``runs`` row says interrupted."""
     lines = [line for line in log.read_text().splitlines() if line.strip()]
-    assert lines[-1].startswith("error: interrupted by SIGTERM: run eval-"), lines[-5:]
+    assert lines[-1].startswith(f"error: interrupted by SIGTERM: run {run_prefix}"), lines[-5:]
+    assert [line for line in lines if line.startswith("error:")] == [lines[-1]]
     time.sleep(1)
     assert alive_pids([c.pid for c in children]) == []
     [run] = Warehouse(root).read("runs").to_pylist()
