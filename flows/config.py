@@ -18,10 +18,10 @@ import cycle; ``tests/test_layering.py`` counts it as a part of its own, "Flow p
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ragfactory.flows.config_hash import config_hash
 from ragfactory.schemas.errors import PermanentError
@@ -233,8 +233,15 @@ class TrainConfig(Section):
         return fields | {"table": self.export_table}
 
 
-EvalMode = Literal["agentic", "direct", "rag"]
-EVAL_MODES: tuple[str, ...] = ("agentic", "direct", "rag")
+def _eval_mode(name: str) -> str:
+    """A mode the evaluation knows: a built-in one or one a registered strategy adds."""
+    from ragfactory.tasks.eval.runner import check_modes
+
+    return check_modes([name])[0]
+
+
+EvalMode = Annotated[str, AfterValidator(_eval_mode)]
+EVAL_MODES: tuple[str, ...] = ("agentic", "direct", "rag")  # the default modes of an evaluation
 _INFERENCE = InferenceConfig()
 
 
@@ -262,7 +269,8 @@ class EvalConfig(Section):
     modes: list[EvalMode] = Field(
         default_factory=lambda: list(EVAL_MODES),
         min_length=1,
-        description="agentic (ReasonRAG Algorithm 1), direct (naive generation), rag (standard RAG)",
+        description="agentic (ReasonRAG Algorithm 1), direct (naive generation), rag (standard RAG), "
+        "or a mode another strategy adds (docs/evaluation.md)",
     )
     max_rounds: int = Field(
         _INFERENCE.max_rounds, ge=1, description="Algorithm 1's N: model calls per agentic question"

@@ -157,3 +157,11 @@ def test_routine_prefect_states_stay_off_the_screen_and_every_other_line_shows(t
     assert shown("prefect.task_runs", "Finished in state Failed('Task run encountered an exception')")
     assert shown("prefect.task_runs", "bamboogle: 125 questions, 0 passages, 0 rejects")
     assert shown("ragfactory", "Finished in state Completed()")  # only Prefect's own lines
+
+
+def test_trl_overrides_read_exponent_numbers_as_numbers():
+    from ragfactory.cli.training import _trl_overrides
+
+    # YAML 1.1 reads 1e-4 (no dot) as the string "1e-4": the trainer then compared it with a float
+    overrides = _trl_overrides(["learning_rate=1e-4", "max_steps=3", "optim=adamw_torch", "bf16=false"], "--trl")
+    assert overrides == {"learning_rate": 1e-4, "max_steps": 3, "optim": "adamw_torch", "bf16": False}

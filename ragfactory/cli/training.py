@@ -115,8 +115,18 @@ def _trl_overrides(pairs: list[str], flag: str) -> dict:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             fail(f"{flag} {pair!r}: expected key=value, e.g. {flag} max_steps=100")
-        overrides[key.strip()] = yaml.safe_load(value)
+        overrides[key.strip()] = _scalar(yaml.safe_load(value))
     return overrides
+
+
+def _scalar(value):
+    """YAML 1.1 reads ``1e-4`` (no dot) as a string: a number in exponent form is a number."""
+    if isinstance(value, str):
+        try:
+            return float(value) if value.strip().lower() not in ("nan", "inf", "-inf", "infinity") else value
+        except ValueError:
+            return value
+    return value
 
 
 def _run_training(root: Path | None, **options) -> dict:

@@ -108,12 +108,13 @@ async def ask(
     config: InferenceConfig,
     question_id: str,
     path: str,
-    system: str,
+    system: str | None,
     user: str,
     stop: tuple[str, ...] = (),
     grammar: str | None = None,
 ) -> Completion:
-    """One completion of a system + user prompt, seeded by the question and ``path``.
+    """One completion of a system + user prompt (user alone when ``system`` is None), seeded by
+    the question and ``path``.
 
     ``grammar`` names the prompt whose output grammar holds the answer's form.
     """
@@ -124,7 +125,7 @@ async def ask(
         seed=derive_seed(config.seed, question_id, path),
         grammar=output_grammar(grammar, config.max_tokens) if grammar else None,
     )
-    messages = (Message("system", system), Message("user", user))
+    messages = ((Message("system", system),) if system is not None else ()) + (Message("user", user),)
     tags = (("question_id", question_id), ("path", path))
     return (await sample_n(generator, Request(messages, sampling, "policy", tags)))[0]
 

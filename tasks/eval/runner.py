@@ -29,7 +29,7 @@ Mode = Callable[[EvalQuestion, Generator, Retriever | None, InferenceConfig], Aw
 # The built-in modes; a strategy adds the inference its data trains (``Strategy.evaluation``:
 # ReasonRAG's agentic loop), ``eval_modes`` merges them.
 BUILTIN_MODES: dict[str, Mode] = {"direct": answer_direct, "rag": answer_rag}
-RETRIEVING_MODES = frozenset({"agentic", "rag"})
+CLOSED_BOOK_MODES = frozenset({"direct"})  # every other mode searches
 AGGREGATE_COLUMNS = ("em", "f1", "cover_em", "n_retrievals", "n_steps")
 
 
@@ -54,7 +54,7 @@ def check_modes(names: Iterable[str]) -> list[str]:
 
 
 def needs_retriever(modes: Iterable[str]) -> bool:
-    return any(mode in RETRIEVING_MODES for mode in modes)
+    return any(mode not in CLOSED_BOOK_MODES for mode in modes)
 
 
 def eval_hash(model_id: str, settings: Mapping) -> str:

@@ -31,3 +31,35 @@ def test_a_world_build_ingests_every_split_and_searches_its_corpus_only(tmp_path
     assert len(BM25Retriever.load(summary["indexes"]["bm25"]["path"]).passages) == 400
     expanded = query(wh, "select distinct question_id from nodes").column("question_id").to_pylist()
     assert len(expanded) == 2 and all(q.startswith("world:s0-train-") for q in expanded)
+
+
+@pytest.mark.slow  # Prefect and the warehouse; the teacher engine itself answers in microseconds
+def test_a_teacher_build_keeps_right_attempts_and_exports_their_steps(tmp_path):
+    generate(WorldSpec(seed=0, questions=30, passages=400), tmp_path / "world")
+    config = build_config(tmp_path / "world") | {
+        "warehouse": {"root": str(tmp_path / "wh")},
+        "llm": {"policy": {"backend": "world:r3-teacher", "options": {"world": str(tmp_path / "world")}}},
+        "search": {
+            "strategies": ["r3"],
+            "questions_per_dataset": 8,
+            "r3": {"n_attempts": 4, "min_queries": 1, "judge_outcome": False, "judge_relevance": False},
+        },
+    }
+    summary = build(BuildConfig.model_validate(config), run_id="teacher")
+    assert summary["status"] == "completed", summary["errors"]
+    wh = Warehouse(tmp_path / "wh")
+    answers = query(
+        wh,
+        "select n.question_id, n.is_selected, json_extract_string(n.parsed, '$.content') = q.golden_answers[1] as right"
+        " from nodes n join questions q using (question_id) where n.kind = 'answer'",
+    ).to_pylist()
+    # attempt 0 (temperature 0) always answers right; best-of-N keeps one right attempt a question
+    assert len({a["question_id"] for a in answers}) == 8
+    assert all(a["right"] for a in answers if a["is_selected"])
+    assert sum(a["is_selected"] for a in answers) == 8 and not all(a["right"] for a in answers)
+    # one SFT row per step of each kept trajectory: its hops' queries, then its answer
+    hops = query(
+        wh,
+        "select sum(len(q.gold_plan) + 1) as n from questions q where question_id in (select question_id from nodes)",
+    ).to_pylist()[0]["n"]
+    assert query(wh, "select count(*) as n from sft_examples").to_pylist()[0]["n"] == hops

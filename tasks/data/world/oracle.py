@@ -30,6 +30,11 @@ class OracleAnswer:
 
 def _read_step(retriever: Any, question: str, relation: str, top_k: int) -> str | None:
     [hits] = retriever.search([question], top_k)
+    return read_hits(hits, question, relation)
+
+
+def read_hits(hits: list, question: str, relation: str) -> str | None:
+    """The ``relation`` fact of the first hit about an entity ``question`` names, or None."""
     for hit in hits:
         if hit.title and hit.title in question:
             if (value := read_fact(hit.text, hit.title, relation)) is not None:
@@ -42,26 +47,30 @@ def oracle_answer(retriever: Any, steps: list[str], relations: list[str], rung: 
     a comparison answers with the subject whose year comes first."""
     result = OracleAnswer(None)
     for step, relation in zip(steps, relations):
-        question = _resolve(step, result.step_answers)
+        question = resolve(step, result.step_answers)
         result.searches += 1
         result.step_answers.append(_read_step(retriever, question, relation, top_k))
         if result.step_answers[-1] is None:
             return result
-    if rung == "comparison":
-        years = [int(a) for a in result.step_answers]
-        subjects = [_subject(step) for step in steps]
-        result.answer = subjects[years.index(min(years))]
-    else:
-        result.answer = result.step_answers[-1]
+    result.answer = final_answer(rung, steps, result.step_answers)
     return result
 
 
-def _resolve(step: str, answers: list[str | None]) -> str:
+def final_answer(rung: str, steps: list[str], step_answers: list[str]) -> str:
+    """The question's answer from its steps' answers: the last one, or for a comparison the
+    subject whose year comes first."""
+    if rung != "comparison":
+        return step_answers[-1]
+    years = [int(a) for a in step_answers]
+    return subject_of(steps[years.index(min(years))])
+
+
+def resolve(step: str, answers: list[str | None]) -> str:
     """``step`` with each ``#n`` replaced by the n-th answer (kept as ``#n`` when there is none)."""
     return REFERENCE.sub(lambda m: answers[int(m.group(1)) - 1] or m.group(0), step)
 
 
-def _subject(step: str) -> str:
+def subject_of(step: str) -> str:
     """The entity a one-hop world question names: its run of capitalised words after the
     question's first word ("In what year was Tharo Vekin born?" -> "Tharo Vekin")."""
     words = re.findall(r"[A-Z][a-z]+(?: [A-Z][a-z]+)*", step.split(" ", 1)[1])

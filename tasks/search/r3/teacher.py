@@ -1,0 +1,132 @@
+"""A teacher for R3-RAG's cold start on the seeded world: trajectories the world's oracle writes.
+
+R3-RAG's cold start (§3.2) has a larger model write trajectories, keeps those whose answers are
+right (best-of-N) and trains the small policy on them (Algorithm 2). On the seeded world
+(docs/world.md) the oracle of ``tasks/data/world/oracle.py`` plays the larger model: given a
+step prompt (the question, and the earlier steps' queries and the documents they retrieved) it
+writes the next step of the question's gold decomposition: its next sub-question, with ``#n``
+filled in from what the documents say, as the retrieval query, or the final answer once every
+sub-question is answered. It never sees a gold answer, only the documents the build retrieved:
+a fact the retriever missed leaves it without an answer, as it would a model.
+
+A sample at temperature ``t`` errs with probability ``t``: its final answer is a name no passage
+holds (or another year). R3's attempts run at rising temperatures, so best-of-N has right and
+wrong attempts to tell apart, the exports keep the right ones, and a control can train on the
+wrong ones (``benchmarks/learning.py``).
+
+The engine is ``backend: "world:r3-teacher"`` with ``options: {world: <folder>}`` (a folder
+``ragfactory world`` wrote); the role's model is unused. It answers R3 step prompts only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ragfactory.tasks.data.world.names import Namer
+from ragfactory.tasks.data.world.oracle import final_answer, read_hits, resolve
+from ragfactory.tasks.llm.registry import register_backend
+from ragfactory.tasks.llm.types import Completion, Request
+from ragfactory.tasks.retrieval.types import Hit
+from ragfactory.tasks.search.r3.steps import QUERY, Step, step_text
+
+TEACHER = "world:r3-teacher"
+TEACHER_VERSION = 1  # bump when the same prompt would get another step
+_QUESTION = re.compile(r"#### Current Input:\nThe question: (.*?)(?:\. The Previous Steps:|\n#### Output:)", re.DOTALL)
+_STEP = re.compile(r"^Step \d+:$", re.MULTILINE)
+_DOC = re.compile(r"^\(\d+\) (.+?): (.*)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Gold:
+    steps: list[str]
+    relations: list[str]
+    rung: str
+
+
+def load_world(folder: Path) -> dict[str, Gold]:
+    """Every world question's decomposition by question text."""
+    gold = {}
+    for split in ("train", "valid", "test"):
+        for line in (folder / f"{split}.jsonl").read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            steps = row["question_decomposition"]
+            gold[row["question"].strip()] = Gold(
+                [s["question"] for s in steps], [s["relation"] for s in steps], row["rung"]
+            )
+    return gold
+
+
+def read_prompt(prompt: str) -> tuple[str, list[tuple[str, list[Hit]]]]:
+    """(question, [(query, documents), ...]) of an R3 step prompt (``steps.py``'s layout)."""
+    match = _QUESTION.search(prompt)
+    if match is None:
+        raise ValueError("the world teacher answers R3 step prompts only: no 'The question:' line")
+    previous = prompt[match.end() :]
+    blocks = _STEP.split(previous)[1:]
+    steps = []
+    for block in blocks:
+        query = next((line[len(QUERY) :].strip() for line in block.splitlines() if line.startswith(QUERY)), "")
+        steps.append((query, [Hit("", t, x, 0.0) for t, x in _DOC.findall(block)]))
+    return match.group(1).strip(), steps
+
+
+class WorldTeacher:
+    """A ``Backend`` whose every completion is the oracle's next R3 step (module docstring)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.gold = load_world(folder)
+        digest = hashlib.sha256((folder / "world.json").read_bytes())
+        self.fingerprint = f"world-teacher/r3/v{TEACHER_VERSION}/{digest.hexdigest()[:16]}"
+        self.wrong = Namer(1_000_003)
+
+    def generate_batch(self, requests: list[Request]) -> list[list[Completion]]:
+        return [[self._step(r, random.Random(f"{r.sampling.seed + i}")) for i in range(r.sampling.n)] for r in requests]
+
+    def _step(self, request: Request, rng: random.Random) -> Completion:
+        prompt = request.messages[-1].content
+        question, previous = read_prompt(prompt)
+        if question not in self.gold:
+            raise ValueError(f"the world teacher has no question {question[:80]!r} in {self.folder}")
+        gold = self.gold[question]
+        answers = [read_hits(docs, query, rel) for (query, docs), rel in zip(previous, gold.relations)]
+        forced = request.sampling.grammar.name if request.sampling.grammar else None
+        if len(previous) < len(gold.steps) and None not in answers and forced != "r3_answer":
+            query = resolve(gold.steps[len(previous)], answers)
+            text = step_text(Step(f"To answer it, first: {query}", query=query))
+        else:
+            text = step_text(
+                Step(
+                    "The documents answer every part of the question.", answer=self._answer(gold, answers, request, rng)
+                )
+            )
+        return Completion(text, "stop", len(prompt.split()), len(text.split()))
+
+    def _answer(self, gold: Gold, answers: list[str | None], request: Request, rng: random.Random) -> str:
+        right = final_answer(gold.rung, gold.steps, answers) if answers and None not in answers else None
+        if right is not None and rng.random() >= request.sampling.temperature:
+            return right
+        if right is not None and right.isdigit():
+            return str(int(right) + rng.choice([-1, 1]) * rng.randint(1, 40))
+        return self.wrong.name("city", rng.randrange(1_000_000))
+
+
+def make_teacher(role, cache_dir: Path | None) -> WorldTeacher:
+    """The engine ``backend: "world:r3-teacher"`` names; ``options: {world: <folder>}``."""
+    unknown = sorted(set(role.options) - {"world"})
+    if unknown or "world" not in role.options:
+        raise ValueError(
+            f"{TEACHER} takes one option, world (a folder `ragfactory world` wrote); got {sorted(role.options)}"
+        )
+    folder = Path(role.options["world"])
+    if not (folder / "world.json").is_file():
+        raise ValueError(f"{TEACHER}: {folder} holds no world.json (write one with `ragfactory world {folder}`)")
+    return WorldTeacher(folder)
+
+
+register_backend(TEACHER, make_teacher, replace=True)

@@ -1,0 +1,118 @@
+"""R3 on the seeded world: the teacher engine writes each question's gold decomposition as R3 steps
+from the documents in the prompt (and errs at temperature), a build with it keeps right attempts
+only, and the ``r3`` evaluation mode runs R3's step loop (the teacher answers every test question)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pyarrow as pa
+import pytest
+
+from ragfactory.tasks.data.corpus import load_corpus
+from ragfactory.tasks.data.world import WorldSpec, generate
+from ragfactory.tasks.eval.inference import EvalQuestion, InferenceConfig
+from ragfactory.tasks.llm.types import Message, Request, Sampling
+from ragfactory.tasks.retrieval.bm25 import BM25Retriever
+from ragfactory.tasks.retrieval.types import Hit
+from ragfactory.tasks.search.r3.evaluation import MODES, answer_r3
+from ragfactory.tasks.search.r3.steps import Step, parse_step, step_prompt
+from ragfactory.tasks.search.r3.teacher import WorldTeacher, read_prompt
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    out = tmp_path_factory.mktemp("world")
+    generate(WorldSpec(seed=0, questions=60, passages=600), out)
+    retriever = BM25Retriever.build(pa.Table.from_pylist(load_corpus(out / "corpus.jsonl", "world").passages))
+    return out, WorldTeacher(out), retriever
+
+
+def rows(out, split):
+    return [json.loads(line) for line in (out / f"{split}.jsonl").read_text().splitlines()]
+
+
+def ask(teacher, question, steps, temperature=0.0, seed=0):
+    request = Request(
+        (Message("user", step_prompt(question, steps, 512)),), Sampling(temperature=temperature, seed=seed)
+    )
+    return parse_step(teacher.generate_batch([request])[0][0].text)
+
+
+def test_the_prompt_reads_back_into_question_queries_and_documents():
+    doc = Hit("p1", "Tharo Vekin", "Tharo Vekin works for Zorba Works.", 1.0)
+    prompt = step_prompt(
+        "Which company does Tharo Vekin work for?", [Step("first", query="Tharo Vekin", docs=(doc,))], 512
+    )
+    question, steps = read_prompt(prompt)
+    assert question == "Which company does Tharo Vekin work for?"
+    assert [(q, [(d.title, d.text) for d in docs]) for q, docs in steps] == [
+        ("Tharo Vekin", [("Tharo Vekin", "Tharo Vekin works for Zorba Works.")])
+    ]
+
+
+def test_the_teacher_walks_a_chain_through_the_documents_it_is_shown(world):
+    out, teacher, retriever = world
+    row = next(r for r in rows(out, "train") if r["rung"] == "chain")
+    gold, steps = row["question_decomposition"], []
+    for k, step in enumerate(gold):
+        turn = ask(teacher, row["question"], steps)
+        # the k-th sub-question, its #n replaced by the answer the documents gave
+        expected = step["question"].replace(f"#{k}", gold[k - 1]["answer"]) if k else step["question"]
+        assert turn.fields["action"] == "query" and turn.fields["content"] == expected
+        [hits] = retriever.search([turn.fields["content"]], 3)
+        steps.append(Step(turn.fields["analysis"], query=turn.fields["content"], docs=tuple(hits)))
+    final = ask(teacher, row["question"], steps)
+    assert final.fields == {**final.fields, "action": "answer", "content": row["answer"]}
+    # at temperature 1 every sample errs: a name no passage holds
+    wrong = ask(teacher, row["question"], steps, temperature=1.0)
+    assert wrong.fields["action"] == "answer" and wrong.fields["content"] != row["answer"]
+    # documents that miss the fact leave it without a right answer
+    blind = [Step(s.analysis, query=s.query, docs=()) for s in steps]
+    assert ask(teacher, row["question"], blind[:1]).fields["action"] == "answer"
+    assert ask(teacher, row["question"], blind[:1]).fields["content"] != row["answer"]
+
+
+def test_the_teacher_refuses_a_prompt_that_is_not_an_r3_step(world):
+    _, teacher, _ = world
+    with pytest.raises(ValueError, match="R3 step prompts only"):
+        teacher.generate_batch([Request((Message("user", "Who directed Jaws?"),))])
+    with pytest.raises(ValueError, match="has no question"):
+        teacher.generate_batch([Request((Message("user", step_prompt("Who directed Jaws?", [], 512)),))])
+
+
+class _Engine:
+    """The teacher behind the Generator contract (one request, one engine call)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    async def generate(self, request):
+        return self.backend.generate_batch([request])[0]
+
+
+def test_the_r3_mode_runs_the_step_loop_the_teacher_answers_every_test_question(world):
+    out, teacher, retriever = world
+    assert MODES == {"r3": answer_r3}
+    config = InferenceConfig(max_rounds=5, max_tokens=96)
+
+    async def run_all():
+        questions = [EvalQuestion(f"world:{r['id']}", r["question"], (r["answer"],)) for r in rows(out, "test")]
+        return questions, await asyncio.gather(*(answer_r3(q, _Engine(teacher), retriever, config) for q in questions))
+
+    questions, outcomes = asyncio.run(run_all())
+    assert [o.prediction for o in outcomes] == [q.golden_answers[0] for q in questions]
+    hops = {r["id"]: len(r["question_decomposition"]) for r in rows(out, "test")}
+    # one retrieval and one step per hop, then the answering step
+    assert [o.n_retrievals for o in outcomes] == [hops[q.question_id.split(":")[1]] for q in questions]
+    assert all(o.n_steps == o.n_retrievals + 1 and not o.errors for o in outcomes)
+
+
+def test_the_r3_mode_ends_at_max_rounds_without_a_prediction(world):
+    out, teacher, retriever = world
+    row = next(r for r in rows(out, "test") if r["rung"] == "chain")
+    question = EvalQuestion("world:x", row["question"], (row["answer"],))
+    outcome = asyncio.run(answer_r3(question, _Engine(teacher), retriever, InferenceConfig(max_rounds=2)))
+    assert outcome.prediction == "" and outcome.errors == ["no final answer in 2 steps"]
+    assert outcome.n_retrievals == 2
