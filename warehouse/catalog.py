@@ -46,7 +46,7 @@ from ragfactory.warehouse.guard import (
     serialized_tree,
     walk_tree,
 )
-from ragfactory.warehouse.integrity import damaged_files, first_line
+from ragfactory.warehouse.integrity import damage_message, damaged_files, first_line, lost_files
 from ragfactory.warehouse.readonly_fs import PREFIX, PROTOCOL, warehouse_url
 from ragfactory.warehouse.store import Warehouse
 
@@ -189,23 +189,27 @@ def create_views(
     confined: bool = False,
     names: set[str] | None = None,
     views: dict[str, str] | None = None,
+    whole: bool = True,
 ) -> None:
     """Create the table views and the shipped SQL views (``views``, by default ``sql_views()``)
     on a connection; only those in ``names`` when given (``referenced``).
 
     A table with a damaged file (``warehouse.integrity.quick_damage``: its size is not the one
-    recorded, or DuckDB cannot read it) gets a view that fails when read, with one line naming
-    the file and the commands that list and repair it; every other table, and the shipped views
-    that do not read that table, keep working.
+    recorded, or DuckDB cannot read it) or, with ``whole``, a recorded shard whose file is gone
+    (quarantined or missing: ``lost_files``) gets a view that fails when read, with one line
+    naming the file and the commands that list and repair it; every other table, and the shipped
+    views that do not read that table, keep working.
     """
     for table in TABLES if names is None else [t for t in TABLES if t in names]:
-        damaged = damaged_files(warehouse, table)
+        damaged = damaged_files(warehouse, table) + (lost_files(warehouse, table) if whole else [])
         if not damaged:
             try:
                 con.execute(f'create or replace view "{table}" as {table_view_sql(warehouse, table, confined)}')
                 continue
             except duckdb.Error as exc:
-                damaged = damaged_files(warehouse, table, footer=True) or [(f"a file of {table}", first_line(exc))]
+                damaged = damaged_files(warehouse, table, footer=True) or [
+                    ("damaged", f"a file of {table}", first_line(exc))
+                ]
         con.execute(f'create or replace view "{table}" as {_failing_select(warehouse, table, damaged)}')
     views = sql_views() if views is None else views
     create_sql_views(con, views if names is None else {k: v for k, v in views.items() if k in names})
@@ -227,18 +231,7 @@ def create_sql_views(con: duckdb.DuckDBPyConnection, views: dict[str, str]) -> N
         pending = failed
 
 
-def damage_message(warehouse: Warehouse, table: str, damaged: list[tuple[str, str]]) -> str:
-    """One line: the table, its first damaged file and why, and the commands that help."""
-    path, why = damaged[0]
-    more = f" and {len(damaged) - 1} more file(s)" if len(damaged) > 1 else ""
-    return (
-        f"table {table} cannot be read: damaged file {path} ({why}){more}; "
-        f"list the damage with `ragfactory check --root {warehouse.root}`, "
-        f"rebuild it with `ragfactory check --repair --root {warehouse.root}`"
-    )
-
-
-def _failing_select(warehouse: Warehouse, table: str, damaged: list[tuple[str, str]]) -> str:
+def _failing_select(warehouse: Warehouse, table: str, damaged: list[tuple[str, str, str]]) -> str:
     # Typed like the table, so views over it still bind; reading it raises the message.
     body = _empty_select(TABLES[table].schema).removesuffix(" where false")
     return f"{body} from (select 1) where error({_quote(damage_message(warehouse, table, damaged))}) is null"
@@ -308,16 +301,18 @@ def confined_connection(warehouse: Warehouse, limits: SqlLimits | None = None) -
     return con
 
 
-def connect(warehouse: Warehouse, sql: str | None = None) -> duckdb.DuckDBPyConnection:
+def connect(warehouse: Warehouse, sql: str | None = None, whole: bool = True) -> duckdb.DuckDBPyConnection:
     """An in-memory connection holding the catalog's views over local paths, current as of now:
-    every one, or those ``sql`` reads (``referenced``).
+    every one, or those ``sql`` reads (``referenced``); ``whole``: see ``create_views``.
 
-    For the factory's own queries (``query``): SQL written here, with parameters, never a user's
-    text. DuckDB reads local Parquet natively, on all its threads.
+    For the factory's own queries (``query``) and counts (``ragfactory tables``, the dashboard's
+    pages): SQL written here, never a user's text. DuckDB reads local Parquet natively, on all
+    its threads.
     """
     con = duckdb.connect()
     views = sql_views()
-    create_views(con, warehouse, names=None if sql is None else referenced(sql, views), views=views)
+    names = None if sql is None else referenced(sql, views)
+    create_views(con, warehouse, names=names, views=views, whole=whole)
     return con
 
 
@@ -327,7 +322,9 @@ def query(warehouse: Warehouse, sql: str, params: list | dict | None = None) -> 
     Only SELECTs run (``check_read_only``); a person's SQL goes through ``user_query`` instead.
     """
     statements = check_read_only(sql)
-    con = connect(warehouse, sql)
+    # Not ``whole``: a repair runs its runs one after another, each reading tables in which the
+    # shards of the runs after it are still quarantined; what people read fails on those.
+    con = connect(warehouse, sql, whole=False)
     try:
         for statement in statements[:-1]:
             con.execute(statement.query)

@@ -192,15 +192,45 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def damaged_files(warehouse: Warehouse, table: str, footer: bool = False) -> list[tuple[str, str]]:
-    """(path relative to the root, why) for each file of ``table`` that ``quick_damage`` refuses."""
+def damaged_files(warehouse: Warehouse, table: str, footer: bool = False) -> list[tuple[str, str, str]]:
+    """(kind, path relative to the root, why) for each file of ``table`` that ``quick_damage``
+    refuses (kind ``damaged``)."""
     root = warehouse.root
     found = []
     for path in warehouse.files(table):
         why = quick_damage(root, path, footer)
         if why:
-            found.append((_relative(root, path), why))
+            found.append(("damaged", _relative(root, path), why))
     return found
+
+
+def lost_files(warehouse: Warehouse, table: str) -> list[tuple[str, str, str]]:
+    """(kind, path relative to the root, why) for each shard of ``table`` whose manifest entry
+    has no file: ``quarantined`` by a repair not finished yet, or ``missing`` (deleted). Its rows
+    are not in the table, so an answer from the table's files alone is not the whole table.
+
+    A listing of the table's entries and a ``stat`` per entry: a commit writes an entry only after
+    its file is in place, so an entry without a file is never a write in progress."""
+    return [(p.kind, p.path, p.detail) for p in _lost(warehouse.root, table)]
+
+
+def _lost(root: Path, table: str) -> list[Problem]:
+    """The ``quarantined`` or ``missing`` problem of each recorded shard of ``table`` that is gone."""
+    sidecars = sorted((root / MANIFEST_DIR / table).rglob(f"*.parquet{MANIFEST_SUFFIX}"))
+    paths = (shard_of_manifest(root, sidecar) for sidecar in sidecars)
+    return [_gone(root, table, path) for path in paths if not path.exists()]
+
+
+def damage_message(warehouse: Warehouse, table: str, damaged: list[tuple[str, str, str]]) -> str:
+    """One line: the table, its first damaged (or quarantined, or missing) file and why, and the
+    commands that help."""
+    kind, path, why = damaged[0]
+    more = f" and {len(damaged) - 1} more file(s)" if len(damaged) > 1 else ""
+    return (
+        f"table {table} cannot be read: {kind} file {path} ({why}){more}; "
+        f"list the damage with `ragfactory check --root {warehouse.root}`, "
+        f"rebuild it with `ragfactory check --repair --root {warehouse.root}`"
+    )
 
 
 def folder_files(folder: Path, exclude: tuple[str, ...] = ()) -> dict[str, dict]:
@@ -312,10 +342,7 @@ def check(warehouse: Warehouse, workers: int | None = None) -> list[Problem]:
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
         problems = [p for p in pool.map(lambda job: check_file(root, *job), jobs) if p]
     for table in TABLES:
-        for sidecar in sorted((root / MANIFEST_DIR / table).rglob(f"*.parquet{MANIFEST_SUFFIX}")):
-            path = shard_of_manifest(root, sidecar)
-            if not path.exists():
-                problems.append(_gone(root, table, path))
+        problems += _lost(root, table)
     problems += check_indexes(root)
     return sorted(problems, key=lambda p: p.path)
 

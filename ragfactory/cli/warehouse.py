@@ -111,8 +111,8 @@ def _sql_limits(memory_limit: str | None, timeout: float | None):
 def tables(root: RootOption = None) -> None:
     """List the warehouse tables and views with their row counts, and the catalog path.
 
-    A table with a damaged file shows `damaged` and the file; the others are still counted (exit
-    code 1 when any is damaged). On a root this user cannot write, the catalog file is left as it
+    A table with a damaged file, or a shard quarantined or missing, shows `damaged` and the file;
+    the others are still counted (exit code 1 when any is damaged). On a root this user cannot write, the catalog file is left as it
     is and the counts come from the Parquet files.
 
     Example: `ragfactory tables --root /data/ragfactory`

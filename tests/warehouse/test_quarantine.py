@@ -51,3 +51,50 @@ def test_a_deleted_shard_stays_missing_and_is_not_moved(warehouse):
     assert [(p.kind, p.path) for p in problems] == [("missing", SHARD)]
     assert quarantine(warehouse, problems, "T1") == []
     assert [(p.kind, p.path) for p in check(warehouse)] == [("missing", SHARD)]
+
+
+def _cli(root, *args: str) -> tuple[int, list[str], str]:
+    """Exit code, the `error:` lines and the whole output of `ragfactory <args> --root <root>`."""
+    result = CliRunner().invoke(app, [*args, "--root", str(root)])
+    return result.exit_code, [line for line in result.output.splitlines() if line.startswith("error:")], result.output
+
+
+def _cannot_read(root, kind: str, detail: str) -> str:
+    return (
+        f"table nodes cannot be read: {kind} file nodes/run_id=r1/shard1.parquet ({detail}); list the damage with "
+        f"`ragfactory check --root {root}`, rebuild it with `ragfactory check --repair --root {root}`"
+    )
+
+
+def test_a_deleted_shard_fails_its_tables_answers_instead_of_counting_what_is_left(warehouse):
+    fill(warehouse)
+    warehouse.write("nodes", rows("nodes"), shard="shard1")
+    (warehouse.root / "nodes" / "run_id=r1" / "shard1.parquet").unlink()
+    line = _cannot_read(warehouse.root, "missing", "the manifest records it but the file is gone")
+
+    code, errors, out = _cli(warehouse.root, "sql", "select count(*) from nodes")
+    assert (code, errors) == (1, [f"error: query failed: Invalid Input Error: {line}"]), out
+    code, errors, out = _cli(warehouse.root, "tables")
+    assert (code, errors) == (1, [f"error: {line}"]), out
+    assert "│ questions " in out
+    code, errors, out = _cli(warehouse.root, "sql", "select count(*) as n from questions", "--format", "csv")
+    assert (code, out.splitlines()) == (0, ['"n"', "2"])
+
+
+def test_a_quarantined_shard_fails_its_tables_answers_until_it_is_rebuilt(warehouse):
+    fill(warehouse)
+    warehouse.write("nodes", rows("nodes"), shard="shard1")
+    path = warehouse.root / "nodes" / "run_id=r1" / "shard1.parquet"
+    path.write_bytes(path.read_bytes()[:50])
+    quarantine(warehouse, check(warehouse), "T1")
+    detail = "its 2 rows set aside in _quarantine/T1/nodes/run_id=r1/shard1.parquet, not rebuilt yet"
+
+    code, errors, out = _cli(warehouse.root, "sql", "select count(*) from nodes")
+    assert (code, errors) == (
+        1,
+        [f"error: query failed: Invalid Input Error: {_cannot_read(warehouse.root, 'quarantined', detail)}"],
+    ), out
+
+    warehouse.write("nodes", rows("nodes"), shard="shard1")  # what a repair's rebuild commits
+    code, errors, out = _cli(warehouse.root, "sql", "select count(*) as n from nodes", "--format", "csv")
+    assert (code, out.splitlines()) == (0, ['"n"', "4"])
