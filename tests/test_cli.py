@@ -160,8 +160,8 @@ def test_routine_prefect_states_stay_off_the_screen_and_every_other_line_shows(t
 
 
 def test_trl_overrides_read_exponent_numbers_as_numbers():
-    from ragfactory.cli.training import _trl_overrides
+    from ragfactory.cli.common import key_values
 
     # YAML 1.1 reads 1e-4 (no dot) as the string "1e-4": the trainer then compared it with a float
-    overrides = _trl_overrides(["learning_rate=1e-4", "max_steps=3", "optim=adamw_torch", "bf16=false"], "--trl")
+    overrides = key_values(["learning_rate=1e-4", "max_steps=3", "optim=adamw_torch", "bf16=false"], "--trl")
     assert overrides == {"learning_rate": 1e-4, "max_steps": 3, "optim": "adamw_torch", "bf16": False}

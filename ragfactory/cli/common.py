@@ -257,3 +257,27 @@ def print_arrow(table, title: str | None = None, fmt: str = "table") -> None:
     from ragfactory.output import print_arrow as render
 
     render(table, console, title=title, fmt=fmt)
+
+
+def key_values(pairs: list[str], flag: str) -> dict:
+    """``key=value`` pairs of a repeatable option (``--trl``, ``--engine-option``), each value read
+    as YAML (numbers, booleans, lists)."""
+    import yaml
+
+    overrides = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            fail(f"{flag} {pair!r}: expected key=value, e.g. {flag} max_steps=100")
+        overrides[key.strip()] = _scalar(yaml.safe_load(value))
+    return overrides
+
+
+def _scalar(value):
+    """YAML 1.1 reads ``1e-4`` (no dot) as a string: a number in exponent form is a number."""
+    if isinstance(value, str):
+        try:
+            return float(value) if value.strip().lower() not in ("nan", "inf", "-inf", "infinity") else value
+        except ValueError:
+            return value
+    return value

@@ -11,6 +11,7 @@ from ragfactory.cli.common import (
     RootOption,
     app,
     console,
+    key_values,
     logged_run,
     open_warehouse,
     options_config,
@@ -35,7 +36,17 @@ DatasetsOption = Annotated[
 ]
 LimitOption = Annotated[int | None, typer.Option(min=1, help="First N questions of each dataset")]
 ModesOption = Annotated[
-    list[str] | None, typer.Option("--mode", help="agentic, direct or rag (repeatable; default all three)")
+    list[str] | None,
+    typer.Option(
+        "--mode",
+        help="agentic, direct, rag, or a mode a strategy adds such as r3 (repeatable; default the first three)",
+    ),
+]
+SourcesOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--source", help="Passage source searched (repeatable; default each dataset's own passages), e.g. corpus"
+    ),
 ]
 MaxRoundsOption = Annotated[
     int | None, typer.Option(min=1, help="Model calls per agentic question at most (default 11)")
@@ -47,6 +58,13 @@ PartitionOption = Annotated[
 CompareOption = Annotated[
     str | None,
     typer.Option("--compare", help="A base model to compare with on the same questions and modes (eval_compare)"),
+]
+EngineOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--engine-option",
+        help="Engine setting key=value (repeatable), e.g. kv_cache_mb=1024: more rows per decode chunk, more memory",
+    ),
 ]
 AllowDownloadsOption = Annotated[
     bool,
@@ -66,6 +84,8 @@ def evaluate(
     max_tokens: MaxTokensOption = None,
     partition: PartitionOption = None,
     compare: CompareOption = None,
+    sources: SourcesOption = None,
+    engine_options: EngineOption = None,
     allow_downloads: AllowDownloadsOption = False,
     root: RootOption = None,
 ) -> None:
@@ -93,6 +113,8 @@ def evaluate(
         max_tokens=max_tokens,
         partition=partition,
         compare=compare,
+        sources=sources,
+        llm={"policy": {"options": key_values(engine_options, "--engine-option")}} if engine_options else None,
         allow_downloads=allow_downloads or None,
     )
     _report_evaluation(summary, log)

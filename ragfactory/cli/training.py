@@ -12,7 +12,7 @@ from ragfactory.cli.common import (
     RootOption,
     app,
     console,
-    fail,
+    key_values,
     logged_run,
     open_warehouse,
     options_config,
@@ -96,37 +96,14 @@ def train(
         base_model=base_model,
         task=task,
         rewards=rewards,
-        trl=_trl_overrides(trl or [], "--trl"),
-        options=_trl_overrides(options or [], "--option"),
+        trl=key_values(trl or [], "--trl"),
+        options=key_values(options or [], "--option"),
         name=name,
         lora={"enabled": lora},
         output_dir=output_dir,
         allow_downloads=allow_downloads or None,
     )
     _print_trained(result)
-
-
-def _trl_overrides(pairs: list[str], flag: str) -> dict:
-    """``key=value`` pairs, each value read as YAML (numbers, booleans, lists)."""
-    import yaml
-
-    overrides = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            fail(f"{flag} {pair!r}: expected key=value, e.g. {flag} max_steps=100")
-        overrides[key.strip()] = _scalar(yaml.safe_load(value))
-    return overrides
-
-
-def _scalar(value):
-    """YAML 1.1 reads ``1e-4`` (no dot) as a string: a number in exponent form is a number."""
-    if isinstance(value, str):
-        try:
-            return float(value) if value.strip().lower() not in ("nan", "inf", "-inf", "infinity") else value
-        except ValueError:
-            return value
-    return value
 
 
 def _run_training(root: Path | None, **options) -> dict:
