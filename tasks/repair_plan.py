@@ -69,6 +69,8 @@ def plan_repair(wh: Warehouse, problems: list[Problem]) -> dict:
     runs, ingest, manual = set(), set(), []
     for problem in problems:
         table, column, value = _partition(problem.path)
+        if table == "artifacts":  # a trainer file, artifacts/<client>/<run>/<file>: its run exports it again
+            value = Path(problem.path).parts[2]
         if problem.table == "index":
             if latest := _latest_build(rows):  # its shards are cached: the build only indexes its passages again
                 runs.add(latest)

@@ -151,11 +151,12 @@ def decontaminate(
 def write_trainer_files(wh: Warehouse, run_id: str, strategy: str, tables: Mapping) -> None:
     """The files verl and LLaMA-Factory read as they are, beside the warehouse's shards."""
     if "verl_prompts" in tables:
-        path = write_verl_parquet(tables["verl_prompts"], wh.artifacts_dir("verl", run_id) / f"{strategy}.parquet")
+        folder = wh.artifacts_dir("verl", run_id)
+        path = write_verl_parquet(tables["verl_prompts"], folder / f"{strategy}.parquet", root=wh.root)
         get_run_logger().info("verl: %s", verl_command(path))
     if set(LLAMAFACTORY_TABLES.values()) & set(tables):
         folder = wh.artifacts_dir("llamafactory", run_id)
-        write_llamafactory(folder, strategy, tables)
+        write_llamafactory(folder, strategy, tables, root=wh.root)
         get_run_logger().info("LLaMA-Factory: dataset_dir: %s", folder)
     for line in length_warnings(tables):  # rows a trainer would drop or cut at its default length
         get_run_logger().warning("%s: %s", strategy, line)

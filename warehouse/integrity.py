@@ -106,7 +106,7 @@ def _write_json(target: Path, payload: dict) -> None:
 
 
 @contextmanager
-def commit_shard(root: Path, path: Path, rows: int) -> Iterator[Path]:
+def commit_shard(root: Path, path: Path, rows: int | None) -> Iterator[Path]:
     """A temporary file beside shard ``path`` for the block to write its ``rows`` rows into;
     when the block ends without an error, it is renamed over ``path`` and its entry recorded.
 
@@ -119,6 +119,19 @@ def commit_shard(root: Path, path: Path, rows: int) -> Iterator[Path]:
         sidecar.unlink(missing_ok=True)
     sidecar.parent.mkdir(parents=True, exist_ok=True)
     _write_json(sidecar, entry)
+
+
+def committed(path: Path, root: Path | None, rows: int | None = None):
+    """``commit_shard`` of a file beside the shards (a trainer file, a dataset card: ``rows`` None
+    when it is not a table) under a warehouse ``root``; without one, a plain atomic write."""
+    return atomic_path(path) if root is None else commit_shard(root, path, rows)
+
+
+def forget(root: Path | None, path: Path) -> None:
+    """Remove a file and, under a warehouse ``root``, its manifest entry (the entry first)."""
+    if root is not None:
+        manifest_path(root, path).unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
 
 
 def read_entry(root: Path, path: Path) -> dict | None:
@@ -218,7 +231,7 @@ def _lost(root: Path, table: str) -> list[Problem]:
     """The ``quarantined`` or ``missing`` problem of each recorded shard of ``table`` that is gone."""
     sidecars = sorted((root / MANIFEST_DIR / table).rglob(f"*.parquet{MANIFEST_SUFFIX}"))
     paths = (shard_of_manifest(root, sidecar) for sidecar in sidecars)
-    return [_gone(root, table, path) for path in paths if not path.exists()]
+    return [gone(root, table, path) for path in paths if not path.exists()]
 
 
 def damage_message(warehouse: Warehouse, table: str, damaged: list[tuple[str, str, str]]) -> str:
@@ -298,7 +311,7 @@ class Problem:
         return f"{self.kind}: {self.path} ({self.table}): {self.detail}"
 
 
-def _parquet_rows(path: Path) -> tuple[int | None, str | None]:
+def parquet_rows(path: Path) -> tuple[int | None, str | None]:
     """(row count from the footer, None), or (None, why the file cannot be read as Parquet)."""
     try:
         return pq.read_metadata(path).num_rows, None
@@ -318,7 +331,7 @@ def check_file(root: Path, table: str, path: Path) -> Problem | None:
         differs = mismatch(root, path, entry)
         if differs is None:
             return None
-    rows, unreadable = _parquet_rows(path)
+    rows, unreadable = parquet_rows(path)
     if entry is None:
         return Problem(
             table,
@@ -332,7 +345,8 @@ def check_file(root: Path, table: str, path: Path) -> Problem | None:
 
 
 def check(warehouse: Warehouse, workers: int | None = None) -> list[Problem]:
-    """Every damaged, unrecorded or missing shard file of every table, in path order.
+    """Every damaged, unrecorded or missing shard file of every table, saved index, trainer file
+    and dataset card (``warehouse.exported``), in path order.
 
     Files are hashed on ``workers`` threads (default: one per core); sha256 releases the GIL on
     large buffers, so a check is bound by the disk or by the cores' hashing speed.
@@ -343,11 +357,13 @@ def check(warehouse: Warehouse, workers: int | None = None) -> list[Problem]:
         problems = [p for p in pool.map(lambda job: check_file(root, *job), jobs) if p]
     for table in TABLES:
         problems += _lost(root, table)
-    problems += check_indexes(root)
+    from ragfactory.warehouse.exported import check_exported  # it builds on this module
+
+    problems += check_indexes(root) + check_exported(root)
     return sorted(problems, key=lambda p: p.path)
 
 
-def _gone(root: Path, table: str, path: Path) -> Problem:
+def gone(root: Path, table: str, path: Path) -> Problem:
     """The problem of a recorded shard whose file is not there: set aside by a repair that has
     not finished (``quarantined``), or lost (``missing``)."""
     entry = read_entry(root, path) or {}
@@ -366,7 +382,7 @@ def adopt(warehouse: Warehouse, problems: list[Problem]) -> list[Problem]:
     for problem in problems:
         if problem.kind == "unrecorded" and problem.readable:
             path = warehouse.root / problem.path
-            rows = pq.read_metadata(path).num_rows
+            rows = pq.read_metadata(path).num_rows if path.suffix == ".parquet" else None  # a card: no rows
             sidecar = manifest_path(warehouse.root, path)
             sidecar.parent.mkdir(parents=True, exist_ok=True)
             _write_json(sidecar, entry_for(warehouse.root, path, rows))

@@ -195,7 +195,8 @@ AdoptOption = Annotated[
     bool,
     typer.Option(
         "--adopt",
-        help="Record entries for unrecorded files that read as Parquet (a warehouse written before manifests)",
+        help="Record entries for unrecorded files that read as Parquet, and trainer files and dataset cards "
+        "(a warehouse written before they were recorded)",
     ),
 ]
 ExportsOption = Annotated[
@@ -218,8 +219,10 @@ def check_command(
     again here, moves the files to `<root>/_quarantine/<time>/` (their entries stay, marked
     quarantined, so `check` names them until they are rebuilt), runs those runs again (only their
     lost shards do work), and checks again.
-    `--adopt` vouches for files written before the warehouse kept manifests. `--exports` then loads
-    every export folder and trainer file with `datasets.load_dataset` (docs/clients.md).
+    Trainer files (`artifacts/verl/`, `artifacts/llamafactory/`) and dataset cards are verified
+    the same way. `--adopt` vouches for files written before the warehouse recorded them.
+    `--exports` then loads every export folder (its dataset card included) and trainer file with
+    `datasets.load_dataset`, one line per one that does not load (docs/clients.md).
 
     Example: `ragfactory check --root /data/ragfactory` then `ragfactory check --repair --root /data/ragfactory`
     """
@@ -274,12 +277,12 @@ def _print_problems(problems, prefix: str = "") -> None:
 
 
 def _adopt(wh, problems) -> list:
-    """The problems left once the unrecorded files that read as Parquet have manifest entries
-    (``check --adopt``), after a line saying how many were adopted."""
+    """The problems left once the unrecorded files that read (as Parquet; a card as text) have
+    manifest entries (``check --adopt``), after a line saying how many were adopted."""
     from ragfactory.warehouse.integrity import adopt as adopt_files
 
     adopted = adopt_files(wh, problems)
-    console.print(f"adopted {len(adopted)} unrecorded file(s) that read as Parquet", soft_wrap=True)
+    console.print(f"adopted {len(adopted)} unrecorded file(s)", soft_wrap=True)
     return [p for p in problems if p not in adopted]
 
 

@@ -21,12 +21,12 @@ from typing import Any
 import pyarrow.parquet as pq
 import yaml
 
-from ragfactory.atomic import atomic_write_text
 from ragfactory.tasks.export.registry import EXPORTS
 from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.exported import CARD
+from ragfactory.warehouse.integrity import committed
 from ragfactory.warehouse.store import Warehouse
 
-CARD = "README.md"
 # The bundled samples' licences (ragfactory/data/LICENSES/README.md), as Hub licence ids.
 LICENSES = {"hotpotqa": "cc-by-sa-4.0", "musique": "cc-by-4.0", "2wikimultihopqa": "apache-2.0", "bamboogle": "mit"}
 # Where each exported table's labels come from (docs/architecture.md, "The data flow").
@@ -191,7 +191,8 @@ def write_cards(wh: Warehouse, run_id: str) -> list[Path]:
     for folder, table in card_folders(wh, run_id):
         rows = sum(pq.read_metadata(path).num_rows for path in folder.glob("*.parquet"))
         meta = yaml.safe_dump(header(folder, table, run["datasets"], rows), sort_keys=False)
-        atomic_write_text(folder / CARD, f"---\n{meta}---\n\n{body(wh, run_id, folder, table, run, rows)}")
+        with committed(folder / CARD, wh.root) as tmp:  # with its manifest entry (warehouse.exported)
+            tmp.write_text(f"---\n{meta}---\n\n{body(wh, run_id, folder, table, run, rows)}", encoding="utf-8")
         written.append(folder / CARD)
     return written
 

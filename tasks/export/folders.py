@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from ragfactory.tasks.export.registry import EXPORTS
+from ragfactory.warehouse.exported import CARD
 from ragfactory.warehouse.store import Warehouse
 
 # the artifacts a trainer reads file by file (verl's data.train_files; LLaMA-Factory's dataset_info)
@@ -46,9 +47,14 @@ def export_targets(wh: Warehouse) -> list[Path]:
     return targets
 
 
-def _rows(target: Path) -> int:
-    files = [target] if target.is_file() else sorted(target.glob("*.parquet"))
-    return sum(pq.read_metadata(path).num_rows for path in files)
+def card_folders(wh: Warehouse) -> list[Path]:
+    """Each trainer folder with a dataset card: ``datasets.load_dataset(folder)`` reads the card's
+    default config (an exported table's folder is an export target already)."""
+    return [
+        card.parent
+        for client in TRAINER_ARTIFACTS
+        for card in sorted((wh.root / "artifacts" / client).glob(f"*/{CARD}"))
+    ]
 
 
 def _why(exc: BaseException) -> str:
@@ -76,14 +82,30 @@ def unloadable(wh: Warehouse) -> tuple[list[Unloadable], int]:
 def _load_all(wh: Warehouse, load_dataset) -> tuple[list[Unloadable], int]:
     problems, loaded = [], 0
     with tempfile.TemporaryDirectory(prefix="ragfactory-load-") as cache:
-        for target in export_targets(wh):
-            if _rows(target) == 0:
-                problems.append(Unloadable(target, "no rows: nothing for a trainer to load", empty=True))
-                continue
-            files = str(target) if target.is_file() else str(target / "*.parquet")
-            try:
-                load_dataset("parquet", data_files=files, split="train", cache_dir=cache)
-                loaded += 1
-            except Exception as exc:  # noqa: BLE001 - whatever stops the trainers' loader is the finding
-                problems.append(Unloadable(target, _why(exc)))
+        for i, target in enumerate(export_targets(wh) + card_folders(wh)):  # a cache each: folders of one base name
+            problem = _load(target, load_dataset, f"{cache}/{i}")
+            problems += [problem] if problem else []
+            loaded += problem is None
     return problems, loaded
+
+
+def _load(target: Path, load_dataset, cache: str) -> Unloadable | None:
+    """Why ``target`` does not load as a trainer loads it, or None: a Parquet file whose footer
+    does not read is named itself; a folder is loaded as ``datasets.load_dataset(folder)``, so
+    its dataset card's YAML header (its configs) is read as a user's load reads it."""
+    rows = 0
+    for path in [target] if target.is_file() else sorted(target.glob("*.parquet")):
+        try:
+            rows += pq.read_metadata(path).num_rows
+        except Exception as exc:  # noqa: BLE001 - any reader failure means the file is unusable
+            return Unloadable(path, f"not readable as Parquet: {_why(exc)}")
+    if rows == 0:
+        return Unloadable(target, "no rows: nothing for a trainer to load", empty=True)
+    try:
+        if target.is_file():
+            load_dataset("parquet", data_files=str(target), split="train", cache_dir=cache)
+        else:
+            load_dataset(str(target), split="train", cache_dir=cache)
+    except Exception as exc:  # noqa: BLE001 - whatever stops the trainers' loader is the finding
+        return Unloadable(target, _why(exc))
+    return None

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ragfactory.atomic import atomic_path, atomic_write_text
+from ragfactory.warehouse.integrity import committed, forget
 from ragfactory.warehouse.locks import exclusive
 from ragfactory.warehouse.store import conform, safe_name
 
@@ -73,10 +73,15 @@ def pair_table(rows: pa.Table | Iterable[Mapping[str, Any]]) -> pa.Table:
 
 
 def write_llamafactory(
-    folder: str | Path, strategy: str, tables: Mapping[str, pa.Table | Iterable[Mapping[str, Any]]]
+    folder: str | Path,
+    strategy: str,
+    tables: Mapping[str, pa.Table | Iterable[Mapping[str, Any]]],
+    root: Path | None = None,
 ) -> dict[str, Any]:
     """Write one strategy's SFT and DPO shards into ``folder`` and rebuild its ``dataset_info.json``
-    (returned). A table with no rows leaves no shard; a table not given is left as it is."""
+    (returned); under a warehouse ``root``, each file with its manifest entry
+    (``warehouse.exported``). A table with no rows leaves no shard; a table not given is left as
+    it is."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     with exclusive(folder / LOCK_FILE):
@@ -86,12 +91,13 @@ def write_llamafactory(
             path = folder / f"{safe_name(strategy)}_{kind}.parquet"
             table = pair_table(tables[table_name]) if kind == "dpo" else conform(table_name, tables[table_name])
             if table.num_rows == 0:
-                path.unlink(missing_ok=True)
+                forget(root, path)
                 continue
-            with atomic_path(path) as tmp:
+            with committed(path, root, table.num_rows) as tmp:
                 pq.write_table(table, tmp)
         info = dataset_info(folder)
-        atomic_write_text(folder / INFO_FILE, json.dumps(info, indent=2, sort_keys=True) + "\n")
+        with committed(folder / INFO_FILE, root) as tmp:
+            tmp.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return info
 
 

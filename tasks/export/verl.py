@@ -36,8 +36,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ragfactory.atomic import atomic_path
 from ragfactory.schemas.tables import VERL_COLUMNS
+from ragfactory.warehouse.integrity import committed
 from ragfactory.warehouse.store import conform, write_parquet
 
 ABILITY = "fact-reasoning"  # Search-R1's value for its QA datasets
@@ -64,12 +64,15 @@ def reward_overrides(data_sources: Iterable[str]) -> list[str]:
     return [f"reward.custom_reward_function.path={REWARD_MODULE}", "reward.custom_reward_function.name=compute_score"]
 
 
-def write_verl_parquet(rows: pa.Table | Iterable[Mapping[str, Any]], path: str | os.PathLike) -> Path:
-    """Write the five verl columns of ``verl_prompts`` rows to ``path`` (atomically)."""
+def write_verl_parquet(
+    rows: pa.Table | Iterable[Mapping[str, Any]], path: str | os.PathLike, root: Path | None = None
+) -> Path:
+    """Write the five verl columns of ``verl_prompts`` rows to ``path`` (atomically); under a
+    warehouse ``root``, with its manifest entry (``warehouse.exported``)."""
     table = conform("verl_prompts", rows).select(list(VERL_COLUMNS))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
+    with committed(path, root, table.num_rows) as tmp:
         write_parquet(table, tmp)
     return path
 

@@ -104,7 +104,7 @@ def test_a_strategy_that_exports_nothing_leaves_every_folder_loadable(tmp_path, 
     assert [(p.path.relative_to(root).as_posix(), p.detail) for p in problems] == [
         (f"preference_pairs/{run}", "no rows: nothing for a trainer to load")
     ]
-    assert n_loaded == 2
+    assert n_loaded == 3  # and the LLaMA-Factory folder, by its dataset card
     assert check(wh) == []  # the empty shards are recorded like any other
 
 

@@ -217,4 +217,4 @@ def test_every_export_folder_loads_with_each_venvs_datasets(run, tmp_path):
     )
     assert got["version"] == "4.0.0" and got["rows"] == rows
     assert len(targets) == 10 and all(rows)  # 6 exported tables, a verl file, LLaMA-Factory's SFT and DPO
-    assert unloadable(wh) == ([], 9)  # and with the factory's own datasets
+    assert unloadable(wh) == ([], 11)  # and with the factory's own datasets, the two trainer folders by their cards

@@ -187,3 +187,35 @@ def test_tables_and_check_work_on_a_read_only_root(undisturbed, tmp_path):
         code, out = _cli("sql", "select count(*) as n from nodes", "--root", str(root), "--format", "csv")
         assert code == 0 and int(out.splitlines()[1]) > 0
     assert (root / "catalog.duckdb").read_bytes() == catalog
+
+
+def test_a_damaged_trainer_file_fails_check_by_name_and_repair_rebuilds_it(undisturbed, damaged):
+    relative = f"artifacts/llamafactory/{RUN}/decex_sft.parquet"
+    trainer_file = damaged / relative
+    size = trainer_file.stat().st_size
+    trainer_file.write_bytes(trainer_file.read_bytes()[: size // 2])
+
+    for args in (["check"], ["check", "--exports"]):
+        code, out = _cli(*args, "--root", str(damaged))
+        assert code == 1 and "Traceback" not in out, out
+        assert out.splitlines()[0].startswith(f"damaged: {relative} (export): {size // 2} bytes, recorded {size}")
+    code, out = _cli("check", "--repair", "--root", str(damaged))
+    assert code == 0, out
+    assert trainer_file.read_bytes() == (undisturbed / relative).read_bytes()
+    code, out = _cli("check", "--exports", "--root", str(damaged))
+    assert code == 0, out
+
+
+def test_a_dataset_card_datasets_cannot_read_is_named_by_check_and_by_check_exports(damaged):
+    folder = damaged / "sft_examples" / f"run_id={RUN}"
+    card = folder / "README.md"
+    card.write_text(card.read_text().replace("configs:", "configs: [", 1))
+    code, out = _cli("check", "--root", str(damaged))
+    assert code == 1 and out.splitlines()[0].startswith(f"damaged: sft_examples/run_id={RUN}/README.md (export): ")
+
+    # a card written before cards were recorded: `--adopt` vouches for it, the loader still refuses it
+    (damaged / "_manifest" / "sft_examples" / f"run_id={RUN}" / "README.md.json").unlink()
+    code, out = _cli("check", "--adopt", "--exports", "--root", str(damaged))
+    assert code == 1 and "Traceback" not in out, out
+    [line] = [line for line in out.splitlines() if line.startswith("unloadable:")]
+    assert line.startswith(f"unloadable: {folder}: ")
