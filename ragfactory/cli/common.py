@@ -184,8 +184,7 @@ def logged_run(root: Path, command: str, after_failure: Callable[[], str] = str)
 
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     path = Path(root) / "logs" / f"{command}-{stamp}-{os.getpid()}.log"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = _log_handler(Path(root), path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     screen = logging.getLogger()
     consoles, quiet, routine = list(screen.handlers), _ScreenWithoutTraceback(), _ScreenWithoutRoutineStates()
@@ -218,6 +217,18 @@ def run_flow(call: Callable, cleanup: Callable[[], None]) -> dict:
         console.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True, highlight=False)
 
     return run_local_flow(call, echo, cleanup)
+
+
+def _log_handler(root: Path, path: Path) -> logging.FileHandler:
+    """The handler writing the run's log at ``path``; a root this user cannot write (no
+    permission, a read-only file system, a file where the folder goes) is one ``error:`` line
+    naming it, before anything runs."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return logging.FileHandler(path, encoding="utf-8")
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        fail(f"the warehouse root {root} is not writable: cannot write the log in {path.parent} ({reason})")
 
 
 def prefect_local_defaults(root: str | Path | None = None) -> Callable[[], None]:

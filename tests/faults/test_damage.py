@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from ragfactory.cli import app
@@ -219,3 +220,19 @@ def test_a_dataset_card_datasets_cannot_read_is_named_by_check_and_by_check_expo
     assert code == 1 and "Traceback" not in out, out
     [line] = [line for line in out.splitlines() if line.startswith("unloadable:")]
     assert line.startswith(f"unloadable: {folder}: ")
+
+
+def test_a_command_on_a_read_only_root_is_one_line_naming_the_root(undisturbed, tmp_path, engines):
+    engines(ScriptedBackend(decex_hotpotqa))
+    root = tmp_path / "wh"
+    shutil.copytree(undisturbed, root)
+    config = tmp_path / "build.yaml"
+    config.write_text(yaml.safe_dump(decex_config(root).model_dump(mode="json")))
+    why = "Read-only file system" if os.geteuid() == 0 else "Permission denied"  # see read_only
+    line = f"error: the warehouse root {root} is not writable: cannot write the log in {root / 'logs'} ({why})"
+    with read_only(root):
+        for args in (["build", "--config", str(config)], ["train", "--method", "sft", "--run-id", RUN]):
+            code, out = _cli(*args, "--root", str(root))
+            assert (code, _error_lines(out)) == (1, [line]), out
+            assert "Traceback" not in out
+    assert table_rows(root) == table_rows(undisturbed)
