@@ -39,7 +39,7 @@ ModesOption = Annotated[
     list[str] | None,
     typer.Option(
         "--mode",
-        help="agentic, direct, rag, or a mode a strategy adds such as r3 (repeatable; default the first three)",
+        help="agentic, direct, rag, or a mode a strategy adds (repeatable; default the first three)",
     ),
 ]
 SourcesOption = Annotated[
@@ -92,7 +92,8 @@ def evaluate(
     """Evaluate a model on held-out questions and print mean EM / F1 / cover-EM per dataset and mode.
 
     Modes: `agentic` (ReasonRAG's Reasoning / Grounding / Terminal loop), `direct` (the question
-    alone) and `rag` (top-k documents, then answer). Rows go to the `evals` table; bundled
+    alone), `rag` (top-k documents, then answer), and those strategies add (docs/evaluation.md).
+    Rows go to the `evals` table; bundled
     datasets the warehouse lacks are ingested first. Compare every model evaluated with
     `ragfactory sql "select * from eval_summary"`.
 
@@ -103,20 +104,10 @@ def evaluate(
 
     Example: `ragfactory evaluate --model latest:sft --compare embedded --dataset hotpotqa --limit 50`
     """
-    summary, log = _run_evaluation(
-        root,
-        model=model,
-        datasets=datasets,
-        limit=limit,
-        modes=modes,
-        max_rounds=max_rounds,
-        max_tokens=max_tokens,
-        partition=partition,
-        compare=compare,
-        sources=sources,
-        llm={"policy": {"options": key_values(engine_options, "--engine-option")}} if engine_options else None,
-        allow_downloads=allow_downloads or None,
-    )
+    engine = {"policy": {"options": key_values(engine_options, "--engine-option")}} if engine_options else None
+    options = {"model": model, "datasets": datasets, "limit": limit, "modes": modes, "max_rounds": max_rounds}
+    options |= {"max_tokens": max_tokens, "partition": partition, "compare": compare, "sources": sources}
+    summary, log = _run_evaluation(root, llm=engine, allow_downloads=allow_downloads or None, **options)
     _report_evaluation(summary, log)
 
 
