@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 from datetime import datetime
 from functools import partial
 
+from ragfactory.progress import progress_bar
 from ragfactory.tasks.eval.baselines import answer_direct, answer_rag
 from ragfactory.tasks.eval.inference import EvalQuestion, InferenceConfig, Outcome
 from ragfactory.tasks.llm.batcher import Batcher
@@ -87,20 +88,24 @@ async def answer_questions(
 ) -> dict[str, list[Outcome]]:
     """mode -> the outcome of each question, in question order."""
     answer = eval_modes()  # the strategies' declared modes, gathered once rather than per question
-    jobs = [
-        partial(_attributed, q.question_id, partial(answer[mode], q, batcher, retriever, config))
-        for mode in check_modes(modes)
-        for q in questions
-    ]
-    outcomes = await batcher.run_all(jobs, max_in_flight)
+    with progress_bar() as bar:
+        task = bar.add_task(f"{', '.join(modes)}: questions answered", total=len(questions) * len(modes))
+        jobs = [
+            partial(_attributed, q.question_id, partial(answer[mode], q, batcher, retriever, config), bar, task)
+            for mode in check_modes(modes)
+            for q in questions
+        ]
+        outcomes = await batcher.run_all(jobs, max_in_flight)
     n = len(questions)
     return {mode: outcomes[i * n : (i + 1) * n] for i, mode in enumerate(modes)}
 
 
-async def _attributed(question_id: str, job: Callable[[], Awaitable[Outcome]]) -> Outcome:
-    """The job's searches go to the retrieval ledger as this question's."""
+async def _attributed(question_id: str, job: Callable[[], Awaitable[Outcome]], bar, task) -> Outcome:
+    """The job's searches go to the retrieval ledger as this question's; the bar counts it done."""
     with asking(question_id):
-        return await job()
+        outcome = await job()
+    bar.advance(task)
+    return outcome
 
 
 def eval_rows(
