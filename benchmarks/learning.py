@@ -1,0 +1,162 @@
+"""Does a model learn from the factory's data? Built, trained and evaluated on a seeded world.
+
+The world (docs/world.md) has entity-disjoint splits: no entity of a test question appears in a
+train question, so a trained model that answers more test questions learned to search and read,
+not the facts. For each method the exports feed, this builds on world train questions, trains the
+embedded model (SmolLM2-135M) on the export, and evaluates base and trained on the same test
+questions, with the paired bootstrap 95 % interval of the EM delta (``tasks/eval/compare.py``).
+Beside each method a **control** trains the same way on scrambled labels; the gain must come
+from the labels, so a control must show none.
+
+Methods measured:
+
+- ``r3-sft``: R3's cold start (R3-RAG §3.2) with the world's teacher engine as its larger model
+  (``tasks/search/r3/teacher.py``), best-of-N by EM, SFT on the kept trajectories, evaluated in
+  the ``r3`` mode (R3's step loop, the inference the data trains). Control: SFT on one pruned
+  trajectory a question, the same steps with a wrong final answer.
+
+Every stage runs as a user runs it (``ragfactory world``, ``build``, ``train``, ``evaluate``), in
+a warehouse of its own; the CPU seconds and the peak resident memory of each are the children's
+as the kernel counts them.
+
+Run: .venv/bin/python benchmarks/learning.py [--train 200] [--test 200] [--steps 12] [--root DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import report  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "ragfactory.cli"]
+R3 = {"n_attempts": 4, "min_queries": 1, "judge_outcome": False, "judge_relevance": False, "metric": "em"}
+
+
+def run(args: list[str], stages: dict, name: str) -> str:
+    """One command of the pipeline; its output, and its wall and CPU seconds in ``stages``."""
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    done = subprocess.run([*CLI, *args], capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{name} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    stages[name] = {"wall_s": round(time.perf_counter() - start, 1), "cpu_min": round(cpu / 60, 2)}
+    return done.stdout
+
+
+def build(root: Path, world: Path, train: int, stages: dict) -> str:
+    """R3 with the world teacher on ``train`` world train questions; returns the run id."""
+    config = yaml.safe_load((world / "build.yaml").read_text())
+    config |= {
+        "name": "learning",
+        "llm": {"policy": {"backend": "world:r3-teacher", "options": {"world": str(world)}}},
+        "search": {"strategies": ["r3"], "questions_per_dataset": train, "shard_size": 50, "r3": R3},
+        "export": {"decontamination": {"mode": "drop", "against": ["valid", "test"]}},
+    }
+    path = root / "build.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    run(["build", "--config", str(path), "--root", str(root / "wh")], stages, "build")
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    return query(Warehouse(root / "wh"), "select run_id from runs where flow = 'build'").column(0)[0].as_py()
+
+
+def pruned_rows(root: Path, run_id: str) -> Path:
+    """The control's SFT rows: one pruned attempt a question whose final answer is wrong (the same
+    queries as a kept one), written as the exporter writes kept ones, into a parquet file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ragfactory.tasks.rewards.answer import exact_match
+    from ragfactory.tasks.search.r3.exports import r3_sft_examples
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    wh = Warehouse(root / "wh")
+    nodes = query(wh, "select * from nodes where run_id = $r", {"r": run_id}).to_pylist()
+    questions = query(wh, "select question_id, question, golden_answers from questions").to_pylist()
+    gold = {q["question_id"]: q["golden_answers"] for q in questions}
+    wrong = {}  # question -> its first attempt whose final answer is wrong
+    for node in sorted(nodes, key=lambda n: n["path"]):
+        parsed = json.loads(node["parsed"]) if isinstance(node["parsed"], str) else node["parsed"]
+        if node["kind"] == "answer" and not exact_match(parsed.get("content"), gold[node["question_id"]]):
+            wrong.setdefault(node["question_id"], parsed["attempt"])
+    for node in nodes:
+        parsed = json.loads(node["parsed"]) if isinstance(node["parsed"], str) else node["parsed"]
+        node["parsed"] = parsed
+        if node["kind"] != "question":
+            node["is_selected"] = parsed.get("attempt") == wrong.get(node["question_id"], -1)
+    rows = r3_sft_examples(nodes, questions)
+    path = root / "control.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def evaluate(root: Path, model: str, test: int, stages: dict, name: str) -> dict:
+    """``model`` against the embedded base on ``test`` world test questions in the r3 mode."""
+    args = ["evaluate", "--model", model, "--compare", "embedded", "--dataset", "world", "--mode", "r3"]
+    args += ["--limit", str(test), "--max-rounds", "5", "--max-tokens", "96", "--source", "corpus"]
+    args += ["--engine-option", "kv_cache_mb=1024"]  # a decode chunk holds ~20 R3 prompts, not ~5
+    run([*args, "--root", str(root / "wh")], stages, name)
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    sql = "select * from eval_compare where model_a = $m order by created_at desc limit 1"
+    return query(Warehouse(root / "wh"), sql, {"m": model}).to_pylist()[0]
+
+
+def train(root: Path, stages: dict, name: str, steps: int, source: list[str]) -> str:
+    """SFT of the embedded model; returns the model id."""
+    run(["train", "--method", "sft", *source, "--trl", f"max_steps={steps}", "--trl", "learning_rate=1e-4",
+               "--name", name, "--root", str(root / "wh")], stages, f"train {name}")  # fmt: skip
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    sql = (
+        "select model_id from models where json_extract_string(lineage, '$.name') = $n order by created_at desc limit 1"
+    )
+    return query(Warehouse(root / "wh"), sql, {"n": name}).column(0)[0].as_py()
+
+
+def main(args: argparse.Namespace) -> None:
+    root = Path(args.root or tempfile.mkdtemp(prefix="learning-"))
+    stages: dict = {}
+    questions = round((args.train + args.test) / 0.85)  # 0.6 / 0.15 / 0.25 leaves room for both
+    run(["world", "--seed", str(args.seed), "--questions", str(questions), "--passages", str(args.passages), str(root / "world")], stages, "world")  # fmt: skip
+    run_id = build(root, root / "world", args.train, stages)
+    kept = train(root, stages, "world-r3-sft", args.steps, ["--run-id", run_id])
+    control = train(root, stages, "world-r3-sft-control", args.steps, ["--parquet", str(pruned_rows(root, run_id))])
+    rows = []
+    for label, model in (("r3-sft (kept)", kept), ("control (pruned)", control)):
+        c = evaluate(root, model, args.test, stages, f"evaluate {label}")
+        rows.append({"method": label, "n": c["n"], "em_base": c["em_b"], "em_trained": c["em_a"],
+                     "em_delta": c["em_delta"], "em_low": c["em_delta_low"], "em_high": c["em_delta_high"],
+                     "f1_delta": c["f1_delta"], "mcnemar_p": c["mcnemar_p"]})  # fmt: skip
+    report("learning", rows)
+    report("learning_stages", [{"stage": k, **v} for k, v in stages.items()])
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"root: {root}; peak resident memory of one stage: {peak:,.0f} MiB")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train", type=int, default=200, help="world train questions the build expands")
+    parser.add_argument("--test", type=int, default=200, help="world test questions both models answer")
+    parser.add_argument("--passages", type=int, default=3000, help="the world corpus's size")
+    parser.add_argument("--steps", type=int, default=12, help="SFT steps (TRL's batch of 8)")
+    parser.add_argument("--root", default=None)
+    main(parser.parse_args())
