@@ -2,9 +2,9 @@
 trajectories a build exported raise the embedded model's log-likelihood of held-out gold
 trajectories, those of test questions whose entities no train question names.
 
-It catches what every other test lets through: rows whose mask trains the prompt instead of the
-step, a selection that keeps the wrong attempts, a template that differs between training and
-inference. The margin is worked out from a measured run (see the assertion).
+It watches what no other test does: whether the exported rows, their loss mask and the chat
+template teach the steps a held-out question needs. The margin is worked out from a measured run
+(see the assertion).
 """
 
 from __future__ import annotations
@@ -107,4 +107,7 @@ def test_sft_on_kept_world_trajectories_raises_the_likelihood_of_held_out_gold_o
     plan = plan_training(wh, train)
     train_planned(wh, train, plan, log)
     after = mean_logprob(plan.output_dir, held_out)
+    print(f"held-out gold steps: mean log-prob per token {before:.3f} before, {after:.3f} after")
+    # measured on 2 cores: -1.321 before, -0.769 after (+0.55 a token); the margin is about half
+    # of that rise, far above run-to-run float noise
     assert after - before > 0.3, (before, after)
