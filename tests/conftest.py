@@ -186,6 +186,7 @@ LONGEST_SCOPES = (
     "tests/flows/test_evaluate.py",  # 339 s
     "tests/llm/test_vllm_backend.py",  # 233 s
     "tests/search/test_structured_slow.py",  # 175 s
+    "tests/training/test_world_learning.py",  # 170 s alone
     "tests/search/test_mcts_slow.py",  # 156 s
     "tests/search/test_apex_slow.py",  # 149 s
     "tests/faults/test_run_states.py",  # 123 s
