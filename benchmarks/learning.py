@@ -89,16 +89,15 @@ def pruned_rows(root: Path, run_id: str) -> Path:
     nodes = query(wh, "select * from nodes where run_id = $r", {"r": run_id}).to_pylist()
     questions = query(wh, "select question_id, question, golden_answers from questions").to_pylist()
     gold = {q["question_id"]: q["golden_answers"] for q in questions}
+    for node in nodes:
+        node["parsed"] = json.loads(node["parsed"]) if isinstance(node["parsed"], str) else node["parsed"]
     wrong = {}  # question -> its first attempt whose final answer is wrong
     for node in sorted(nodes, key=lambda n: n["path"]):
-        parsed = json.loads(node["parsed"]) if isinstance(node["parsed"], str) else node["parsed"]
-        if node["kind"] == "answer" and not exact_match(parsed.get("content"), gold[node["question_id"]]):
-            wrong.setdefault(node["question_id"], parsed["attempt"])
+        if node["kind"] == "answer" and not exact_match(node["parsed"].get("content"), gold[node["question_id"]]):
+            wrong.setdefault(node["question_id"], node["parsed"]["attempt"])
     for node in nodes:
-        parsed = json.loads(node["parsed"]) if isinstance(node["parsed"], str) else node["parsed"]
-        node["parsed"] = parsed
         if node["kind"] != "question":
-            node["is_selected"] = parsed.get("attempt") == wrong.get(node["question_id"], -1)
+            node["is_selected"] = node["parsed"].get("attempt") == wrong.get(node["question_id"], -1)
     rows = r3_sft_examples(nodes, questions)
     path = root / "control.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from ragfactory.tasks.eval.inference import EvalQuestion, InferenceConfig, Outcome, ask
 from ragfactory.tasks.llm.types import Generator
 from ragfactory.tasks.retrieval.types import Retriever
-from ragfactory.tasks.search.common import retrieve
 from ragfactory.tasks.search.r3.config import STRATEGY, R3Config
+from ragfactory.tasks.search.r3.expansion import retrieve_unseen
 from ragfactory.tasks.search.r3.steps import Step, parse_step, step_prompt
 
 MODE = STRATEGY
@@ -39,9 +39,7 @@ async def answer_r3(
         if turn.get("action") == "answer":
             outcome.prediction = turn.get("content") or ""
             return outcome
-        hits = await retrieve(retriever, turn.get("content"), config.top_k + len(seen))
-        fresh = [hit for hit in hits if hit.passage_id not in seen][: config.top_k]
-        seen.update(hit.passage_id for hit in fresh)
+        fresh = await retrieve_unseen(retriever, turn.get("content"), config.top_k, seen)
         outcome.n_retrievals += 1
         steps.append(Step(turn.get("analysis"), query=turn.get("content"), docs=tuple(fresh)))
     outcome.errors.append(f"no final answer in {config.max_rounds} steps")

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from ragfactory.tasks.llm.types import Completion, Message, Request, Sampling
 from ragfactory.tasks.prompts.loader import load_grammar
-from ragfactory.tasks.retrieval.types import Hit
+from ragfactory.tasks.retrieval.types import Hit, Retriever
 from ragfactory.tasks.search.common import Expansion, hit_record, question_fields, retrieve
 from ragfactory.tasks.search.r3.config import STRATEGY, R3Config
 from ragfactory.tasks.search.r3.judges import (
@@ -118,11 +118,7 @@ class _Attempts(Expansion):
         return run
 
     async def retrieve_unseen(self, query: str, seen: set[str]) -> list[Hit]:
-        """The top-k passages of ``query`` that the trajectory has not retrieved yet."""
-        hits = await retrieve(self.retriever, query, self.config.top_k + len(seen))
-        fresh = [hit for hit in hits if hit.passage_id not in seen][: self.config.top_k]
-        seen.update(hit.passage_id for hit in fresh)
-        return fresh
+        return await retrieve_unseen(self.retriever, query, self.config.top_k, seen)
 
     async def judge_outcome(self, node: Node, answer: str) -> Verdict:
         """Eq. 2: 1 if the answer matches a gold answer or the judge says it is equivalent."""
@@ -229,3 +225,11 @@ async def expand(question: Mapping, context: ShardContext, config: R3Config) -> 
     rows = tree.table_rows()
     rows.rewards = rewards
     return rows
+
+
+async def retrieve_unseen(retriever: Retriever, query: str, top_k: int, seen: set[str]) -> list[Hit]:
+    """The top-k passages of ``query`` that the trajectory has not retrieved yet (added to ``seen``)."""
+    hits = await retrieve(retriever, query, top_k + len(seen))
+    fresh = [hit for hit in hits if hit.passage_id not in seen][:top_k]
+    seen.update(hit.passage_id for hit in fresh)
+    return fresh
