@@ -32,6 +32,7 @@ from ragfactory.tasks.search import parsing  # noqa: E402
 from ragfactory.tasks.search.apex.execute import parse_decision  # noqa: E402
 from ragfactory.tasks.search.apex.plan_format import parse_plan, planner_prompt  # noqa: E402
 from ragfactory.tasks.search.decex import history  # noqa: E402
+from ragfactory.tasks.search.decex import steps as decex_steps  # noqa: E402
 from ragfactory.tasks.search.mcts.steps import grounding_input, parse_turn, reasoning_input  # noqa: E402
 from ragfactory.tasks.search.treeps.steps import initial_prompt, parse_step  # noqa: E402
 from ragfactory.warehouse.store import Warehouse  # noqa: E402
@@ -62,25 +63,25 @@ def _apex(name: str, q: str, hits: str) -> str:
 KINDS = {
     "decex_termination": (
         lambda q, d: _user(history.termination_prompt(q, [])),
-        lambda t: parsing.parse_termination(t).error,
+        lambda t: decex_steps.parse_termination(t).error,
         {"outcome": "decision"},
         128,
     ),
     "decex_sub_question": (
         lambda q, d: _user(history.sub_question_prompt(q, [])),
-        lambda t: parsing.parse_sub_question(t).error,
+        lambda t: decex_steps.parse_sub_question(t).error,
         {},
         96,
     ),
     "decex_self_answer": (
         lambda q, d: _user(history.self_answer_prompt(q)),
-        lambda t: parsing.parse_self_answer(t).error,
+        lambda t: decex_steps.parse_self_answer(t).error,
         {},
         96,
     ),
     "decex_sub_query": (
         lambda q, d: _user(history.sub_query_prompt(q)),
-        lambda t: parsing.parse_sub_query(t).error,
+        lambda t: decex_steps.parse_sub_query(t).error,
         {},
         32,
     ),
@@ -105,13 +106,13 @@ KINDS = {
     ),
     "apex_query_first": (
         lambda q, d: _user(_apex("apex_query_first", q, d)),
-        lambda t: parsing.parse_sub_query(t).error,
+        lambda t: decex_steps.parse_sub_query(t).error,
         {},
         96,
     ),
     "apex_sub_answer": (
         lambda q, d: _user(_apex("apex_sub_answer", q, d)),
-        lambda t: parsing.parse_self_answer(t).error,
+        lambda t: decex_steps.parse_self_answer(t).error,
         {},
         96,
     ),

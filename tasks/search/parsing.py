@@ -1,11 +1,11 @@
-"""Parsing of the tagged outputs the search prompts ask for (DecEx-RAG, Appendix A.1).
+"""Tag primitives the strategies' step parsers share, and Search-R1's rollout turn.
 
-The termination prompt (Table 4) answers ``<reasoning>`` plus ``<answer>`` or ``<question>``; the
-sub-question prompt (Table 5) free thinking plus ``<question>``; the self-answer prompt (Table 6)
-thinking plus ``<answer>``; the sub-query prompt (Table 7) the bare query; a rollout turn (Table
-8) reasoning that ends in ``<search>`` or ``<answer>``, answered by ``<information>``. That
-rollout turn is Search-R1's (Jin et al. 2025), which TreePS-RAG's steps and the agentic GRPO
-rollout share: ``ROLLOUT_STOP`` ends it, ``information`` renders the passages that answer a search.
+A step format is a prompt that asks for tagged output: each strategy reads its own in its folder
+(``<name>/steps.py``) with these primitives. ``parse_tagged`` reads the common shape "free
+thinking, then one required tag" and ``parse_query`` a bare search query. The rollout turn is
+Search-R1's (Jin et al. 2025): reasoning that ends in ``<search>`` or ``<answer>``, answered by
+``<information>``; several searches, the agentic GRPO rollout and R3's rewards read it:
+``ROLLOUT_STOP`` ends it, ``information`` renders the passages that answer a search.
 
 Parsing is tolerant, because models are: text around tags is kept as reasoning, tag names are
 case-insensitive, a ``<think>…</think>`` block (reasoning models) is ignored, and a tag opened but
@@ -87,7 +87,7 @@ def text_before(text: str, tag: str) -> str:
     return " ".join(_ANY_TAG.sub(" ", before).split())
 
 
-def _required(text: str, tag: str) -> tuple[str | None, str | None]:
+def required(text: str, tag: str) -> tuple[str | None, str | None]:
     """(content, error) of a tag the output must carry."""
     span = tag_span(text, tag)
     if span is None:
@@ -97,44 +97,25 @@ def _required(text: str, tag: str) -> tuple[str | None, str | None]:
     return span[1], None
 
 
-def _reasoning(text: str, before_tag: str) -> str:
+def reasoning(text: str, before_tag: str) -> str:
+    """The ``<reasoning>`` tag's content, else the text before ``before_tag``."""
     tagged = tag_span(text, "reasoning")
     return tagged[1] if tagged is not None else text_before(text, before_tag)
 
 
-def parse_termination(text: str | None) -> Parsed:
-    """Table 4: ``decision`` is "terminate" (``<answer>``), "continue" (``<question>``) or None.
+def parse_tagged(text: str | None, tag: str) -> Parsed:
+    """Free thinking, then ``<tag>``: the fields ``reasoning`` and ``tag``.
 
-    When both tags appear the first one decides, as a reader of the output would take it.
+    >>> parse_tagged("Known fact. <answer> China </answer>", "answer").fields
+    {'reasoning': 'Known fact.', 'answer': 'China'}
     """
     body = visible_text(text)
-    spans = {tag: tag_span(body, tag) for tag in ("answer", "question")}
-    present = sorted((span[0], tag) for tag, span in spans.items() if span is not None)
-    if not present:
-        error = "empty output" if not body else "missing <answer> or <question>"
-        return Parsed({"decision": None, "reasoning": body or None}, error)
-    tag = present[0][1]
-    content, error = _required(body, tag)
-    decision = None if error else ("terminate" if tag == "answer" else "continue")
-    return Parsed({"decision": decision, "reasoning": _reasoning(body, tag), tag: content}, error)
+    content, error = required(body, tag)
+    return Parsed({"reasoning": text_before(body, tag), tag: content}, error)
 
 
-def parse_sub_question(text: str | None) -> Parsed:
-    """Table 5: thinking, then ``<question>``."""
-    body = visible_text(text)
-    question, error = _required(body, "question")
-    return Parsed({"reasoning": text_before(body, "question"), "question": question}, error)
-
-
-def parse_self_answer(text: str | None) -> Parsed:
-    """Table 6: thinking, then ``<answer>``."""
-    body = visible_text(text)
-    answer, error = _required(body, "answer")
-    return Parsed({"reasoning": text_before(body, "answer"), "answer": answer}, error)
-
-
-def parse_sub_query(text: str | None) -> Parsed:
-    """Table 7: the query itself; a tag, a "Query:" prefix or quotes around it are dropped."""
+def parse_query(text: str | None) -> Parsed:
+    """A bare search query: a tag, a "Query:" prefix or quotes around it are dropped."""
     body = visible_text(text)
     for tag in ("search", "query"):
         span = tag_span(body, tag)
@@ -147,7 +128,7 @@ def parse_sub_query(text: str | None) -> Parsed:
 
 
 def parse_rollout_turn(text: str | None) -> Parsed:
-    """Table 8: ``action`` is "search" (with ``query``), "answer" (with ``answer``) or None.
+    """Search-R1's turn: ``action`` is "search" (with ``query``), "answer" (with ``answer``) or None.
 
     The first of ``<search>`` / ``<answer>`` decides; ``<information>`` is never the model's.
     """
@@ -158,7 +139,7 @@ def parse_rollout_turn(text: str | None) -> Parsed:
         error = "empty output" if not body else "missing <search> or <answer>"
         return Parsed({"action": None, "reasoning": body or None}, error)
     tag = present[0][1]
-    content, error = _required(body, tag)
+    content, error = required(body, tag)
     action = None if error else tag
     key = "query" if tag == "search" else "answer"
     return Parsed({"action": action, "reasoning": text_before(body, tag), key: content}, error)

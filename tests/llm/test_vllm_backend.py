@@ -35,7 +35,7 @@ from ragfactory.tasks.llm.vllm_backend import (
 )
 from ragfactory.tasks.prompts.loader import load_grammar, render_prompt
 from ragfactory.tasks.search.apex.plan_format import parse_plan
-from ragfactory.tasks.search.parsing import parse_termination
+from ragfactory.tasks.search.decex.steps import parse_termination
 from ragfactory.tasks.search.treeps.steps import parse_step
 
 REPO = Path(__file__).resolve().parents[2]

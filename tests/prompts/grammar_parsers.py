@@ -8,6 +8,7 @@ from ragfactory.tasks.eval.baselines import free_answer
 from ragfactory.tasks.search import parsing
 from ragfactory.tasks.search.apex.execute import parse_decision
 from ragfactory.tasks.search.apex.plan_format import parse_plan
+from ragfactory.tasks.search.decex import steps as decex_steps
 from ragfactory.tasks.search.mcts.steps import parse_turn
 from ragfactory.tasks.search.parsing import find_tag
 from ragfactory.tasks.search.r3.judges import parse_outcome, parse_relevance
@@ -21,21 +22,21 @@ def _required(tag: str):
 
 # grammar -> the parser its outputs go to: text -> error (None when well formed)
 PARSERS = {
-    "decex_termination": lambda t: parsing.parse_termination(t).error,
-    "decex_sub_question": lambda t: parsing.parse_sub_question(t).error,
-    "decex_self_answer": lambda t: parsing.parse_self_answer(t).error,
-    "decex_sub_query": lambda t: parsing.parse_sub_query(t).error,
+    "decex_termination": lambda t: decex_steps.parse_termination(t).error,
+    "decex_sub_question": lambda t: decex_steps.parse_sub_question(t).error,
+    "decex_self_answer": lambda t: decex_steps.parse_self_answer(t).error,
+    "decex_sub_query": lambda t: decex_steps.parse_sub_query(t).error,
     "decex_rollout": lambda t: parsing.parse_rollout_turn(t).error,
     "treeps_step": lambda t: parse_step(t, "treeps_step").error,
     "treeps_search_r1": lambda t: parse_step(t, "treeps_search_r1").error,
     "apex_plan": lambda t: parse_plan(t, 5).error,
     "apex_sufficiency": lambda t: parse_decision(t, "sufficiency").error,
     "apex_continue": lambda t: parse_decision(t, "continue").error,
-    "apex_query_first": lambda t: parsing.parse_sub_query(t).error,
-    "apex_query_next": lambda t: parsing.parse_sub_query(t).error,
-    "apex_knowledge_answer": lambda t: parsing.parse_self_answer(t).error,
-    "apex_sub_answer": lambda t: parsing.parse_self_answer(t).error,
-    "apex_synthesis": lambda t: parsing.parse_self_answer(t).error,
+    "apex_query_first": lambda t: decex_steps.parse_sub_query(t).error,
+    "apex_query_next": lambda t: decex_steps.parse_sub_query(t).error,
+    "apex_knowledge_answer": lambda t: decex_steps.parse_self_answer(t).error,
+    "apex_sub_answer": lambda t: decex_steps.parse_self_answer(t).error,
+    "apex_synthesis": lambda t: decex_steps.parse_self_answer(t).error,
     "apex_rewrite": _required("question"),
     "reasonrag_reasoning": lambda t: parse_turn(t).error,
     "reasonrag_grounding": lambda t: parse_turn(t).error,

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from ragfactory.tasks.search.parsing import (
-    find_tag,
-    parse_rollout_turn,
+from ragfactory.tasks.search.decex.steps import (
     parse_self_answer,
     parse_sub_query,
     parse_sub_question,
     parse_termination,
 )
+from ragfactory.tasks.search.parsing import find_tag, parse_rollout_turn
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,7 @@ from ragfactory.tasks.rewards.answer import METRICS
 from ragfactory.tasks.search.apex.plan_rewrite import REFERENCE, references
 from ragfactory.tasks.search.common import hit_record, sample_n, search_batch
 from ragfactory.tasks.search.decex.history import render_documents
-from ragfactory.tasks.search.parsing import Parsed, find_tag, parse_self_answer, parse_sub_query
+from ragfactory.tasks.search.parsing import Parsed, find_tag, parse_query, parse_tagged
 from ragfactory.tasks.search.tree import Node, QuestionTree
 
 # call: (node kind, closing tag of its output, prompt)
@@ -166,8 +166,8 @@ def parse_call(call: str, text: str) -> Parsed:
     if call in DECISIONS:
         return parse_decision(text, call)
     if call in ("query_first", "query_next"):
-        return parse_sub_query(text)
-    return parse_self_answer(text)
+        return parse_query(text)
+    return parse_tagged(text, "answer")
 
 
 def confidence(answer: str | None, knowledge: Sequence[tuple[str, str | None]]) -> dict[str, float]:

@@ -51,14 +51,14 @@ from ragfactory.tasks.search.common import Expansion, hit_record, question_field
 from ragfactory.tasks.search.decex import history
 from ragfactory.tasks.search.decex.config import TERMINATION, DecExConfig, grammar
 from ragfactory.tasks.search.decex.history import Step, close_step
-from ragfactory.tasks.search.decex.valuation import value_branches
-from ragfactory.tasks.search.parsing import (
-    Parsed,
+from ragfactory.tasks.search.decex.steps import (
     parse_self_answer,
     parse_sub_query,
     parse_sub_question,
     parse_termination,
 )
+from ragfactory.tasks.search.decex.valuation import value_branches
+from ragfactory.tasks.search.parsing import Parsed
 from ragfactory.tasks.search.tree import Node, QuestionTree
 
 # kind: (path segment prefix, parser, the parsed field that names a duplicate, prompt)
