@@ -30,6 +30,7 @@ from ragfactory.tasks.llm.config import LLMConfig, LLMRoleConfig
 from ragfactory.tasks.llm.embedded import is_embedded
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.training.registry import LATEST, PROMOTED, find_model, latest_model, promoted_model
+from ragfactory.tasks.training.trackers import missing_packages, requested_trackers
 from ragfactory.warehouse.store import Warehouse
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -120,12 +121,14 @@ def check_evaluation(config: EvalConfig, wh: Warehouse) -> None:
 
 
 def check_training(config: TrainConfig, wh: Warehouse) -> None:
-    """Raise :class:`PreflightError` when the base model does not resolve or ``parquet`` is missing."""
+    """Raise :class:`PreflightError` when the base model does not resolve, ``parquet`` is missing or a
+    requested tracker's package is not installed."""
     problems = [p for p in [model_problem("base_model", config.base_model, wh, config.allow_downloads)] if p]
     if config.parquet and not Path(config.parquet).expanduser().exists():
         problems.append(f"parquet: {config.parquet} does not exist; give an export file or folder, or run_id")
     if config.run_id is not None:
         problems += [p for p in [export_problem(config, wh)] if p]
+    problems += [p for p in [missing_packages(requested_trackers(config.options))] if p]
     _raise(problems)
 
 

@@ -139,7 +139,8 @@ def test_a_whole_config_error_reads_as_one_plain_line(tmp_path):
     )
     assert result.exit_code != 0
     assert result.output.strip() == (
-        "error: train --method prm: unknown option(s) ['heldout']; known: heldout_fraction, max_length"
+        "error: train --method prm: unknown option(s) ['heldout']; known: heldout_fraction, max_length; "
+        "every method's: trackers"
     )
 
 

@@ -109,7 +109,11 @@ def test_schemas_import_nothing_of_ours(module):
             r"--method prm: unknown option\(s\) \['heldout'\]; known: heldout_fraction, max_length",
         ),
         ("tree-advantage", {"max_turns": 2}, r"unknown option\(s\) \['max_turns'\]; it takes none"),
-        ("sft", {"top_k": 3}, r"--method sft: unknown option\(s\) \['top_k'\]; it takes none"),
+        (
+            "sft",
+            {"top_k": 3},
+            r"--method sft: unknown option\(s\) \['top_k'\]; it takes none of its own; every method's: trackers",
+        ),
     ],
 )
 def test_a_training_option_the_method_does_not_read_is_refused(method, options, message):

@@ -50,7 +50,8 @@ MethodSettingsOption = Annotated[
     list[str] | None,
     typer.Option(
         "--option",
-        help="Method setting key=value (repeatable): grpo-agentic max_turns, top_k; prm heldout_fraction, max_length",
+        help="Method setting key=value (repeatable): grpo-agentic max_turns, top_k; prm heldout_fraction, "
+        "max_length; any method trackers=tensorboard,mlflow,wandb (files under the model's trackers/)",
     ),
 ]
 LoraOption = Annotated[bool, typer.Option("--lora/--no-lora", help="Train LoRA adapters (peft)")]

@@ -30,6 +30,7 @@ from ragfactory.tasks.training.registry import (
     seen_question_ids,
 )
 from ragfactory.tasks.training.rewards import run_rewards
+from ragfactory.tasks.training.trackers import requested_trackers
 from ragfactory.tasks.training.trainers import (
     load_model,
     lora_config,
@@ -92,25 +93,39 @@ def train_planned(
     tune_allocator()  # a worker's flow process starts without the CLI: freed activations leave the heap
     rows = read_export([Path(f) for f in plan.files], config.method, config.task)
     progress = LossLogger(logger, prefix=f"{plan.model_id}: ")
+    trackers, places = reporting(config, plan, logger)
+    callbacks = [progress, *trackers, *callbacks]
     spec = method_spec(config.method)
     if not spec.stock:
-        trainer = spec.build(method_context(wh, config, plan, rows, logger, [progress, *callbacks]))
+        trainer = spec.build(method_context(wh, config, plan, rows, logger, callbacks))
         logger.info(
             "%s: %s on %d rows from %s", plan.model_id, config.method, len(trainer.train_dataset), plan.base_model
         )
-        return {**run_training(trainer, plan.output_dir), "n_rows": len(trainer.train_dataset)}
+        return {**run_training(trainer, plan.output_dir), **places, "n_rows": len(trainer.train_dataset)}
     dataset = training_dataset(rows, config.method)
     model, tokenizer = load_model(loadable(plan.base_model, wh))
     args = trl_args(config.method, plan.output_dir, config.save_steps, config.seed, config.trl)
     rewards = None
     if spec.rewarded:
         rewards = run_rewards(method_context(wh, config, plan, rows, logger, ()), extra_rewards)
-    trainer = make_trainer(
-        config.method, model, tokenizer, dataset, args, [progress, *callbacks], rewards, lora_config(config.lora)
-    )
+    trainer = make_trainer(config.method, model, tokenizer, dataset, args, callbacks, rewards, lora_config(config.lora))
     logger.info("%s: %s on %d rows from %s", plan.model_id, config.method, len(dataset), plan.base_model)
     metrics = run_training(trainer, plan.output_dir)
-    return {**metrics, "n_rows": len(dataset)}
+    return {**metrics, **places, "n_rows": len(dataset)}
+
+
+def reporting(config: TrainingRequest, plan: TrainingPlan, logger) -> tuple[list, dict[str, str]]:
+    """The callbacks of the trackers the run's ``trackers`` option asks for (none by default),
+    and where their files land (``tasks/training/trackers.py``), each logged."""
+    names = requested_trackers(config.options)
+    if not names:
+        return [], {}
+    from ragfactory.tasks.training.tracker_callbacks import tracker_callbacks
+
+    callbacks, places = tracker_callbacks(names, plan.output_dir, config.lineage_name, plan.model_id)
+    for key, place in places.items():
+        logger.info("%s: %s %s", plan.model_id, key, place)
+    return callbacks, places
 
 
 def method_context(

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from ragfactory.tasks.training.methods import dpo, grpo, grpo_agentic, prm, sft, tree_advantage
-from ragfactory.tasks.training.methods.spec import REWARD_OPTIONS, MethodContext, MethodSpec
+from ragfactory.tasks.training.methods.spec import COMMON_OPTIONS, REWARD_OPTIONS, MethodContext, MethodSpec
 
 METHODS: dict[str, MethodSpec] = {
     spec.name: spec
@@ -35,7 +35,16 @@ METHODS: dict[str, MethodSpec] = {
 }
 TRAIN_METHODS: tuple[str, ...] = tuple(METHODS)
 
-__all__ = ["METHODS", "REWARD_OPTIONS", "TRAIN_METHODS", "MethodContext", "MethodSpec", "check_options", "method_spec"]
+__all__ = [
+    "COMMON_OPTIONS",
+    "METHODS",
+    "REWARD_OPTIONS",
+    "TRAIN_METHODS",
+    "MethodContext",
+    "MethodSpec",
+    "check_options",
+    "method_spec",
+]
 
 
 def method_spec(name: str) -> MethodSpec:
@@ -46,11 +55,16 @@ def method_spec(name: str) -> MethodSpec:
 
 
 def check_options(method: str, options: dict[str, Any]) -> None:
-    """Refuse an option the method does not read, naming the ones it does."""
+    """Refuse an option the method does not read, naming the ones it does (its own, then every
+    method's), and a bad ``trackers`` value."""
+    from ragfactory.tasks.training.trackers import requested_trackers
+
     known = METHODS[method].options if method in METHODS else ()
-    unknown = sorted(set(options) - set(known))
+    unknown = sorted(set(options) - set(known) - set(COMMON_OPTIONS))
     if unknown:
         raise ValueError(
             f"train --method {method}: unknown option(s) {unknown}; "
-            f"{'known: ' + ', '.join(known) if known else 'it takes none'}"
+            f"{'known: ' + ', '.join(known) if known else 'it takes none of its own'}; "
+            f"every method's: {', '.join(COMMON_OPTIONS)}"
         )
+    requested_trackers(options)

@@ -37,6 +37,9 @@ from ragfactory.warehouse.store import Warehouse
 # options the reward functions read (a strategy's: metric; the prm reward: the PRM and its
 # aggregate), beside a method's own
 REWARD_OPTIONS = ("metric", "prm_model", "prm_aggregate")
+# options every method reads, beside its own: none shapes the weights, so none is in the cache key
+# (``trackers``: where the logged numbers also go, ``tasks/training/trackers.py``)
+COMMON_OPTIONS = ("trackers",)
 
 
 def _load(target: str) -> Any:
