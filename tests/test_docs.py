@@ -38,7 +38,7 @@ FORBIDDEN = {
 # ids of cached completions and of the golden rows (tests/search/test_golden_ids.py). Their
 # lines name the paper too ("DecEx-RAG termination decision ..."); docs/papers.md maps each
 # grammar to its paper. Only that pattern, only in those comment lines, is let through.
-HASHED_COMMENTS = (re.compile(r"^tasks/prompts/[^/]+\.lark$"), "a paper by file number", "//")
+HASHED_COMMENTS = (re.compile(r"^tasks/(search/[^/]+/)?prompts/[^/]+\.lark$"), "a paper by file number", "//")
 # What each pattern's matches all contain, lower-cased: files without it are not searched.
 NEEDLES = {"the design notes": "design", "a tracker ticket": "issue", "a paper by file number": "00"}
 
@@ -134,10 +134,10 @@ def test_the_check_lets_numbers_and_words_through(text):
 
 def test_only_the_hashed_grammar_comments_keep_their_numbers():
     cite = "// DecEx-RAG termination (" + "00" + "0, Table 4)"
-    assert citations(cite, "tasks/prompts/decex_termination.lark") == []
-    assert citations(cite, "tasks/prompts/decex_termination.txt")
-    assert citations("start: " + cite[3:], "tasks/prompts/decex_termination.lark")
-    assert citations("// see DESIGN" + ".md", "tasks/prompts/decex_termination.lark")
+    assert citations(cite, "tasks/search/decex/prompts/decex_termination.lark") == []
+    assert citations(cite, "tasks/search/decex/prompts/decex_termination.txt")
+    assert citations("start: " + cite[3:], "tasks/search/decex/prompts/decex_termination.lark")
+    assert citations("// see DESIGN" + ".md", "tasks/search/decex/prompts/decex_termination.lark")
 
 
 def _sections(markdown: str) -> set[str]:

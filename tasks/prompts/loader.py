@@ -1,5 +1,10 @@
 """Prompt templates shipped as package data: one ``<name>.txt`` file per prompt.
 
+The prompts several parts share (judges, the evaluation's baselines) are this package's files; a
+strategy's own prompts and grammars sit in its folder (``tasks/search/<name>/prompts/``), beside
+the code that sends them. Names are unique across those folders, and a prompt is found by name
+wherever it sits (the name, not the folder, enters a grammar's call ids: ``Grammar.key``).
+
 Templates are taken verbatim from the papers' appendices (docs/papers.md lists which). The
 papers typeset them as HTML paragraphs; a file keeps each paragraph as a block separated by a
 blank line, writes the ``<code>`` tag markup as the tags themselves (``<reasoning>``), keeps the
@@ -15,19 +20,46 @@ from __future__ import annotations
 import string
 from functools import lru_cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 from ragfactory.tasks.llm.grammar import GrammarError, render_grammar
 from ragfactory.tasks.llm.types import Grammar
 
 PACKAGE = "ragfactory.tasks.prompts"
+# The package whose sub-packages (one per strategy) may hold a ``prompts/`` folder of their own.
+STRATEGIES_PACKAGE = "ragfactory.tasks.search"
+
+
+def prompt_folders() -> list[Traversable]:
+    """This package's folder, then every strategy folder's ``prompts/``, by folder name."""
+    strategies = sorted(resources.files(STRATEGIES_PACKAGE).iterdir(), key=lambda p: p.name)
+    return [resources.files(PACKAGE), *(p / "prompts" for p in strategies if (p / "prompts").is_dir())]
+
+
+@lru_cache(maxsize=1)
+def prompt_files() -> dict[str, Traversable]:
+    """Every prompt and grammar file by its name (``<name>.txt`` / ``<name>.lark``); a name in
+    two folders is an error, since the name alone finds it."""
+    found: dict[str, Traversable] = {}
+    for folder in prompt_folders():
+        for path in folder.iterdir():
+            if not path.name.endswith((".txt", ".lark")):
+                continue
+            if path.name in found:
+                raise ValueError(f"prompt file {path.name!r} is in two folders: {found[path.name]} and {path}")
+            found[path.name] = path
+    return found
+
+
+def _names(suffix: str) -> list[str]:
+    return sorted(name[: -len(suffix)] for name in prompt_files() if name.endswith(suffix))
 
 
 def load_prompt(name: str) -> str:
-    """The template text of prompt ``name`` (the file ``<name>.txt`` of this package)."""
-    source = resources.files(PACKAGE).joinpath(f"{name}.txt")
-    if not source.is_file():
-        known = sorted(p.name[:-4] for p in resources.files(PACKAGE).iterdir() if p.name.endswith(".txt"))
-        raise KeyError(f"unknown prompt {name!r}; known prompts: {', '.join(known)}")
+    """The template text of prompt ``name`` (the file ``<name>.txt``)."""
+    source = prompt_files().get(f"{name}.txt")
+    if source is None:
+        raise KeyError(f"unknown prompt {name!r}; known prompts: {', '.join(_names('.txt'))}")
     return source.read_text(encoding="utf-8")
 
 
@@ -51,7 +83,7 @@ def render_prompt(name: str, **values: str) -> str:
 
 def grammar_names() -> list[str]:
     """The prompts that ship an output grammar (``<name>.lark``)."""
-    return sorted(p.name[:-5] for p in resources.files(PACKAGE).iterdir() if p.name.endswith(".lark"))
+    return _names(".lark")
 
 
 @lru_cache(maxsize=256)
@@ -66,8 +98,8 @@ def load_grammar(name: str, max_tokens: int, field: str = "max_tokens", **params
     >>> grammar.max_tokens <= 64, "<answer>" in grammar.text
     (True, True)
     """
-    source = resources.files(PACKAGE).joinpath(f"{name}.lark")
-    if not source.is_file():
+    source = prompt_files().get(f"{name}.lark")
+    if source is None:
         raise KeyError(f"prompt {name!r} has no grammar; prompts with one: {', '.join(grammar_names())}")
     try:
         text, bound = render_grammar(source.read_text(encoding="utf-8"), max_tokens, **params)

@@ -19,7 +19,7 @@ One question's tree, layer by layer from the state s_t = [Q, (q_1, r_1), …, (q
    ``<answer>`` by its grammar (a ``final`` vote), so every tree closes with an answer node and
    a best chain exists (§2.2: expansion runs until the limit *or* termination).
 
-Every request carries its prompt's output grammar (``tasks/prompts/decex_*.lark``); with
+Every request carries its prompt's output grammar (``prompts/decex_*.lark`` in this folder); with
 structured generation on (``llm.<role>.structured``) the engine holds each sample to it.
 
 ``no_pruning`` is the paper's comparison ("retains the optimal execution branches for the two
