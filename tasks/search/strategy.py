@@ -24,7 +24,9 @@ A strategy is a registered plug-in that declares:
 8. ``views``: the folder of its SQL views (``<view name>.sql``), which the warehouse catalog
    shows beside its own (registered through ``ragfactory/plugins.py``);
 9. ``explain``: optionally, why one of its nodes was kept or pruned, in the dashboard's words
-   (``ragfactory/dashboard/fates.py``), before the generic rules;
+   (``ragfactory/dashboard/fates.py``), before the generic rules: ``explain(node, siblings,
+   state)`` reads the decision the strategy recorded in the node's row and ``parsed`` fields (a
+   dict) and those of its siblings, and says ``None`` for a node it has nothing to say about;
 10. ``training``: optionally, the dotted name of the module in its folder that declares what its
     data trains with: ``REWARDS``, reward functions by the name ``train --rewards`` gives them,
     each built per run from the training's context (``tasks/rewards/__init__.py``). Named, not
@@ -66,6 +68,17 @@ class ShardContext:
 
 
 Expand = Callable[[Mapping[str, Any], ShardContext, Any], Awaitable[TableRows]]
+# (node, its siblings, "kept" or "pruned") -> the sentence, or None (module docstring, 9.)
+Explain = Callable[[Mapping[str, Any], Sequence[Mapping[str, Any]], str], str | None]
+
+
+def shown(value: Any) -> str:
+    """A number as the explanations print it: four significant digits for a float.
+
+    >>> shown(0.123456), shown(3), shown(None)
+    ('0.1235', '3', 'None')
+    """
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 @dataclass(frozen=True)
@@ -82,7 +95,7 @@ class Strategy:
     description: str = ""
     exports: str | None = None
     views: Path | None = None
-    explain: Callable[[Mapping[str, Any], str], str | None] | None = None
+    explain: Explain | None = None
     training: str | None = None
     evaluation: str | None = None
 

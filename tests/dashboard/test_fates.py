@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ragfactory.dashboard.fates import fate, jaccard, status
+from ragfactory.dashboard.fates import fate, status
+from ragfactory.tasks.search.treeps.pruning import jaccard
 
 
 def _node(node_id="n-aaaaaaaaaa", kind="sub_query", selected=True, parsed=None, **row):

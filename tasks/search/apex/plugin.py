@@ -15,6 +15,7 @@ from typing import Any
 from ragfactory.tasks.rewards.sepr import PlanScorer, load_plan_scorer
 from ragfactory.tasks.search.apex.config import STRATEGY, ApexConfig
 from ragfactory.tasks.search.apex.expansion import run_apex_question
+from ragfactory.tasks.search.apex.fates import explain
 from ragfactory.tasks.search.strategy import ShardContext, Strategy
 from ragfactory.tasks.search.tree import TableRows
 
@@ -41,6 +42,7 @@ APEX = Strategy(
     open_scorer=open_scorer,
     encoders=encoders,
     description="APEX-Searcher planning, SEPR and execution",
+    explain=explain,
     exports=f"{__package__}.exports",
     training=f"{__package__}.training",
     views=Path(__file__).parent / "views",

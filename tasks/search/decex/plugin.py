@@ -13,6 +13,7 @@ from typing import Any
 
 from ragfactory.tasks.search.decex.config import STRATEGY, STRATEGY_NO_PRUNING, DecExConfig
 from ragfactory.tasks.search.decex.expansion import expand_question
+from ragfactory.tasks.search.decex.fates import explain
 from ragfactory.tasks.search.strategy import ShardContext, Strategy
 from ragfactory.tasks.search.tree import TableRows
 
@@ -31,6 +32,7 @@ DECEX = Strategy(
     expand=expand,
     variants=(STRATEGY_NO_PRUNING,),
     description="DecEx-RAG parameters (paper defaults)",
+    explain=explain,
     exports=f"{__package__}.exports",
     views=Path(__file__).parent / "views",
 )

@@ -8,15 +8,15 @@ rules (``ragfactory/dashboard/fates.py``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ragfactory.tasks.search.strategy import shown
 
-def explain(node: Mapping[str, Any], state: str) -> str:
+
+def explain(node: Mapping[str, Any], siblings: Sequence[Mapping[str, Any]], state: str) -> str:
     """The sentence for a ``kept`` or ``pruned`` MCTS node."""
-    value = node.get("value")
-    shown = f"{value:.4g}" if isinstance(value, float) else str(value)
-    stats = f"Q {shown}, N {node.get('visits')}"
+    stats = f"Q {shown(node.get('value'))}, N {node.get('visits')}"
     if state == "kept":
         return f"kept: on a path that reaches an answer ({stats})"
     return f"pruned: no path through it reached an answer ({stats})"

@@ -14,6 +14,7 @@ from pathlib import Path
 from ragfactory.tasks.search.r3 import teacher  # noqa: F401  (registers the world teacher engine)
 from ragfactory.tasks.search.r3.config import STRATEGY, R3Config
 from ragfactory.tasks.search.r3.expansion import expand
+from ragfactory.tasks.search.r3.fates import explain
 from ragfactory.tasks.search.strategy import Strategy
 
 R3 = Strategy(
@@ -21,6 +22,7 @@ R3 = Strategy(
     config_type=R3Config,
     expand=expand,
     description="R3-RAG cold-start parameters (defaults and their sources in tasks/search/r3/config.py)",
+    explain=explain,
     exports=f"{__package__}.exports",
     training=f"{__package__}.training",
     evaluation=f"{__package__}.evaluation",

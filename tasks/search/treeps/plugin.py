@@ -15,6 +15,7 @@ from ragfactory.tasks.search.strategy import ShardContext, Strategy
 from ragfactory.tasks.search.tree import TableRows
 from ragfactory.tasks.search.treeps.config import STRATEGY, TreePSConfig
 from ragfactory.tasks.search.treeps.expansion import expand_question
+from ragfactory.tasks.search.treeps.fates import explain
 
 
 async def expand(question: Mapping[str, Any], context: ShardContext, config: TreePSConfig) -> TableRows:
@@ -31,6 +32,7 @@ TREEPS = Strategy(
     expand=expand,
     valued=True,  # trajectories and step labels carry the nodes' advantages and values (§2.3)
     description="TreePS-RAG parameters (paper defaults)",
+    explain=explain,
     exports=f"{__package__}.exports",
     views=Path(__file__).parent / "views",
 )

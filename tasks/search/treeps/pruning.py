@@ -24,19 +24,27 @@ LINKAGES = ("average", "complete", "single", "weighted")
 PRUNING_MODES = ("similarity", "random")
 
 
+def jaccard(a: Collection[str], b: Collection[str]) -> float:
+    """|A ∩ B| / |A ∪ B| of two passage-id sets; 1 for two empty sets (nothing tells them apart).
+
+    >>> jaccard(["p1", "p2", "p3"], ["p1", "p2", "p4"]), jaccard([], [])
+    (0.5, 1.0)
+    """
+    a, b = frozenset(a), frozenset(b)
+    union = len(a | b)
+    return len(a & b) / union if union else 1.0
+
+
 def jaccard_distances(passage_sets: Sequence[Collection[str]]) -> np.ndarray:
-    """Condensed (scipy ``pdist`` order) 1 − |A∩B| / |A∪B|; two empty sets are identical.
+    """Condensed (scipy ``pdist`` order) 1 − J(A, B) (``jaccard``); two empty sets are identical.
 
     >>> jaccard_distances([{"a", "b"}, {"b", "c"}, {"a", "b"}]).round(3).tolist()
     [0.667, 0.0, 0.667]
     """
     sets = [frozenset(s) for s in passage_sets]
-    out = []
-    for i in range(len(sets)):
-        for j in range(i + 1, len(sets)):
-            union = len(sets[i] | sets[j])
-            out.append(1.0 - len(sets[i] & sets[j]) / union if union else 0.0)
-    return np.asarray(out, dtype=float)
+    return np.asarray(
+        [1.0 - jaccard(sets[i], sets[j]) for i in range(len(sets)) for j in range(i + 1, len(sets))], dtype=float
+    )
 
 
 def cluster_labels(passage_sets: Sequence[Collection[str]], n_clusters: int, method: str = "average") -> list[int]:
