@@ -3,17 +3,26 @@
 An index is keyed by the content it covers and its settings, so a rebuild over unchanged
 passages loads the saved index instead of rebuilding it (``tasks/retrieval/index_store.py``).
 The passages stream from the warehouse in batches, so the stage's memory does not grow with the
-corpus (docs/corpus.md).
+corpus (docs/corpus.md). A passage id two sources give different passages is a ``rejects`` row
+naming both files, and one warning line (``tasks/retrieval/conflicts.py``).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import get_run_logger, task
 
+from ragfactory.tasks.data.corpus import corpus_lines
+from ragfactory.tasks.data.jsonl import make_reject
 from ragfactory.tasks.retrieval.config import RetrievalConfig
+from ragfactory.tasks.retrieval.conflicts import Conflict
 from ragfactory.tasks.retrieval.corpus import WarehousePassages, open_retriever
 from ragfactory.tasks.retry import retry_unless_permanent
+from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
+
+CONFLICTS_SHARD = "conflicts"  # the rejects shard of a source's passages an index does not hold
 
 
 def enabled_kinds(config: RetrievalConfig) -> list[str]:
@@ -30,4 +39,43 @@ def build_indexes(root: str, sources: list[str], config: RetrievalConfig) -> dic
         retriever = open_retriever(wh, sorted(sources), config, name, passages)
         summary[name] = {"path": str(retriever.index_dir), "built": not retriever.is_loaded}
         logger.info("%s index %s: %s", name, "loaded" if retriever.is_loaded else "built", retriever.index_dir)
+    if summary and (conflicts := passages.conflicts()):
+        logger.warning(record_conflicts(wh, conflicts))
     return summary
+
+
+def source_files(wh: Warehouse, sources: list[str]) -> dict[str, tuple[str, str]]:
+    """(file, kind) each source was last ingested from (``ingests.source_file``, ``ingests.kind``)."""
+    sql = "select dataset, source_file, kind from ingests where list_contains($sources, dataset) order by created_at"
+    rows = query(wh, sql, {"sources": sources}).to_pylist()
+    return {r["dataset"]: (r["source_file"], r["kind"]) for r in rows}
+
+
+def record_conflicts(wh: Warehouse, conflicts: list[Conflict]) -> str:
+    """Write a ``rejects`` row for each passage an index does not hold (its file and line, the
+    id and the file whose passage the index holds); returns the warning line that names them."""
+    sources = source_files(wh, sorted({c.kept for c in conflicts} | {c.dropped for c in conflicts}))
+    files = {source: file for source, (file, _) in sources.items()}
+    for source in sorted({c.dropped for c in conflicts}):
+        file, kind = sources.get(source, (source, ""))
+        dropped = [c for c in conflicts if c.dropped == source]
+        found = Path(file).is_file() and kind == "corpus"
+        lines = corpus_lines(Path(file), {c.passage_id for c in dropped}) if found else {}
+        rows = []
+        for conflict in dropped:
+            number, text = lines.get(conflict.passage_id, (0, ""))
+            rows.append(make_reject(source, file, number, _reason(conflict, files), text))
+        wh.merge("rejects", rows, CONFLICTS_SHARD, partition={"dataset": source})
+    first = conflicts[0]
+    return (
+        f"{len(conflicts)} passage id(s) name different passages in two corpus files, e.g. "
+        f"{first.passage_id!r} in {files.get(first.kept, first.kept)} and {files.get(first.dropped, first.dropped)}: "
+        "the index holds the first file's passage only; each other one is a rejects row"
+    )
+
+
+def _reason(conflict: Conflict, files: dict[str, str]) -> str:
+    return (
+        f"passage id {conflict.passage_id!r} is also in {files.get(conflict.kept, conflict.kept)} with another "
+        "passage: the index holds that one, never this one (ids must be unique across a corpus's files)"
+    )

@@ -136,3 +136,19 @@ def load_corpus(path: Path, source: str, limits: JsonlLimits = JsonlLimits()) ->
         result.passages.extend(batch.passages)
         result.rejects.extend(batch.rejects)
     return result
+
+
+def corpus_lines(path: Path, ids: set[str], limits: JsonlLimits = JsonlLimits()) -> dict[str, tuple[int, str]]:
+    """(line number, line text) of the first line of each of ``ids`` in a corpus file (the line
+    its passage came from: a later line with the same id is rejected at ingest)."""
+    found: dict[str, tuple[int, str]] = {}
+    for line in read_lines(path, "", [], limits):
+        try:
+            pid = require_id(line.record, "id")
+        except RowError:
+            continue
+        if pid in ids and pid not in found:
+            found[pid] = (line.number, line.text)
+            if len(found) == len(ids):
+                break
+    return found
