@@ -43,12 +43,19 @@ class InferenceConfig:
             raise ValueError(f"InferenceConfig.temperature must be >= 0, got {self.temperature}")
 
 
-# The prompts whose output grammars hold each evaluation mode's answers.
+# The prompts whose output grammars hold each built-in evaluation mode's answers; a strategy's
+# ``evaluation`` module declares those of the modes it adds as ``GRAMMARS`` (``mode_grammars``).
 MODE_GRAMMARS = {
-    "agentic": ("reasonrag_reasoning", "reasonrag_grounding"),
     "direct": ("flashrag_direct",),
     "rag": ("flashrag_rag",),
 }
+
+
+def mode_grammars() -> dict[str, tuple[str, ...]]:
+    """The output grammars of every evaluation mode: the built-ins' and the strategies'."""
+    from ragfactory.tasks.search.registry import STRATEGIES
+
+    return {**STRATEGIES.declared("evaluation", "GRAMMARS"), **MODE_GRAMMARS}
 
 
 def output_grammar(prompt: str, max_tokens: int) -> Grammar:
@@ -58,8 +65,9 @@ def output_grammar(prompt: str, max_tokens: int) -> Grammar:
 def check_max_tokens(modes: Iterable[str], max_tokens: int) -> None:
     """Raise ``GrammarError`` (naming the setting and the smallest that fits) when ``max_tokens``
     cannot hold a mode's output grammar: refused with the request, not by every question's call."""
+    grammars = mode_grammars()
     for mode in modes:
-        for prompt in MODE_GRAMMARS.get(mode, ()):
+        for prompt in grammars.get(mode, ()):
             output_grammar(prompt, max_tokens)
 
 

@@ -33,7 +33,9 @@ A strategy is a registered plug-in that declares:
     imported, like ``exports``: that module belongs to the training part;
 11. ``evaluation``: optionally, the dotted name of the module in its folder that declares
     ``MODES``, the evaluation modes it adds (the inference its data trains, by mode name, as
-    ``tasks/eval/runner.py`` calls a mode). That module belongs to the evaluation part.
+    ``tasks/eval/runner.py`` calls a mode), and ``GRAMMARS``, the prompts whose output grammars
+    hold each mode's answers (``tasks/eval/inference.py`` checks ``max_tokens`` against them).
+    That module belongs to the evaluation part.
 
 The shard runner, the config, its hash, the expand and export tasks and the catalog look
 strategies up here and know none by name. Adding a strategy is one sub-package under

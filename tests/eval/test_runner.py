@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from ragfactory.tasks.eval.inference import EvalQuestion, Outcome
+from ragfactory.tasks.eval.inference import EvalQuestion, Outcome, check_max_tokens, mode_grammars
 from ragfactory.tasks.eval.runner import (
     aggregate,
     answer_questions,
@@ -15,10 +15,12 @@ from ragfactory.tasks.eval.runner import (
     check_modes,
     eval_hash,
     eval_id,
+    eval_modes,
     eval_rows,
 )
 from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.llm.cache import CallCache
+from ragfactory.tasks.llm.grammar import GrammarError
 from ragfactory.warehouse.catalog import query
 from tests.eval.scenario import CONFIG, QUESTIONS, policy, retriever
 from tests.fakes import ScriptedBackend
@@ -198,3 +200,14 @@ def test_eval_summary_view_compares_models(warehouse):
         {"model_id": "base", "n_questions": 2, "em": 0.5, "avg_steps": 2.0},
         {"model_id": "sft-1", "n_questions": 2, "em": 1.0, "avg_steps": 2.0},
     ]
+
+
+def test_every_mode_declares_the_grammars_that_hold_its_answers():
+    """Built-in or added by a strategy (its ``evaluation`` module's ``GRAMMARS``), each mode's
+    grammars are checked against ``max_tokens`` before any question is asked."""
+    grammars = mode_grammars()
+    assert set(grammars) == set(eval_modes())
+    for mode in grammars:
+        check_max_tokens([mode], 256)
+        with pytest.raises(GrammarError, match="evaluation max_tokens=1"):
+            check_max_tokens([mode], 1)

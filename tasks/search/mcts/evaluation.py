@@ -43,6 +43,7 @@ from ragfactory.tasks.search.mcts.steps import (
 )
 
 MODE = "agentic"
+REASONING_GRAMMAR, GROUNDING_GRAMMAR = "reasonrag_reasoning", "reasonrag_grounding"
 
 
 async def answer_agentic(
@@ -62,7 +63,7 @@ async def answer_agentic(
         else:
             system, user = grounding_system, grounding_input(question.question, thoughts, docs)
         path = f"{MODE}/{round_index}"
-        grammar = "reasonrag_reasoning" if stage == REASONING else "reasonrag_grounding"
+        grammar = REASONING_GRAMMAR if stage == REASONING else GROUNDING_GRAMMAR
         completion = await ask(generator, config, question.question_id, path, system, user, STOP, grammar)
         text = outcome.record(completion)
         turn = parse_turn(text)
@@ -84,3 +85,6 @@ async def answer_agentic(
 
 
 MODES = {MODE: answer_agentic}
+# The output grammars that hold the loop's answers (``tasks/eval/inference.py`` checks
+# ``max_tokens`` against them before any question is asked).
+GRAMMARS = {MODE: (REASONING_GRAMMAR, GROUNDING_GRAMMAR)}

@@ -19,6 +19,7 @@ from ragfactory.tasks.search.r3.expansion import retrieve_unseen
 from ragfactory.tasks.search.r3.steps import Step, parse_step, step_prompt
 
 MODE = STRATEGY
+GRAMMAR = "r3_step"
 DOC_CHARS = R3Config().doc_chars  # the documents' length in the prompts the exports train on
 
 
@@ -31,7 +32,7 @@ async def answer_r3(
     outcome, steps, seen = Outcome(), [], set()
     for number in range(config.max_rounds):
         prompt = step_prompt(question.question, steps, DOC_CHARS)
-        completion = await ask(generator, config, question.question_id, f"{MODE}/{number}", None, prompt, (), "r3_step")
+        completion = await ask(generator, config, question.question_id, f"{MODE}/{number}", None, prompt, (), GRAMMAR)
         turn = parse_step(outcome.record(completion))
         if turn.error:
             outcome.errors.append(f"step {number + 1}: {turn.error}")
@@ -47,3 +48,4 @@ async def answer_r3(
 
 
 MODES = {MODE: answer_r3}
+GRAMMARS = {MODE: (GRAMMAR,)}  # what holds each step (``tasks/eval/inference.py`` checks max_tokens)
