@@ -18,8 +18,13 @@ from prefect import get_run_logger
 from prefect.runtime import flow_run
 from prefect.states import Failed, State
 
+from ragfactory.schemas.errors import PermanentError
 from ragfactory.warehouse.runs import RunHold, holding_run, mark_abandoned_runs, now
-from ragfactory.warehouse.store import Warehouse
+from ragfactory.warehouse.store import Warehouse, folder_name_problem
+
+
+class RunIdError(PermanentError, ValueError):
+    """A run id that would not come back as it is from its partition folders."""
 
 
 def opened_warehouse(root: str | None) -> Warehouse:
@@ -73,7 +78,12 @@ def shared_flow_runs() -> Callable[[str], str | None] | None:
 def recorded_run(
     wh: Warehouse, *, run_id: str, flow: str, config: dict, config_hash: str, warnings: Sequence[str] = ()
 ) -> Iterator[RunHold]:
-    """Hold run ``run_id`` of ``flow`` for the block, its ``runs`` row ``running`` meanwhile."""
+    """Hold run ``run_id`` of ``flow`` for the block, its ``runs`` row ``running`` meanwhile.
+
+    A run id its ``run_id=<id>`` folders would change (a space, a slash: a flow parameter, a
+    deployment's) is refused before anything is written (``folder_name_problem``)."""
+    if (problem := folder_name_problem(run_id, "run_id", "a run id")) is not None:
+        raise RunIdError(f"run_id: {problem}")
     mark_abandoned_runs(wh, ended=flow_run_ended)
     run = {
         "run_id": run_id,

@@ -31,7 +31,7 @@ from ragfactory.tasks.llm.embedded import is_embedded
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.training.registry import LATEST, PROMOTED, find_model, latest_model, promoted_model
 from ragfactory.tasks.training.trackers import missing_packages, requested_trackers
-from ragfactory.warehouse.store import Warehouse
+from ragfactory.warehouse.store import Warehouse, folder_name_problem
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 ACCEPTED_MODELS = (
@@ -126,10 +126,19 @@ def check_training(config: TrainConfig, wh: Warehouse) -> None:
     problems = [p for p in [model_problem("base_model", config.base_model, wh, config.allow_downloads)] if p]
     if config.parquet and not Path(config.parquet).expanduser().exists():
         problems.append(f"parquet: {config.parquet} does not exist; give an export file or folder, or run_id")
-    if config.run_id is not None:
+    refused = run_id_problems(config)
+    if config.run_id is not None and not refused:
         problems += [p for p in [export_problem(config, wh)] if p]
-    problems += [p for p in [missing_packages(requested_trackers(config.options))] if p]
+    problems += refused + [p for p in [missing_packages(requested_trackers(config.options))] if p]
     _raise(problems)
+
+
+def run_id_problems(config: TrainConfig) -> list[str]:
+    """The build run ids a training names that no ``run_id=<id>`` folder holds as written: such
+    a folder is looked up by its path-safe name (``safe_name``), another build's."""
+    named = {"run_id": config.run_id} | {f"more_run_ids[{i}]": r for i, r in enumerate(config.more_run_ids)}
+    found = {field: folder_name_problem(r, "run_id", "a run id") for field, r in named.items() if r is not None}
+    return [f"{field}: {problem}" for field, problem in found.items() if problem]
 
 
 def export_problem(config: TrainConfig, wh: Warehouse) -> str | None:

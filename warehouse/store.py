@@ -50,6 +50,20 @@ def safe_name(value: str) -> str:
     return cleaned
 
 
+def folder_name_problem(name: str, column: str, what: str) -> str | None:
+    """Why ``name`` would not come back as it is from its ``<column>=<name>`` partition folder, or
+    None when it would: the folder keeps letters, digits, '_', '.' and '-' and replaces any other
+    character with '_' (``safe_name``), so a table would read back a name nobody gave. ``what``
+    names the value in the message ("a dataset name", "a run id")."""
+    read_back = _SAFE.sub("_", name)
+    if read_back == name and name not in {"", ".", ".."}:
+        return None
+    folder = f"cannot be a {column}=<name> folder"
+    if read_back != name:
+        folder = f"would be read back as {read_back!r} from its {column}=<name> folder"
+    return f"{name!r} {folder}; {what} keeps to letters, digits, '_', '.' and '-' (not '.' or '..')"
+
+
 def write_parquet(rows: pa.Table, where: str | os.PathLike, **options) -> None:
     """Write ``rows`` as one Parquet file; a table with no rows becomes a file with no row group.
 

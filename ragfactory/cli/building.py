@@ -38,7 +38,10 @@ def build(
     """
     from ragfactory.flows.config import ConfigError, load_build_config
     from ragfactory.tasks.preflight import apply_network_policy, check_build
+    from ragfactory.warehouse.store import folder_name_problem
 
+    if run_id is not None and (problem := folder_name_problem(run_id, "run_id", "a run id")):
+        fail(f"--run-id: {problem}")
     if not config.is_file():
         fail(f"{config}: no such config file" if not config.exists() else f"{config}: not a file")
     try:

@@ -7,7 +7,6 @@ refused so a typo in a YAML file is an error that names the key.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -15,6 +14,7 @@ from pydantic_core import PydanticCustomError
 
 from ragfactory.tasks.data.jsonl import MAX_PASSAGE_CHARS
 from ragfactory.tasks.data.partitions import PartitionRule
+from ragfactory.warehouse.store import folder_name_problem
 
 DatasetFormat = Literal["hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "flashrag", "world"]
 Partition = Literal["train", "valid", "test"]
@@ -59,19 +59,11 @@ class DatasetConfig(Section):
     @field_validator("name")
     @classmethod
     def _kept_by_its_folder(cls, name: str) -> str:
-        """A name its ``dataset=<name>`` partition folder keeps as it is: the folder keeps letters,
-        digits, '_', '.' and '-' and replaces any other character with '_' (``safe_name`` in
-        ``warehouse/store.py``), so ``questions.dataset`` would read back a name no config names."""
-        read_back = re.sub(r"[^A-Za-z0-9_.\-]", "_", name)
-        if read_back == name and name not in {"", ".", ".."}:
+        """A name its ``dataset=<name>`` partition folder keeps as it is (``folder_name_problem``),
+        so ``questions.dataset`` never reads back a name no config names."""
+        if (problem := folder_name_problem(name, "dataset", "a dataset name")) is None:
             return name
-        folder = "cannot be a dataset=<name> folder"
-        if read_back != name:
-            folder = f"would be read back as {read_back!r} from its dataset=<name> folder"
-        raise PydanticCustomError(
-            "dataset_name",
-            f"{name!r} {folder}; a dataset name keeps to letters, digits, '_', '.' and '-' (not '.' or '..')",
-        )
+        raise PydanticCustomError("dataset_name", problem)
 
     @property
     def resolved_format(self) -> str:

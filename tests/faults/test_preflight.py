@@ -111,6 +111,36 @@ def test_a_dataset_name_a_partition_folder_would_change_is_refused_naming_the_fi
     assert not root.exists() or not (root / "runs").exists()
 
 
+RUN_ID_CHARACTERS = "a run id keeps to letters, digits, '_', '.' and '-' (not '.' or '..')"
+
+
+@pytest.mark.subprocess
+def test_a_run_id_a_partition_folder_would_change_is_refused_naming_the_option(tmp_path):
+    root = tmp_path / "wh"
+    (tmp_path / "build.yaml").write_text("name: t\ndatasets: [{name: bamboogle, limit: 2}]\nsearch: {strategies: []}\n")
+    folder = "'a b' would be read back as 'a_b' from its run_id=<name> folder"
+    done = run_cli(["build", "-c", "build.yaml", "--run-id", "a b"], tmp_path, root, PREFLIGHT_S)
+    assert_fails_with(done, f"error: --run-id: {folder}; {RUN_ID_CHARACTERS}", root)
+    # a training names a build by its run id: "a b" would find the files of build "a_b"
+    done = run_cli(["train", "--method", "sft", "--run-id", "a b"], tmp_path, root, PREFLIGHT_S)
+    assert_fails_with(done, f"error: run_id: {folder}; {RUN_ID_CHARACTERS}", root)
+    assert not root.exists()
+
+
+def test_a_build_flow_given_such_a_run_id_by_its_caller_records_no_run(tmp_path):
+    from ragfactory.flows.build import build
+    from ragfactory.flows.config import BuildConfig
+    from ragfactory.flows.runs import RunIdError
+
+    root = tmp_path / "wh"
+    config = {"name": "t", "warehouse": {"root": str(root)}, "datasets": [{"name": "bamboogle", "limit": 2}]}
+    with pytest.raises(RunIdError) as refused:
+        build(BuildConfig.model_validate(config | {"search": {"strategies": []}}), run_id="nightly/2026")
+    folder = "'nightly/2026' would be read back as 'nightly_2026' from its run_id=<name> folder"
+    assert str(refused.value) == f"run_id: {folder}; {RUN_ID_CHARACTERS}"
+    assert not (root / "runs").exists() and not (root / "questions").exists()
+
+
 @pytest.mark.subprocess
 def test_debug_puts_the_traceback_on_screen_too(tmp_path):
     (tmp_path / "build.yaml").write_text("name: t\ndatasets: [{name: hotpotqa, path: missing.jsonl}]\n")
