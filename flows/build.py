@@ -248,7 +248,7 @@ def _finished(future: PrefectFuture) -> bool:
 
 
 def tree_strategy(config: BuildConfig, strategy: str) -> str:
-    """The ``nodes.strategy`` a configured strategy writes (DecEx without pruning writes its own)."""
+    """The ``nodes.strategy`` a configured strategy writes (DecEx-RAG without pruning writes its own)."""
     plugin = STRATEGIES.get(strategy)
     return plugin.tree_name(plugin.settings(config.search))
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -309,8 +311,28 @@ def test_checker_catches_an_import_cycle_between_parts(tmp_path):
 SEARCH = REPO / "tasks" / "search"
 # The registry names every strategy, one line each: the one place outside their folders.
 STRATEGY_REGISTRY = "tasks/search/registry.py"
-# Python modules and SQL views (the warehouse's and the dashboard's) are scanned.
-SCANNED = ("*.py", "*.sql")
+# Python modules, SQL views (the warehouse's and the dashboard's), prompt templates and output
+# grammars are scanned.
+SCANNED = ("*.py", "*.sql", "*.txt", "*.lark")
+# The paper each strategy follows (docs/papers.md), by its folder: code outside the folder may cite
+# the paper by this name in prose (a docstring, a comment, a help text), never name the strategy.
+PAPERS = {
+    "apex": "APEX-Searcher",
+    "decex": "DecEx-RAG",
+    "mcts": "ReasonRAG",
+    "r3": "R3-RAG",
+    "treeps": "TreePS-RAG",
+}
+# Methods a paper introduced that other parts use by design, with the names they keep there:
+# (module, name said) -> why. Each must still be said (the list only shrinks).
+BY_DESIGN = {
+    ("tasks/rewards/sepr.py", "apex"): "SEPR, APEX-Searcher's plan reward, scores any plan",
+    ("flows/config.py", "apex"): "GRPO's plan task trains a planner on APEX's gold plans with SEPR",
+    ("ragfactory/cli/training.py", "apex"): "the same plan task, in the command's help",
+    ("ragfactory/cli/training.py", "treeps"): "tree advantage, TreePS-RAG's training method",
+}
+_PROSE_TOKENS = (tokenize.COMMENT, tokenize.STRING)
+_COMMENT_PREFIX = {".sql": "--", ".lark": "//"}
 
 
 def strategy_folders(search: Path) -> list[str]:
@@ -319,46 +341,91 @@ def strategy_folders(search: Path) -> list[str]:
     return sorted(p.parent.name for p in search.glob("*/plugin.py"))
 
 
-def modules_naming_a_strategy(root: Path, names: Iterable[str]) -> dict[str, list[str]]:
-    """``{module: [names it says]}`` for every project module or SQL view outside the strategies'
-    folders that says a strategy's name as a word (code, strings or comments)."""
-    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+def _prose_spans(path: Path, text: str) -> list[tuple[int, int]]:
+    """(start, end) offsets of the prose in ``text``: comments, and in Python the string
+    literals with a space in them (docstrings, help texts); a prompt template has none."""
+    lines = [0]
+    for line in text.splitlines(keepends=True):
+        lines.append(lines[-1] + len(line))
+    if path.suffix == ".py":
+        tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+        return [
+            (lines[t.start[0] - 1] + t.start[1], lines[t.end[0] - 1] + t.end[1])
+            for t in tokens
+            if t.type == tokenize.COMMENT or (t.type == tokenize.STRING and re.search(r"\s", t.string))
+        ]
+    prefix = _COMMENT_PREFIX.get(path.suffix)
+    if prefix is None:
+        return []
+    return [(m.start(), m.end()) for m in re.finditer(re.escape(prefix) + r".*", text)]
+
+
+def names_said(path: Path, text: str, names: Iterable[str], papers: Iterable[str]) -> list[str]:
+    """The strategy names ``text`` says as words, any case, lower-cased; a paper's name in prose is
+    a citation, not a name."""
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b", re.IGNORECASE)
+    citation = re.compile(r"\b(" + "|".join(map(re.escape, papers)) + r")\b")
+    prose = _prose_spans(path, text)
+    said = set()
+    for match in pattern.finditer(text):
+        in_prose = any(a <= match.start() < b for a, b in prose)
+        if not (in_prose and citation.match(text, match.start())):
+            said.add(match.group(1).lower())
+    return sorted(said)
+
+
+def modules_naming_a_strategy(root: Path, papers: Mapping[str, str]) -> dict[str, list[str]]:
+    """``{file: [names it says]}`` for every project module, SQL view, prompt or grammar outside
+    the strategies' folders that names a strategy (``papers``: folder name -> paper name) by its
+    folder name or its paper's short name, in any case, in code, strings or comments."""
+    names = {*papers, *(paper.split("-")[0].lower() for paper in papers.values())}
     found = {}
     for folder in ("tasks", "flows", "warehouse", "ragfactory", "schemas"):
         files = [p for glob in SCANNED for p in (root / folder).rglob(glob) if ".venv" not in p.parts]
         for path in sorted(files):
             rel = path.relative_to(root)
-            if rel.parts[:2] == ("tasks", "search") and len(rel.parts) > 3 and rel.parts[2] in names:
+            if rel.parts[:2] == ("tasks", "search") and len(rel.parts) > 3 and rel.parts[2] in papers:
                 continue
-            said = sorted(set(pattern.findall(path.read_text(encoding="utf-8"))))
+            said = names_said(path, path.read_text(encoding="utf-8"), names, papers.values())
             if said:
                 found[rel.as_posix()] = said
     return found
 
 
 def test_no_module_outside_a_strategy_folder_names_a_strategy():
-    names = strategy_folders(SEARCH)
-    assert names == ["apex", "decex", "mcts", "r3", "treeps"]
-    naming = modules_naming_a_strategy(REPO, names)
-    unexpected = {m: said for m, said in naming.items() if m != STRATEGY_REGISTRY}
-    assert not unexpected, f"modules outside tasks/search/<name>/ name strategies: {unexpected}"
-    assert sorted(naming[STRATEGY_REGISTRY]) == names
+    assert strategy_folders(SEARCH) == sorted(PAPERS)
+    naming = modules_naming_a_strategy(REPO, PAPERS)
+    said = {(m, name) for m, names in naming.items() if m != STRATEGY_REGISTRY for name in names}
+    unexpected = sorted(said - set(BY_DESIGN))
+    assert not unexpected, f"files outside tasks/search/<name>/ name strategies: {unexpected}"
+    assert sorted(set(BY_DESIGN) - said) == [], "no longer said: drop them from BY_DESIGN"
+    assert naming[STRATEGY_REGISTRY] == sorted(PAPERS)
 
 
-def test_strategy_scan_catches_a_name_and_spares_the_folder(tmp_path):
+def test_strategy_scan_catches_a_name_in_any_case_and_spares_the_folder(tmp_path):
     files = {
         "tasks/search/alpha/plugin.py": "ALPHA = 'alpha'\n",
         "tasks/search/alpha/exports.py": "# alpha's exporters\n",
         "tasks/search/alpha/views/alpha_tree.sql": "select * from nodes where strategy = 'alpha'\n",
+        "tasks/search/alpha/prompts/alpha_step.txt": "Think like Alpha.\n",
         "tasks/export/sft.py": "if tree.strategy == 'alpha':\n    pass\n",
+        "tasks/export/dpo.py": '"""Pairs as Alpha-Paper §2 ranks them."""\n\nRANK = "AlphaPaper"\n',
+        "tasks/export/trace.py": "x = 1  # Alpha-Paper's default\nKEY = 'Alpha-Paper'\n",
+        "tasks/eval/modes.py": '"""The loop Alpha writes."""\n',
+        "tasks/prompts/judge.txt": "Judge as ALPHA does.\n",
+        "tasks/prompts/judge.lark": "// Alpha-Paper, Table 2\nstart: alpha\n",
         "flows/config.py": "alpha_beta = 1  # alphabet, not alpha_ anything\n",
-        "warehouse/sql/summary.sql": "select 'alpha' as strategy from plan_scores\n",
+        "warehouse/sql/summary.sql": "-- per Alpha-Paper\nselect 'Alpha' as strategy from plan_scores\n",
     }
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     assert strategy_folders(tmp_path / "tasks" / "search") == ["alpha"]
-    assert modules_naming_a_strategy(tmp_path, ["alpha"]) == {
+    assert modules_naming_a_strategy(tmp_path, {"alpha": "Alpha-Paper"}) == {
+        "tasks/eval/modes.py": ["alpha"],  # a docstring that names the strategy, not its paper
         "tasks/export/sft.py": ["alpha"],
+        "tasks/export/trace.py": ["alpha"],  # the paper's name as a key is code, not a citation
+        "tasks/prompts/judge.lark": ["alpha"],
+        "tasks/prompts/judge.txt": ["alpha"],
         "warehouse/sql/summary.sql": ["alpha"],
     }

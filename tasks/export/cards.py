@@ -33,7 +33,7 @@ LICENSES = {"hotpotqa": "cc-by-sa-4.0", "musique": "cc-by-4.0", "2wikimultihopqa
 LABEL_SOURCES = {
     "sft_examples": "kept reasoning chains whose final answer scores above 0 under the strategy's answer metric",
     "preference_pairs": "sibling decisions ranked by their Monte-Carlo rollout values (chosen: kept, rejected: pruned)",
-    "grpo_prompts": "questions with their golden answers (and gold plans for APEX), rewarded online",
+    "grpo_prompts": "questions with their golden answers (and gold plans for the SEPR plan reward), rewarded online",
     "trajectories": "root-to-leaf paths with the outcome reward of their final answer and per-step advantages",
     "step_labels": "per-step Monte-Carlo values and process advantages from the valued tree",
     "verl_prompts": "questions with golden answers in verl's reward_model column, rewarded online",

@@ -21,7 +21,7 @@ prompt_id, run_id and question_id for the warehouse);
 
 The reward is stock verl's: ``verl.utils.reward_score.default_compute_score`` (verl 0.9.1) scores
 the seven ``searchR1_<dataset>`` names of ``SEARCH_R1_DATASETS`` with Search-R1's exact match of
-the last ``<answer> … </answer>`` against ``target``, the tag the TreePS prompts ask for. Any other
+the last ``<answer> … </answer>`` against ``target``, the tag the TreePS-RAG prompts ask for. Any other
 dataset's rows score through ``tasks/rewards/verl_reward.py`` (the same rule for every ``searchR1_``
 name), which ``reward_overrides`` names in ``reward.custom_reward_function`` overrides for ``main_ppo``.
 """

@@ -4,7 +4,7 @@ A step format is a prompt that asks for tagged output: each strategy reads its o
 (``<name>/steps.py``) with these primitives. ``parse_tagged`` reads the common shape "free
 thinking, then one required tag" and ``parse_query`` a bare search query. The rollout turn is
 Search-R1's (Jin et al. 2025): reasoning that ends in ``<search>`` or ``<answer>``, answered by
-``<information>``; several searches, the agentic GRPO rollout and R3's rewards read it:
+``<information>``; several searches, the agentic GRPO rollout and a process reward read it:
 ``ROLLOUT_STOP`` ends it, ``information`` renders the passages that answer a search.
 
 Parsing is tolerant, because models are: text around tags is kept as reasoning, tag names are

@@ -4,11 +4,11 @@ A strategy is a registered plug-in that declares:
 
 1. its ``name``: what ``search.strategies`` lists, the config section it reads
    (``search.<name>``) and the prefix of its shard names; ``variants`` are further
-   ``nodes.strategy`` values its configs may write (DecEx without pruning writes its own);
+   ``nodes.strategy`` values its configs may write (DecEx-RAG without pruning writes its own);
 2. its ``config_type``: the frozen dataclass beside the algorithm, with the paper's defaults;
 3. ``expand``: one ``questions`` row in a ``ShardContext`` (generator, retriever, scorer, run id
    and seed) to the rows of every table it fills (``TableRows``);
-4. optionally ``open_scorer`` (a service built once per shard from its config, e.g. APEX's SEPR
+4. optionally ``open_scorer`` (a service built once per shard from its config, e.g. APEX-Searcher's SEPR
    plan scorer; flushed when the shard is done) and ``encoders`` (embedding models it loads, by
    config field, so preflight resolves them before the build starts);
 5. ``valued``: whether its exporters read Monte-Carlo node values (``visits``, ``value``,

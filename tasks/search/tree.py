@@ -46,8 +46,8 @@ def stable_id(*parts: str) -> str:
 def node_id(run_id: str, question_id: str, strategy: str, path: str) -> str:
     """The deterministic id of the node at ``path`` in ``question_id``'s ``strategy`` tree of ``run_id``.
 
-    The strategy is part of the address: one run may grow several trees per question (DecEx
-    and TreePS, or DecEx with and without pruning), and their paths overlap from the root on.
+    The strategy is part of the address: one run may grow several trees per question (DecEx-RAG
+    and TreePS-RAG, or DecEx-RAG with and without pruning), and their paths overlap from the root on.
 
     >>> node_id("r", "q1", "one", "q/s0") == node_id("r", "q1", "one", "q/s0")
     True

@@ -8,7 +8,7 @@ multi-turn rollout against the build's own retriever, through TRL's ``rollout_fu
 2. A turn samples from the current policy until ``</search>``, ``</answer>``, the end of
    sequence or the row's remaining budget of ``max_completion_length`` tokens (temperature,
    top-p and top-k from the GRPO config).
-3. A turn whose first action is ``<search> q </search>`` (``parse_rollout_turn``, as TreePS reads
+3. A turn whose first action is ``<search> q </search>`` (``parse_rollout_turn``, as TreePS-RAG reads
    a step) retrieves the top-``top_k`` passages for q; the observation
    ``\\n\\n<information>Doc 1(Title: …) …</information>\\n\\n`` (``tasks/search/parsing.py``,
    Search-R1's layout, which the trees and the ``trajectories`` export use) is appended to the completion with mask 0. Any
@@ -54,11 +54,11 @@ class AgenticOptions:
     """Settings of the rollout; defaults with their reasons."""
 
     max_turns: int = 4  # Search-R1 trains with at most 4 turns ("max_turns=4" in its scripts)
-    top_k: int = 3  # passages per search, as TreePS (C.3) and Search-R1 retrieve
+    top_k: int = 3  # passages per search, as TreePS-RAG (C.3) and Search-R1 retrieve
     retriever: str | None = None  # bm25 or dense; None: the build's default retriever
     sources: tuple[str, ...] = ()  # passage sources; empty: the build's inputs
-    # Hold each turn to a step grammar (e.g. "treeps_step", the one the build's TreePS trees
-    # were grown with); None samples freely, as the papers do. A 135M policy writes no tags when
+    # Hold each turn to a step grammar (e.g. the one the build's TreePS-RAG trees were grown
+    # with); None samples freely, as the papers do. A 135M policy writes no tags when
     # free (0 of 8 rollouts searched), so it learns nothing about searching without it. Masked
     # sampling is not the policy's own distribution: TRL's ratio is taken on unmasked
     # log-probabilities, as with vLLM's structured outputs.
@@ -335,7 +335,7 @@ def build_retriever(ctx: MethodContext, options: AgenticOptions) -> Retriever:
 
 
 def qa_rows(rows: list[dict]) -> list[dict]:
-    """The answer prompts of a ``grpo_prompts`` export (APEX's planner prompts have no search)."""
+    """The answer prompts of a ``grpo_prompts`` export (the plan task's planner prompts, scored by SEPR, have no search)."""
     kept = [r for r in rows if r.get("task", "qa") == "qa"]
     if not kept:
         raise ValueError(f"grpo-agentic: none of the {len(rows)} grpo_prompts rows is a qa prompt")

@@ -5,7 +5,7 @@ The ``valuation`` section of the build config (``flows/config.py``). The stage
 ``nodes``, fills ``visits``, ``value`` and ``advantage`` (``node_values.py``, TreePS-RAG §2.3) and
 rewrites the shard. Its defaults value the trees of every strategy whose plug-in asks for values
 (``Strategy.valued``: TreePS-RAG, whose trajectory and step-label exports read them) with the
-reward the strategy scored, which is what TreePS did in memory before valuation was a stage.
+reward the strategy scored, which is what TreePS-RAG's search did in memory before valuation was a stage.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ class ValuationSection(BaseModel):
     strategies: list[str] | None = Field(
         None,
         description="Strategies (names in search.strategies) whose trees are valued; default those "
-        "whose plug-in asks for values (TreePS-RAG's). [] values none; DecEx values its own nodes as it searches",
+        "whose plug-in asks for values (TreePS-RAG's). [] values none; a strategy may value its own nodes as it searches",
     )
     metric: Literal["em", "f1", "cover_em"] | None = Field(
         ValuationConfig.metric,
         description="Leaf outcome: default the reward the strategy scored (EM for "
-        "TreePS, §2.3); em, f1 or cover_em: that score from the leaf's parsed fields",
+        "TreePS-RAG, §2.3); em, f1 or cover_em: that score from the leaf's parsed fields",
     )
 
     def params(self) -> ValuationConfig:

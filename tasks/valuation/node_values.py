@@ -12,8 +12,8 @@ for nodes whose subtree many trajectories share. A leaf is a row with ``is_leaf`
 ``em``, ``f1`` and ``cover_em`` there). The root is the prompt, not a step: it gets a value and
 no advantage. Nodes with no leaf below (pruned search children) get ``visits`` 0 and no value.
 
-The same function serves every strategy whose nodes are linked by ``parent_id``: DecEx trees
-(answer and rollout_leaf leaves) as well as TreePS ones. It works on whole columns: node and
+The same function serves every strategy whose nodes are linked by ``parent_id``: DecEx-RAG trees
+(answer and rollout_leaf leaves) as well as TreePS-RAG ones. It works on whole columns: node and
 parent ids are hashed once, together (``pyarrow.compute.dictionary_encode``: one code per
 distinct id, which also finds a repeated node id), then the leaves' rewards
 climb one level per pass with ``numpy.bincount``, so the work is (leaves × depth), not a

@@ -15,7 +15,7 @@ SPEC = MethodSpec(
     prepare="ragfactory.tasks.training.data:sft_prompt_completions",
     # only the assistant turns train. TRL keeps a row's first max_length tokens and drops a row whose
     # completion that cuts off entirely, without a word: at 1024, 187 of 199 answer steps (and 196
-    # of 403 query steps) of an R3 build on the seeded world were dropped or cut (its step prompts
+    # of 403 query steps) of an R3-RAG build on the seeded world were dropped or cut (its step prompts
     # run to 1,534 tokens), and the trained model searched but never answered. 2048 holds them.
     # TRL's default batch of 8 as 4 micro-batches of 2: the same gradient per step, a quarter of the
     # activations resident (docs/training.md, "Speed and memory").
