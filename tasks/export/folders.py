@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from ragfactory.progress import quiet_libraries
 from ragfactory.tasks.export.registry import EXPORTS
 from ragfactory.warehouse.exported import CARD
 from ragfactory.warehouse.store import Warehouse
@@ -70,13 +71,8 @@ def unloadable(wh: Warehouse) -> tuple[list[Unloadable], int]:
     how many loaded."""
     import datasets  # the trainers' loader; imported here because only this check needs it
 
-    quiet = datasets.utils.are_progress_bars_disabled()
-    datasets.disable_progress_bars()  # a check prints its findings, not a bar per folder
-    try:
+    with quiet_libraries():  # a check prints its findings, not a bar or a log line per folder
         return _load_all(wh, datasets.load_dataset)
-    finally:
-        if not quiet:
-            datasets.enable_progress_bars()
 
 
 def _load_all(wh: Warehouse, load_dataset) -> tuple[list[Unloadable], int]:
