@@ -17,6 +17,7 @@ import cycle; ``tests/test_layering.py`` counts it as a part of its own, "Flow p
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,9 +32,11 @@ from ragfactory.tasks.export.config import ExportConfig
 from ragfactory.tasks.llm.config import LLMConfig
 from ragfactory.tasks.retrieval.config import RetrievalConfig
 from ragfactory.tasks.search.config import SearchConfig
+from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.training.config import LoraSection, TrainMethod
-from ragfactory.tasks.training.methods import COMMON_OPTIONS
 from ragfactory.tasks.valuation.config import ValuationSection
+from ragfactory.warehouse.runs import default_run_id
+from ragfactory.warehouse.store import safe_name
 
 
 class Section(BaseModel):
@@ -117,6 +120,36 @@ class BuildConfig(Section):
         rule, written down in ``flows/config_hash.py``."""
         return config_hash(self)
 
+    def run_id(self, night: str | None = None) -> str:
+        """The build's run id: its name and config hash, and for a frontier build the night too
+        (default today's UTC date: the same config picks new questions each night)."""
+        run_id = default_run_id(self.name, self.config_hash())
+        if self.search.select != "frontier":
+            return run_id
+        return safe_name(f"{run_id}-{night or dt.datetime.now(dt.UTC).date().isoformat()}")
+
+    def tree_name(self, strategy: str) -> str:
+        """The ``nodes.strategy`` a configured strategy writes (DecEx without pruning writes its own)."""
+        plugin = STRATEGIES.get(strategy)
+        return plugin.tree_name(plugin.settings(self.search))
+
+    def with_policy_model(self, model: str) -> BuildConfig:
+        """The config with ``llm.policy.model`` set to ``model``."""
+        if model == self.llm.policy.model:
+            return self
+        policy = self.llm.policy.model_copy(update={"model": model})
+        return self.model_copy(update={"llm": self.llm.model_copy(update={"policy": policy})})
+
+    def warnings(self) -> list[str]:
+        """What a reader of this build's exports must know: it draws on held-out questions."""
+        if self.search.partition == "train" or not self.search.strategies:
+            return []
+        return [
+            f"search.partition is {self.search.partition!r}: this build expands questions that "
+            "evaluations hold out; a model trained on it is scored on questions it has seen "
+            "(evals.is_seen) unless evaluated on another partition"
+        ]
+
 
 class ConfigError(PermanentError, ValueError):
     """A configuration file that cannot be read, is not a mapping, or does not validate."""
@@ -192,7 +225,7 @@ class TrainConfig(Section):
         default_factory=dict,
         description="Method settings: grpo-agentic max_turns, top_k, retriever, "
         "sources, grammar, turn_tokens, metric; prm heldout_fraction, max_length; the prm reward "
-        "prm_model, prm_aggregate; every method trackers (tensorboard, mlflow, wandb; none by default)",
+        "prm_model, prm_aggregate",
     )
     save_steps: int = Field(50, ge=1, description="Checkpoint every N steps; a retry resumes there")
     seed: int = 0
@@ -228,12 +261,10 @@ class TrainConfig(Section):
     def training_fields(self) -> dict:
         """The fields that shape the trained weights (not where inputs and outputs live).
 
-        ``options`` counts only when set, so models trained before it existed keep their ids, and
-        every method's options (``trackers``) never count: they shape no weight."""
+        ``options`` counts only when set, so models trained before it existed keep their ids."""
         exclude = {"run_id", "more_run_ids", "parquet", "output_dir", "warehouse", "name", "allow_downloads"}
-        options = {k: v for k, v in self.options.items() if k not in COMMON_OPTIONS}
-        fields = self.model_dump(mode="json", exclude=exclude | {"options"})
-        return fields | {"table": self.export_table} | ({"options": options} if options else {})
+        fields = self.model_dump(mode="json", exclude=exclude | (set() if self.options else {"options"}))
+        return fields | {"table": self.export_table}
 
 
 def _eval_mode(name: str) -> str:

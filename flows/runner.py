@@ -43,16 +43,53 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator
-from typing import Any
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 from prefect import Task
 from prefect.futures import PrefectFuture
 from prefect.states import Crashed, State
 
 from ragfactory.flows.config import RunnerConfig
+from ragfactory.tasks.retry import failure_reason
 
 Submit = Callable[[Task, dict[str, Any]], PrefectFuture]
+J = TypeVar("J")
+
+
+def run_bounded(
+    jobs: Iterable[J], submit: Callable[[J], PrefectFuture], limit: int | None
+) -> list[tuple[J, PrefectFuture]]:
+    """Each job with its future, in job order, at most ``limit`` running at once (None: all at
+    once). A slot is given back by the future's own done callback (a thread's or a Dask
+    cluster's future), so nothing polls; ``settle`` waits for the last ones."""
+    slots = threading.BoundedSemaphore(limit) if limit else None
+    submitted = []
+    for job in jobs:
+        if slots is not None:
+            slots.acquire()
+        future = submit(job)
+        if slots is not None:
+            future.add_done_callback(lambda _: slots.release())
+        submitted.append((job, future))
+    return submitted
+
+
+def settle(
+    futures: Iterable[tuple[str, PrefectFuture]], errors: dict[str, str]
+) -> tuple[list[tuple[Any, State]], list[str]]:
+    """Once each named future has finished: (the result and final state of each that completed,
+    the names of those that failed), each failure's reason in ``errors`` under its name."""
+    done, failed = [], []
+    for name, future in futures:
+        state = settled_state(future)
+        if state.is_completed():
+            done.append((future.result(), state))
+        else:
+            failed.append(name)
+            errors[name] = failure_reason(name, state)
+    return done, failed
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ from ragfactory.tasks.llm.cache import CallCache
 from ragfactory.tasks.llm.engine import make_batcher
 from ragfactory.tasks.retrieval.ledger import open_ledger
 from ragfactory.tasks.retry import retry_unless_permanent
+from ragfactory.tasks.search.config import SearchConfig
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.shard import expand_shard, split_shards
 from ragfactory.warehouse.catalog import query
@@ -137,6 +138,19 @@ def plan_frontier(
     }
     rows = query(Warehouse(root), FRONTIER_SQL, params)
     return split_shards(rows.column("question_id").to_pylist(), shard_size)
+
+
+def plan_questions(
+    root: str, run_id: str, search: SearchConfig, strategy: str, tree: str, policy: tuple[str, str], datasets, versions
+) -> list[list[str]]:
+    """The shards of questions ``strategy`` (writing tree ``tree``) expands: the frontier
+    (``search.select``), or the sample or listed questions."""
+    s = search
+    if s.select == "frontier":
+        n, size = s.questions_per_night, s.shard_size
+        return plan_frontier(root, run_id, tree, policy, datasets, n, size, s.partition, versions)
+    listed = s.listed_questions(strategy)
+    return plan_shards(root, datasets, s.questions_per_dataset, s.shard_size, s.partition, listed, versions)
 
 
 def checked_question_ids(wh: Warehouse, question_ids: list[str], partition: str) -> list[str]:

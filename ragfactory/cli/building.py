@@ -57,7 +57,7 @@ def build(
     from ragfactory.flows.build import build as build_flow
 
     with logged_run(wh.root, "build") as log:
-        summary = run_flow(lambda: build_flow(cfg, run_id=run_id, return_state=True), cleanup)
+        summary = run_flow(lambda: build_flow(cfg, run_id=run_id, checked=True, return_state=True), cleanup)
     print_build_summary(summary)
     print_failures(summary, log)
     if summary["status"] != "completed":

@@ -151,6 +151,12 @@ class ModelRef:
         """The registry id when the spec named a registered model, else None."""
         return self.model_id if self.source == "registry" else None
 
+    @property
+    def configured(self) -> str:
+        """What a config names for this model: a registered model's weights folder (so a config
+        hash changes when a new model lands), else the spec as written."""
+        return self.load if self.source == "registry" else self.spec
+
 
 def resolve_model_ref(wh: Warehouse, spec: str) -> ModelRef:
     """The model a spec names: 'embedded', ``latest:<lineage>`` (the newest model of that lineage
