@@ -44,7 +44,7 @@ def requested_trackers(options: Mapping[str, Any]) -> list[str]:
     if unknown:
         raise ValueError(
             f"option {OPTION}: {unknown} not allowed; give any of {', '.join(TRACKERS)} "
-            f"(e.g. {OPTION}=tensorboard,mlflow), or none (the default)"
+            f"(e.g. {OPTION}=tensorboard,mlflow); none by default"
         )
     return list(dict.fromkeys(names))
 

@@ -32,7 +32,7 @@ def test_a_tracker_not_known_is_refused_naming_the_option_and_the_allowed_ones(v
         TrainConfig(method="dpo", run_id="demo-0123", options={"trackers": value})
     assert (
         f"option trackers: {shown} not allowed; give any of tensorboard, mlflow, wandb "
-        "(e.g. trackers=tensorboard,mlflow), or none (the default)"
+        "(e.g. trackers=tensorboard,mlflow); none by default"
     ) in str(raised.value)
 
 
