@@ -1,10 +1,12 @@
 """The warehouse explorer: a FastAPI app of server-rendered pages over the warehouse.
 
 Pages (Jinja2 templates in ``templates/``): runs, the tree viewer, rewards, the SQL console,
-models and evaluations, and Train. The tree is drawn in the browser by d3 (``static/tree.js``)
-from ``/api/tree``, in columns and gzipped (a 10,000-node tree: 0.6 MB); a clicked node's
-whole row, LLM call, rewards, pairs and SFT rows come from ``/api/node``, its passages from
-``/api/passages`` on demand. Plots are Plotly (``static/plots.js``) over values the page carries.
+models and evaluations, and Train (``train_routes.py``: the form drawn from each method's
+declared options, and a training's page with its curves). The tree is drawn in the browser by
+d3 (``static/tree.js``) from ``/api/tree``, in columns and gzipped (a 10,000-node tree: 0.6 MB);
+a clicked node's whole row, LLM call, rewards, pairs and SFT rows come from ``/api/node``, its
+passages from ``/api/passages`` on demand. Plots are Plotly (``static/plots.js``) over values the
+page carries; a training's curves are SVG drawn on the server (``curves.py``).
 d3 7.9.2 and Plotly's cartesian bundle 4.1.1 are served from ``static/vendor`` (their licences
 beside them): the dashboard works on a machine with no way out.
 
@@ -21,16 +23,17 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 
-from fastapi import APIRouter, FastAPI, Form, HTTPException, Query, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.middleware.gzip import GZipMiddleware
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from ragfactory.dashboard import queries
 from ragfactory.dashboard.labels import label_panel
 from ragfactory.dashboard.security import Guard
-from ragfactory.dashboard.training import Prefect, method_tables, parse_json_object, refusal, train_config
+from ragfactory.dashboard.train_routes import router as train_router
+from ragfactory.dashboard.training import Prefect
 from ragfactory.warehouse.store import Warehouse
 
 PACKAGE = resources.files("ragfactory.dashboard")
@@ -182,7 +185,10 @@ def models_page(request: Request):
     with dash.reading() as reader:
         registry = reader.rows("models")
         scores = reader.rows("eval_scores")
-    return dash.page(request, "models", models=registry, scores=scores)
+    # a model's curves are its training flow run's logs: linked while the server holds that run
+    ids = [m["flow_run_id"] for m in registry if m.get("flow_run_id")]
+    existing = dash.prefect.existing_flow_runs(ids) if dash.prefect and ids else None
+    return dash.page(request, "models", models=registry, scores=scores, existing=existing or set())
 
 
 @router.get("/flywheel", response_class=HTMLResponse)
@@ -193,90 +199,6 @@ def flywheel_page(request: Request):
         nights = reader.rows("flywheel")
         metrics = reader.rows("flywheel_metrics")
     return dash.page(request, "flywheel", nights=nights, metrics=metrics)
-
-
-@router.get("/train", response_class=HTMLResponse)
-def train_page(request: Request, run: str | None = None, method: str = "dpo"):
-    return _train_form(request, run, method)
-
-
-def _train_form(
-    request: Request,
-    run: str | None,
-    method: str,
-    config_text: str | None = None,
-    message: str | None = None,
-    jobs_text: str = "{}",
-    status_code: int = 200,
-) -> HTMLResponse:
-    dash = _dash(request)
-    with dash.reading() as reader:
-        runs = queries.build_ids(reader)
-    run = run or (runs[0] if runs else None)
-    if config_text is None:
-        config_text = json.dumps(_default_config(dash.prefect, method), indent=2)
-    return dash.page(
-        request,
-        "train",
-        runs=runs,
-        run=run,
-        method=method,
-        methods=method_tables(),
-        config_text=config_text,
-        jobs_text=jobs_text,
-        message=message,
-        status_code=status_code,
-    )
-
-
-@router.post("/train", response_class=HTMLResponse)
-def train_submit(
-    request: Request,
-    run: str = Form(...),
-    method: str = Form(...),
-    config: str = Form("{}"),
-    job_variables: str = Form("{}"),
-):
-    """Refuse (409) a build without the method's rows; else check the config and submit."""
-    dash = _dash(request)
-    with dash.reading() as reader:
-        refused = refusal(reader, run, method)
-    if refused:
-        return _train_form(request, run, method, config, f"refused: {refused}", job_variables, 409)
-    if dash.prefect is None:
-        return _train_form(
-            request,
-            run,
-            method,
-            config,
-            "no Prefect server: start the dashboard with --prefect-api or through `ragfactory serve`",
-            job_variables,
-            503,
-        )
-    try:
-        overrides = parse_json_object("config", config)
-        overrides.setdefault("warehouse", {"root": dash.warehouse.location})
-        parameters = train_config(method, run, overrides)
-        flow_run_id = dash.prefect.submit(method, parameters, parse_json_object("job variables", job_variables))
-    except ValueError as exc:
-        return _train_form(request, run, method, config, str(exc), job_variables, 400)
-    return RedirectResponse(f"/train/runs/{flow_run_id}", status_code=303)
-
-
-@router.get("/train/runs/{flow_run_id}", response_class=HTMLResponse)
-def train_run_page(request: Request, flow_run_id: str):
-    dash = _dash(request)
-    if dash.prefect is None:
-        raise HTTPException(503, "no Prefect server configured")
-    return dash.page(request, "train_run", flow_run_id=flow_run_id, url=dash.prefect.flow_run_url(flow_run_id))
-
-
-@router.get("/api/flow-runs/{flow_run_id}")
-def flow_run_state(request: Request, flow_run_id: str):
-    prefect = _dash(request).prefect
-    if prefect is None:
-        raise HTTPException(503, "no Prefect server configured")
-    return JSONResponse(prefect.state(flow_run_id))
 
 
 def create_app(warehouse: Warehouse, prefect_api_url: str | None = None, token: str | None = None) -> FastAPI:
@@ -291,18 +213,8 @@ def create_app(warehouse: Warehouse, prefect_api_url: str | None = None, token: 
     templates.env.filters["duration"] = _duration
     app.state.dashboard = Dashboard(warehouse, Prefect(prefect_api_url) if prefect_api_url else None, templates)
     app.include_router(router)
+    app.include_router(train_router)
     return app
-
-
-def _default_config(prefect: Prefect | None, method: str) -> dict:
-    """The deployment's ``config`` without what the form sets itself (method, build run)."""
-    config = {}
-    if prefect is not None:
-        try:
-            config = prefect.default_config(method)
-        except Exception:  # noqa: BLE001 - no server, or no such deployment: start from nothing
-            config = {}
-    return {k: v for k, v in config.items() if k not in ("method", "run_id")}
 
 
 def _console(warehouse: Warehouse, sql: str, limit: int | None = CONSOLE_ROWS) -> dict:

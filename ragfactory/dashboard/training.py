@@ -165,6 +165,37 @@ class Prefect:
             "progress": latest_progress(log.message for log in logs),
         }
 
+    def log_messages(self, flow_run_id: str) -> list[str]:
+        """Every log message of a flow run, oldest first; none when the server does not answer or
+        holds no such run."""
+        import httpx
+        from prefect.exceptions import ObjectNotFound
+
+        if not _is_uuid(flow_run_id):
+            return []
+        try:
+            with self._client() as client:
+                return read_all_logs(client, flow_run_id)
+        except (httpx.HTTPError, OSError, ObjectNotFound):
+            return []
+
+
+LOG_PAGE = 200  # the most logs the Prefect server returns to one request
+
+
+def read_all_logs(client, flow_run_id: str) -> list[str]:
+    """Every log message of a flow run, oldest first, page by page."""
+    from prefect.client.schemas.sorting import LogSort
+
+    messages: list[str] = []
+    while True:
+        page = client.read_logs(
+            log_filter=_run_logs(flow_run_id), limit=LOG_PAGE, offset=len(messages), sort=LogSort.TIMESTAMP_ASC
+        )
+        messages += [log.message for log in page]
+        if len(page) < LOG_PAGE:
+            return messages
+
 
 def latest_progress(messages_newest_first) -> str | None:
     """The newest trainer progress line among a run's log messages (step, loss, lr, eta), or None."""

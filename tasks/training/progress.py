@@ -2,7 +2,9 @@
 
 transformers draws a progress bar already; these lines go to the orchestrator's log (a Prefect
 run logger in the flow), so a dashboard shows the step, the loss, the learning rate and the time
-the remaining steps take at the pace of those done so far (ETA).
+the remaining steps take at the pace of those done so far (ETA), then GRPO's mean reward and KL
+when the trainer logs them; the dashboard draws a run's curves from these lines
+(``ragfactory/dashboard/curves.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from transformers import TrainerCallback
 
 
 class LossLogger(TrainerCallback):
-    """Logs ``step i/n (p%) loss … lr … eta …`` at every trainer log event (``logging_steps``)."""
+    """Logs ``step i/n (p%) loss … lr … eta …`` (then ``reward …`` and ``kl …`` when logged) at
+    every trainer log event (``logging_steps``)."""
 
     def __init__(self, logger: logging.Logger | logging.LoggerAdapter, prefix: str = ""):
         self.logger = logger
@@ -32,8 +35,9 @@ class LossLogger(TrainerCallback):
             return
         self.losses.append((state.global_step, float(logs["loss"])))
         total = max(state.max_steps, 1)
+        extra = "".join(f" {key} {float(logs[key]):.4g}" for key in ("reward", "kl") if key in logs)
         self.logger.info(
-            "%sstep %d/%d (%.0f%%) loss %.4f lr %.2e eta %s",
+            "%sstep %d/%d (%.0f%%) loss %.4f lr %.2e eta %s%s",
             self.prefix,
             state.global_step,
             total,
@@ -41,6 +45,7 @@ class LossLogger(TrainerCallback):
             float(logs["loss"]),
             float(logs.get("learning_rate", 0.0)),
             self.eta(state.global_step, total),
+            extra,
         )
 
     def eta(self, step: int, total: int, now: float | None = None) -> str:
