@@ -4,9 +4,10 @@ Engines (``tasks/llm/registry.py``) and retrievers (``tasks/retrieval/factory.py
 by name; a config names either a built-in or a plugged one. This module imports nothing of ours,
 so both parts share the one check without importing each other.
 
-It also holds the folders of SQL views that plugged parts ship: a search strategy registers its
-``views/`` folder here (``tasks/search/strategy.py``) and the warehouse catalog reads them
-(``warehouse/catalog.py``), so neither part imports the other.
+It also holds the folders of SQL views and of prompts that plugged parts ship: a search strategy
+registers its ``views/`` folder here (``tasks/search/strategy.py``) and the warehouse catalog reads
+them (``warehouse/catalog.py``), so neither part imports the other; likewise its ``prompts/``
+folder, which the prompt loader reads (``tasks/prompts/loader.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 _VIEW_FOLDERS: dict[str, Path] = {}
+_PROMPT_FOLDERS: dict[str, Path] = {}
 
 
 def builtin_or_plugged(name: str, builtins: tuple[str, ...], field: str, what: str) -> str:
@@ -42,3 +44,17 @@ def unregister_views(owner: str) -> None:
 def view_folders() -> list[Path]:
     """The registered view folders, in registration order."""
     return list(_VIEW_FOLDERS.values())
+
+
+def register_prompts(owner: str, folder: Path) -> None:
+    """Let the prompt loader find the templates and grammars of ``folder``, on behalf of ``owner``."""
+    _PROMPT_FOLDERS[owner] = Path(folder)
+
+
+def unregister_prompts(owner: str) -> None:
+    _PROMPT_FOLDERS.pop(owner, None)
+
+
+def prompt_folders() -> list[Path]:
+    """The registered prompt folders, in registration order."""
+    return list(_PROMPT_FOLDERS.values())

@@ -22,6 +22,7 @@ from functools import lru_cache
 from importlib import resources
 from importlib.resources.abc import Traversable
 
+from ragfactory import plugins
 from ragfactory.tasks.llm.grammar import GrammarError, render_grammar
 from ragfactory.tasks.llm.types import Grammar
 
@@ -31,17 +32,24 @@ STRATEGIES_PACKAGE = "ragfactory.tasks.search"
 
 
 def prompt_folders() -> list[Traversable]:
-    """This package's folder, then every strategy folder's ``prompts/``, by folder name."""
+    """This package's folder, every shipped strategy folder's ``prompts/`` (by folder name), then
+    those plugged strategies registered (``ragfactory/plugins.py``) that are not among them."""
     strategies = sorted(resources.files(STRATEGIES_PACKAGE).iterdir(), key=lambda p: p.name)
-    return [resources.files(PACKAGE), *(p / "prompts" for p in strategies if (p / "prompts").is_dir())]
+    shipped = [resources.files(PACKAGE), *(p / "prompts" for p in strategies if (p / "prompts").is_dir())]
+    known = {str(folder) for folder in shipped}
+    return shipped + [folder for folder in plugins.prompt_folders() if str(folder) not in known]
 
 
-@lru_cache(maxsize=1)
 def prompt_files() -> dict[str, Traversable]:
     """Every prompt and grammar file by its name (``<name>.txt`` / ``<name>.lark``); a name in
     two folders is an error, since the name alone finds it."""
+    return _files(tuple(prompt_folders()))
+
+
+@lru_cache(maxsize=8)
+def _files(folders: tuple[Traversable, ...]) -> dict[str, Traversable]:
     found: dict[str, Traversable] = {}
-    for folder in prompt_folders():
+    for folder in folders:
         for path in folder.iterdir():
             if not path.name.endswith((".txt", ".lark")):
                 continue

@@ -35,7 +35,11 @@ A strategy is a registered plug-in that declares:
     ``MODES``, the evaluation modes it adds (the inference its data trains, by mode name, as
     ``tasks/eval/runner.py`` calls a mode), and ``GRAMMARS``, the prompts whose output grammars
     hold each mode's answers (``tasks/eval/inference.py`` checks ``max_tokens`` against them).
-    That module belongs to the evaluation part.
+    That module belongs to the evaluation part;
+12. ``prompts``: optionally, the folder of its prompt templates and output grammars
+    (``<prompt>.txt``, ``<prompt>.lark``), registered through ``ragfactory/plugins.py`` so that the
+    prompt loader finds them by name (``tasks/prompts/loader.py``; it also finds the shipped
+    strategies' ``prompts/`` folders without the registry).
 
 The shard runner, the config, its hash, the expand and export tasks and the catalog look
 strategies up here and know none by name. Adding a strategy is one sub-package under
@@ -52,7 +56,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
-from ragfactory.plugins import register_views, unregister_views
+from ragfactory.plugins import register_prompts, register_views, unregister_prompts, unregister_views
 from ragfactory.tasks.llm.types import Generator
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.search.tree import TableRows
@@ -100,6 +104,7 @@ class Strategy:
     explain: Explain | None = None
     training: str | None = None
     evaluation: str | None = None
+    prompts: Path | None = None
 
     @property
     def tree_names(self) -> tuple[str, ...]:
@@ -138,10 +143,13 @@ class Registry:
         self._by_name[strategy.name] = strategy
         if strategy.views is not None:
             register_views(strategy.name, strategy.views)
+        if strategy.prompts is not None:
+            register_prompts(strategy.name, strategy.prompts)
 
     def unregister(self, name: str) -> None:
         if self._by_name.pop(name, None) is not None:
             unregister_views(name)
+            unregister_prompts(name)
 
     def __iter__(self) -> Iterator[Strategy]:
         """The strategies in registration order (the order of the config's sections)."""

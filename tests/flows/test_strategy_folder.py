@@ -2,13 +2,15 @@
 
 The folder (written here into a temporary directory, as a package the library does not ship)
 holds what a shipped strategy's folder holds: ``plugin.py`` (the ``Strategy``, naming its
-``exports``, ``training`` and ``evaluation`` modules and its ``views/``), ``exports.py`` (its
-``EXPORTS``), ``training.py`` (a reward, ``REWARDS``), ``evaluation.py`` (a mode, ``MODES``) and
-``views/toy_answers.sql``. Registering its plug-in in the strategy registry, the one line a
-shipped strategy adds to ``tasks/search/registry.py``, is all it takes: the build expands it
-(each question answered with its first gold answer, so the engine is never asked), the export
-stage finds its exporter, the catalog shows its view, a training names its reward and an
-evaluation its mode.
+``exports``, ``training`` and ``evaluation`` modules, its ``views/`` and ``prompts/`` and its
+``explain`` hook), ``exports.py`` (its ``EXPORTS``), ``training.py`` (a reward, ``REWARDS``),
+``evaluation.py`` (a mode, ``MODES``, and its grammar, ``GRAMMARS``), ``fates.py`` (why its nodes
+were kept), ``prompts/toy_answer.txt|lark`` and ``views/toy_answers.sql``. Registering its plug-in
+in the strategy registry, the one line a shipped strategy adds to ``tasks/search/registry.py``, is
+all it takes: the build expands it (each question answered with its first gold answer, so the
+engine is never asked), the export stage finds its exporter, the catalog shows its view, a
+training names its reward, an evaluation its mode, the prompt loader its prompt and grammar, and
+the dashboard's node panel its explanation.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from ragfactory.tasks.search.common import question_fields
 from ragfactory.tasks.search.strategy import Strategy
 from ragfactory.tasks.search.tree import QuestionTree
 
+from ragfactory_toy_strategy.fates import explain
+
 
 @dataclass(frozen=True)
 class GoldConfig:
@@ -52,8 +56,15 @@ async def expand(question, context, config):
 
 TOY = Strategy("toy", GoldConfig, expand, exports=f"{__package__}.exports",
                views=Path(__file__).parent / "views", training=f"{__package__}.training",
-               evaluation=f"{__package__}.evaluation")
+               evaluation=f"{__package__}.evaluation", explain=explain,
+               prompts=Path(__file__).parent / "prompts")
 """,
+    "fates.py": """
+def explain(node, siblings, state):
+    return "kept: the dataset's first gold answer" if node.get("kind") == "answer" else None
+""",
+    "prompts/toy_answer.txt": "Answer in a few words.\n\nQuestion: {question}\n",
+    "prompts/toy_answer.lark": "start: short_answer\nshort_answer[max_tokens=12]: /[^<>\\n]*[^<>\\s][^<>\\n]*/\n",
     "exports.py": """
 from ragfactory.tasks.export.registry import Exporter, StrategyExports
 from ragfactory.tasks.search.tree import stable_id
@@ -92,6 +103,7 @@ async def gold(question, generator, retriever, config):
 
 
 MODES = {"toy_gold": gold}
+GRAMMARS = {"toy_gold": ("toy_answer",)}
 """,
     "views/toy_answers.sql": "select question_id, text as answer, reward from nodes "
     "where strategy = 'toy' and kind = 'answer'\n",
@@ -168,3 +180,22 @@ def test_a_strategy_folder_adds_its_reward_and_evaluation_mode(toy_folder):
     assert [o.prediction for o in outcomes["toy_gold"]] == ["Ada", "Paris"]
     STRATEGIES.unregister("toy")
     assert "toy_gold" not in eval_modes() and "toy_length" not in declared_rewards()
+
+
+def test_a_strategy_folder_adds_its_prompts_grammars_and_explanations(toy_folder):
+    from ragfactory.dashboard.fates import fate
+    from ragfactory.tasks.eval.inference import check_max_tokens, mode_grammars
+    from ragfactory.tasks.llm.grammar import GrammarError
+    from ragfactory.tasks.prompts.loader import load_grammar, load_prompt, render_prompt
+
+    assert render_prompt("toy_answer", question="Who?").endswith("Question: Who?\n")
+    assert "short_answer" in load_grammar("toy_answer", 32).text
+    assert mode_grammars()["toy_gold"] == ("toy_answer",)
+    with pytest.raises(GrammarError, match="evaluation max_tokens=1"):
+        check_max_tokens(["toy_gold"], 1)
+    node = {"node_id": "n1", "parent_id": "q", "kind": "answer", "strategy": "toy", "is_selected": True}
+    assert fate(node, []) == "kept: the dataset's first gold answer"
+    STRATEGIES.unregister("toy")
+    with pytest.raises(KeyError, match="unknown prompt 'toy_answer'"):
+        load_prompt("toy_answer")
+    assert fate(node, []) == "kept: a step on a kept branch"

@@ -46,4 +46,5 @@ APEX = Strategy(
     exports=f"{__package__}.exports",
     training=f"{__package__}.training",
     views=Path(__file__).parent / "views",
+    prompts=Path(__file__).parent / "prompts",
 )

@@ -23,4 +23,5 @@ MCTS = Strategy(
     exports=f"{__package__}.exports",
     evaluation=f"{__package__}.evaluation",
     views=Path(__file__).parent / "views",
+    prompts=Path(__file__).parent / "prompts",
 )

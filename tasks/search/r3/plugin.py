@@ -27,4 +27,5 @@ R3 = Strategy(
     training=f"{__package__}.training",
     evaluation=f"{__package__}.evaluation",
     views=Path(__file__).parent / "views",
+    prompts=Path(__file__).parent / "prompts",
 )

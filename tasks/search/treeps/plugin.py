@@ -35,4 +35,5 @@ TREEPS = Strategy(
     explain=explain,
     exports=f"{__package__}.exports",
     views=Path(__file__).parent / "views",
+    prompts=Path(__file__).parent / "prompts",
 )
