@@ -187,14 +187,14 @@ LONGEST_SCOPES = (
     "tests/llm/test_vllm_backend.py",  # 233 s
     "tests/search/test_structured_slow.py",  # 175 s
     "tests/training/test_world_learning.py",  # 170 s alone
-    "tests/search/test_mcts_slow.py",  # 156 s
-    "tests/search/test_apex_slow.py",  # 149 s
+    "tests/search/mcts/test_mcts_slow.py",  # 156 s
+    "tests/search/apex/test_apex_slow.py",  # 149 s
     "tests/faults/test_run_states.py",  # 123 s
     "tests/training/test_agentic_slow.py",  # 120 s
     "tests/training/test_embedded_training.py",  # 119 s
     "tests/export/test_trainer_clients.py",  # 110 s
     "tests/flows/test_build_distributed.py",  # 109 s
-    "tests/search/test_r3_slow.py",  # 108 s
+    "tests/search/r3/test_r3_slow.py",  # 108 s
     "tests/flows/test_nightly.py",  # 58 s
     "tests/faults/test_prefect_settings.py",  # 55 s
     "tests/test_cli.py",  # 45 s

@@ -7,7 +7,7 @@ from ragfactory.tasks.export.sft import SftConfig
 from ragfactory.tasks.export.skips import recording, skip_rows
 from ragfactory.tasks.search.decex.exports import preference_pairs, sft_examples
 from ragfactory.warehouse.store import Warehouse
-from tests.export.decex_trees import QUESTIONS, small_tree
+from tests.search.decex.decex_trees import QUESTIONS, small_tree
 
 
 def test_dropped_questions_name_their_exporter_and_reason(tmp_path):

@@ -16,7 +16,7 @@ from ragfactory.tasks.training.tree_advantage import token_row
 from ragfactory.tasks.valuation.node_values import assign_node_values
 from ragfactory.warehouse.store import conform
 from tests.fakes import FunctionRetriever, TokenScriptedBackend
-from tests.search.treeps_scenario import QUESTIONS, own_passages
+from tests.search.treeps.treeps_scenario import QUESTIONS, own_passages
 
 
 def _call(cid, prompt, sampled, logprobs, tokenizer="tok-a"):

@@ -38,8 +38,8 @@ decex_hotpotqa = decex_policy(DECEX_GOLD)
 
 
 def treeps_and_decex(request: Request, sample: int) -> str:
-    """TreePS steps for TreePS's prompts (``tests/search/treeps_scenario.py``), DecEx replies otherwise."""
-    from tests.search.treeps_scenario import mixed
+    """TreePS steps for TreePS's prompts (``tests/search/treeps/treeps_scenario.py``), DecEx replies otherwise."""
+    from tests.search.treeps.treeps_scenario import mixed
 
     prompt = request.messages[0].content
     return mixed(request, sample) if "<reason>" in prompt else decex_hotpotqa(request, sample)

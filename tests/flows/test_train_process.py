@@ -22,7 +22,7 @@ from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 from tests.fakes import ScriptedBackend, scripted_llm
 from tests.flows.scripted_policies import base_policy, hotpotqa_gold, trained_policy
-from tests.search.treeps_scenario import path_of
+from tests.search.treeps.treeps_scenario import path_of
 
 
 def right_wrong_search(request, sample: int) -> str:

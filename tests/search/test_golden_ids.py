@@ -22,7 +22,9 @@ from ragfactory.tasks.search.shard import expand_shard
 from ragfactory.tasks.search.tree import node_id, stable_id
 from ragfactory.tasks.valuation.node_values import estimate_node_values
 from tests.fakes import FixedRetriever, FunctionRetriever, ScriptedBackend
-from tests.search import apex_scenario, jaws_scenario, treeps_scenario
+from tests.search.apex import apex_scenario
+from tests.search.decex import jaws_scenario
+from tests.search.treeps import treeps_scenario
 
 
 def shard(strategy, questions, reply, retriever, config, run_seed, scorer=None):

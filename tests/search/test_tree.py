@@ -8,7 +8,7 @@ import pytest
 from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.search.decex.config import DecExConfig
 from ragfactory.tasks.search.tree import QuestionTree, RowTree, group_trees, node_id, path_key
-from tests.search.jaws_scenario import expand
+from tests.search.decex.jaws_scenario import expand
 
 
 def test_node_id_is_a_function_of_run_question_and_path():

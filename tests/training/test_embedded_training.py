@@ -1,6 +1,6 @@
 """SFT, DPO and GRPO on the embedded SmolLM2 with the DecEx exports of the Jaws tree (slow, CPU).
 
-The exports come from the hand-worked Jaws tree (tests/search/jaws_scenario.py), written to the
+The exports come from the hand-worked Jaws tree (tests/search/decex/jaws_scenario.py), written to the
 warehouse; they read with ``datasets.load_dataset("parquet")`` as any TRL job would, and one
 step each runs through the same functions the train flow calls (TRL's SFTTrainer, DPOTrainer
 and GRPOTrainer): the loss is finite, the saved weights differ from the base, and the saved
@@ -21,10 +21,10 @@ from ragfactory.tasks.search.treeps.grpo import grpo_prompt_rows
 from ragfactory.tasks.training.runs import plan_training, train_planned
 from ragfactory.tasks.training.trainers import load_model
 from ragfactory.warehouse.store import Warehouse
-from tests.search.jaws_scenario import QUESTION, expand
-from tests.search.treeps_scenario import QUESTIONS as TREEPS_QUESTIONS
-from tests.search.treeps_scenario import build as build_treeps
-from tests.search.treeps_scenario import mixed
+from tests.search.decex.jaws_scenario import QUESTION, expand
+from tests.search.treeps.treeps_scenario import QUESTIONS as TREEPS_QUESTIONS
+from tests.search.treeps.treeps_scenario import build as build_treeps
+from tests.search.treeps.treeps_scenario import mixed
 
 pytestmark = pytest.mark.slow
 

@@ -33,7 +33,7 @@ import pytest
 from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.search.tree import QuestionTree
 from ragfactory.tasks.valuation.node_values import ValuationConfig, estimate_node_values
-from tests.search.jaws_scenario import expand as expand_jaws
+from tests.search.decex.jaws_scenario import expand as expand_jaws
 
 LEAVES = {  # path: (kind, reward)
     "q/a0": ("answer", 1.0),

@@ -1,4 +1,4 @@
-"""The scripted Jaws question behind the hand-worked APEX-Searcher runs of tests/search/test_apex.py.
+"""The scripted Jaws question behind the hand-worked APEX-Searcher runs of tests/search/apex/test_apex.py.
 
 Question "Who is the mother of the director of Jaws?" (golden "Leah Adler") with the MuSiQue-style
 gold plan "Jaws >> director", "#1 >> mother". The scripted model answers each executor prompt by

@@ -1,4 +1,4 @@
-"""APEX-Searcher on the hand-worked Jaws question (tests/search/apex_scenario.py; APEX-Searcher, §2.2-2.4).
+"""APEX-Searcher on the hand-worked Jaws question (tests/search/apex/apex_scenario.py; APEX-Searcher, §2.2-2.4).
 
 G = 3 planner samples, H = 3, top 2 documents, the best plan and the gold plan executed.
 
@@ -24,7 +24,7 @@ import pytest
 
 from ragfactory.tasks.search.apex.expansion import ApexConfig
 from ragfactory.warehouse.store import conform
-from tests.search.apex_scenario import CONFIG, QUESTION, apex_reply, run
+from tests.search.apex.apex_scenario import CONFIG, QUESTION, apex_reply, run
 
 P1 = "q/p1"
 S2 = f"{P1}/s1/c/e1/d2/v/s2"

@@ -1,4 +1,4 @@
-"""APEX exports from the hand-worked Jaws runs (tests/search/apex_scenario.py), and the SQL view.
+"""APEX exports from the hand-worked Jaws runs (tests/search/apex/apex_scenario.py), and the SQL view.
 
 Both executed runs end in "Leah Adler" (EM 1), so both are SFT data. The p1 run makes 11 calls,
 one of them the unreadable sufficiency check (left out): 10 examples; the gold run makes 9: 19 in
@@ -17,7 +17,7 @@ from ragfactory.tasks.search.apex.exports import ApexExportConfig, executor_sft_
 from ragfactory.tasks.search.apex.training import sepr_reward
 from ragfactory.warehouse.catalog import query, refresh_catalog
 from ragfactory.warehouse.store import conform
-from tests.search.apex_scenario import PLANS, QUESTION, apex_reply, run, scorer
+from tests.search.apex.apex_scenario import PLANS, QUESTION, apex_reply, run, scorer
 
 
 @pytest.fixture(scope="module")

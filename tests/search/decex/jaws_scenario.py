@@ -1,4 +1,4 @@
-"""The scripted Jaws question behind the hand-worked DecEx-RAG tree of tests/search/test_decex.py.
+"""The scripted Jaws question behind the hand-worked DecEx-RAG tree of tests/search/decex/test_decex.py.
 
 The policy answers each prompt by what it asks (which table, which history) and the sample index;
 the retriever answers three fixed queries. test_decex.py works the resulting tree out by hand.

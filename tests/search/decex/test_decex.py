@@ -2,7 +2,7 @@
 
 Question "Who is the mother of the director of Jaws?", golden answer "Leah Adler"; k = 3,
 n = 2 rollouts, T_max = 2, 3 termination votes, threshold 0.75, metric F1. The scripted policy
-(tests/search/jaws_scenario.py) answers each prompt by what it asks (which table, which history)
+(tests/search/decex/jaws_scenario.py) answers each prompt by what it asks (which table, which history)
 and the sample index; the fixed retriever answers three queries.
 
 F1 against "Leah Adler": "Leah Adler" 1; "Leah" 2/3 (P 1, R 1/2); "Leah Posner" 1/2 (P = R =
@@ -50,7 +50,7 @@ import pytest
 from ragfactory.tasks.export.dpo import DpoConfig
 from ragfactory.tasks.prompts.loader import render_prompt
 from ragfactory.tasks.search.decex.exports import preference_pairs, sft_examples
-from tests.search.jaws_scenario import CONFIG, QUESTION, expand
+from tests.search.decex.jaws_scenario import CONFIG, QUESTION, expand
 
 
 @pytest.fixture(scope="module")

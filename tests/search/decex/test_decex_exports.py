@@ -10,7 +10,7 @@ from ragfactory.tasks.export.dpo import DpoConfig
 from ragfactory.tasks.export.sft import SftConfig
 from ragfactory.tasks.search.decex.exports import preference_pairs, sft_examples
 from ragfactory.tasks.search.tree import QuestionTree
-from tests.export.decex_trees import QUESTIONS, small_tree
+from tests.search.decex.decex_trees import QUESTIONS, small_tree
 
 
 def test_sft_rows_fit_their_table_and_are_stable():

@@ -1,4 +1,4 @@
-"""R3-RAG's hand-worked Jaws question (``tests/search/test_r3.py`` works it through): the scripted
+"""R3-RAG's hand-worked Jaws question (``tests/search/r3/test_r3.py`` works it through): the scripted
 policy and judges, the retriever and the config, shared by the scripted and the embedded-model tests."""
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ import pytest
 from ragfactory.tasks.prompts.loader import render_prompt
 from ragfactory.tasks.search.r3.config import R3Config
 from ragfactory.tasks.search.r3.exports import r3_sft_examples
-from tests.search.r3_scenario import CONFIG, QUESTION, policy, run
+from tests.search.r3.r3_scenario import CONFIG, QUESTION, policy, run
 
 
 def test_three_attempts_by_hand():

@@ -4,7 +4,7 @@ Two bundled HotpotQA questions (the demo's), the real SmolLM2-135M on CPU as pol
 BM25 over the bundled HotpotQA paragraphs, the demo's small settings. Every step is well formed,
 every step has its format and process rewards and every query its judged relevance (a verdict
 held to its grammar reads). Algorithm 2's SFT rows (of the hand-worked scripted question,
-``tests/search/r3_scenario.py``, whose kept trajectory is known) load with ``datasets`` and train one
+``tests/search/r3/r3_scenario.py``, whose kept trajectory is known) load with ``datasets`` and train one
 SFT step through the train flow's functions.
 """
 
@@ -18,7 +18,7 @@ from ragfactory.tasks.search.r3.config import R3Config
 from ragfactory.tasks.search.r3.exports import r3_sft_examples
 from ragfactory.warehouse.store import Warehouse
 from tests.search.embedded_scenario import expand_bundled, train_one_step, written_dataset
-from tests.search.r3_scenario import QUESTION, run
+from tests.search.r3.r3_scenario import QUESTION, run
 
 pytestmark = pytest.mark.slow
 

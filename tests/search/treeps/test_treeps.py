@@ -1,6 +1,6 @@
 """TreePS-RAG tree construction with a scripted policy (§2.2, Algorithm 1 Phase 1).
 
-The policies and the retriever are in tests/search/treeps_scenario.py.
+The policies and the retriever are in tests/search/treeps/treeps_scenario.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ragfactory.tasks.search.treeps.expansion import TreePSConfig
 from ragfactory.tasks.search.treeps.steps import STEP_STOP
 from ragfactory.tasks.valuation.node_values import estimate_node_values
 from tests.fakes import FunctionRetriever, ScriptedBackend
-from tests.search.treeps_scenario import (
+from tests.search.treeps.treeps_scenario import (
     QUESTIONS,
     build,
     distinct_search,

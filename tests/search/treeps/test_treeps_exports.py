@@ -1,6 +1,6 @@
 """TreePS-RAG exports: trajectories, GRPO prompts, verl parquet and stepwise labels (§2.3).
 
-Trees come from the scripted ``mixed`` policy of tests/search/treeps_scenario.py: by sample index
+Trees come from the scripted ``mixed`` policy of tests/search/treeps/treeps_scenario.py: by sample index
 a right answer, a wrong one, a search and a malformed step, so each question's tree has 26
 leaves (6 per layer and 2 forced at depth 4) and 8 right answers.
 """
@@ -20,8 +20,8 @@ from ragfactory.tasks.search.treeps.grpo import grpo_prompt_rows
 from ragfactory.tasks.search.treeps.step_labels import StepLabelConfig, step_label_rows
 from ragfactory.tasks.search.treeps.steps import initial_prompt
 from ragfactory.tasks.search.treeps.trajectories import SAMPLE_PATH, TrajectoryConfig, trajectory_rows
-from tests.search.jaws_scenario import expand as expand_jaws
-from tests.search.treeps_scenario import QUESTIONS, build, mixed
+from tests.search.decex.jaws_scenario import expand as expand_jaws
+from tests.search.treeps.treeps_scenario import QUESTIONS, build, mixed
 
 QUESTION_ROWS = [dict(q, dataset="hotpotqa", split="train") for q in QUESTIONS]
 
