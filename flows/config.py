@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from ragfactory.flows.config_hash import config_hash
+from ragfactory.schemas.config import Section
 from ragfactory.schemas.errors import PermanentError
 from ragfactory.tasks.data.config import CorpusConfig, DatasetConfig, Partition, PartitionConfig
 from ragfactory.tasks.eval.inference import InferenceConfig
@@ -37,10 +38,6 @@ from ragfactory.tasks.training.config import LoraSection, TrainMethod
 from ragfactory.tasks.valuation.config import ValuationSection
 from ragfactory.warehouse.runs import default_run_id
 from ragfactory.warehouse.store import safe_name
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class WarehouseConfig(Section):
@@ -129,7 +126,7 @@ class BuildConfig(Section):
         return safe_name(f"{run_id}-{night or dt.datetime.now(dt.UTC).date().isoformat()}")
 
     def tree_name(self, strategy: str) -> str:
-        """The ``nodes.strategy`` a configured strategy writes (DecEx without pruning writes its own)."""
+        """The ``nodes.strategy`` a configured strategy writes (a strategy may name its tree by its settings)."""
         plugin = STRATEGIES.get(strategy)
         return plugin.tree_name(plugin.settings(self.search))
 
@@ -228,7 +225,7 @@ class TrainConfig(Section):
         "prm_model, prm_aggregate",
     )
     save_steps: int = Field(50, ge=1, description="Checkpoint every N steps; a retry resumes there")
-    seed: int = Field(0, description="Seed of the data order, dropout and any fresh weights")
+    seed: int = 0
     output_dir: str | None = Field(
         None, description="Where the model goes; default <root>/artifacts/models/trained/<model_id>"
     )

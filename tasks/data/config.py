@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from ragfactory.schemas.config import Section
 from ragfactory.tasks.data.jsonl import MAX_PASSAGE_CHARS
 from ragfactory.tasks.data.partitions import PartitionRule
 from ragfactory.warehouse.store import folder_name_problem
@@ -19,10 +20,6 @@ from ragfactory.warehouse.store import folder_name_problem
 DatasetFormat = Literal["hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "flashrag", "world"]
 Partition = Literal["train", "valid", "test"]
 _RULE = PartitionRule()
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class SharesConfig(Section):

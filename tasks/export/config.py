@@ -9,19 +9,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import Field, create_model
 
+from ragfactory.schemas.config import Section
 from ragfactory.tasks.data.config import DatasetConfig, Partition
 from ragfactory.tasks.export.contamination import ContaminationConfig
 from ragfactory.tasks.export.dpo import DpoConfig
 from ragfactory.tasks.export.ngrams import NgramConfig
 from ragfactory.tasks.export.registry import EXPORTS
 from ragfactory.tasks.export.sft import SftConfig
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
 
 _CONTAMINATION = ContaminationConfig()
 

@@ -10,14 +10,10 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, Field
 
 from ragfactory.plugins import builtin_or_plugged
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+from ragfactory.schemas.config import Section
 
 BUILTIN_ENGINES = ("transformers", "vllm", "openai", "null")
 # 64 rows of a 2,048-token context (prompt + max_tokens): the demo's largest engine calls

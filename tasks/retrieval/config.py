@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, Field
 
 from ragfactory.plugins import builtin_or_plugged
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from ragfactory.schemas.config import Section
 
 
 class BM25Config(Section):

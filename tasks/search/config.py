@@ -10,14 +10,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import Field, create_model, field_validator, model_validator
 
+from ragfactory.schemas.config import Section
 from ragfactory.tasks.data.config import Partition
 from ragfactory.tasks.search.registry import STRATEGIES
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class SearchSettings(Section):

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from ragfactory.schemas.config import Section
 from ragfactory.tasks.training.methods import TRAIN_METHODS
 
 # the registered methods (``tasks/training/methods/``), in registration order
 TrainMethod = Literal[TRAIN_METHODS]  # type: ignore[valid-type]
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class LoraSection(Section):

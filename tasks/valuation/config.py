@@ -12,15 +12,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from ragfactory.schemas.config import Section
 from ragfactory.tasks.valuation.node_values import ValuationConfig
 
 
-class ValuationSection(BaseModel):
+class ValuationSection(Section):
     """Which trees the valuation stage values, and with which leaf outcome."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     strategies: list[str] | None = Field(
         None,
