@@ -16,7 +16,8 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NONE
 
 from ragfactory.flows.config import TrainConfig
-from ragfactory.schemas.errors import is_permanent
+from ragfactory.schemas.errors import PermanentError
+from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.tasks.training.registry import find_model, register_model
 from ragfactory.tasks.training.runs import TrainingPlan, plan_training, registry_row, train_planned
 from ragfactory.warehouse.store import Warehouse
@@ -31,14 +32,13 @@ def plan_model(root: str, config: TrainConfig) -> dict:
 
 
 # Errors in the request itself (an empty or missing export, a TRL option that does not exist,
-# every row truncated away) fail the same way on every attempt: no retry for those.
-PERMANENT = (ValueError, FileNotFoundError, LookupError, TypeError)
+# every row truncated away) fail the same way on every attempt: raised as permanent, so the one
+# retry policy (``tasks/retry.py``) gives up on them at once.
+BAD_REQUEST = (ValueError, LookupError, TypeError)
 
 
-def retry_unless_bad_request(task, task_run, state) -> bool:
-    """Prefect's retry condition: retry a lost worker or an engine error, not a bad request."""
-    error = state.result(raise_on_failure=False)
-    return not (isinstance(error, PERMANENT) or is_permanent(error))
+class BadTrainingRequest(PermanentError, ValueError):
+    """A training request that fails the same way on every attempt."""
 
 
 # log_prints off: datasets fingerprints the trainer's map functions with dill, which disassembles
@@ -49,12 +49,15 @@ def retry_unless_bad_request(task, task_run, state) -> bool:
     retry_delay_seconds=[10, 60],
     task_run_name="train-{config.method}",
     cache_policy=NONE,
-    retry_condition_fn=retry_unless_bad_request,
+    retry_condition_fn=retry_unless_permanent,
     log_prints=False,
 )
 def train_model(root: str, config: TrainConfig, plan: dict, callbacks: list | None = None) -> dict:
     """Train (resuming from the last checkpoint a failed attempt left); returns the metrics."""
-    return train_planned(Warehouse(root), config, TrainingPlan(**plan), get_run_logger(), callbacks=callbacks or ())
+    try:
+        return train_planned(Warehouse(root), config, TrainingPlan(**plan), get_run_logger(), callbacks=callbacks or ())
+    except BAD_REQUEST as exc:
+        raise BadTrainingRequest(str(exc) or type(exc).__name__) from exc
 
 
 @task(task_run_name="register-{config.method}", cache_policy=NONE)
