@@ -161,10 +161,15 @@ def _quote(path: str) -> str:
     return "'" + path.replace("'", "''") + "'"
 
 
-def _empty_select(schema: pa.Schema) -> str:
+def _empty_select(schema: pa.Schema, failing: str | None = None) -> str:
+    """No row, typed like ``schema``; with ``failing`` (an ``error()`` call) a read raises it, and
+    so does each column: a constant null column lets DuckDB fold a filter on it to no row unread."""
     types = parser_connection().from_arrow(schema.empty_table()).types
-    columns = ", ".join(f'cast(null as {t}) as "{f.name}"' for f, t in zip(schema, types))
-    return f"select {columns} where false"
+    nulls = [f"cast(null as {t})" for t in types]
+    if failing is not None:
+        nulls = [f"case when {failing} is null then {null} end" for null in nulls]
+    columns = ", ".join(f'{null} as "{f.name}"' for f, null in zip(schema, nulls))
+    return f"select {columns} where false" if failing is None else f"select {columns} where {failing} is null"
 
 
 def table_view_sql(warehouse: Warehouse, table: str, confined: bool = False) -> str:
@@ -233,8 +238,7 @@ def create_sql_views(con: duckdb.DuckDBPyConnection, views: dict[str, str]) -> N
 
 def _failing_select(warehouse: Warehouse, table: str, damaged: list[tuple[str, str, str]]) -> str:
     # Typed like the table, so views over it still bind; reading it raises the message.
-    body = _empty_select(TABLES[table].schema).removesuffix(" where false")
-    return f"{body} from (select 1) where error({_quote(damage_message(warehouse, table, damaged))}) is null"
+    return _empty_select(TABLES[table].schema, f"error({_quote(damage_message(warehouse, table, damaged))})")
 
 
 class _Unchanged(Exception):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import duckdb
 
-from ragfactory.warehouse.readonly_fs import PREFIX, ReadOnlyError, WarehouseFileSystem
+from ragfactory.warehouse.readonly_fs import PREFIX, PartialTable, ReadOnlyError, WarehouseFileSystem
 
 ALLOWED_KIND = "SELECT"
 
@@ -233,8 +233,12 @@ def _check_paths(reader: str, paths: list[str] | None, fs) -> None:
         try:
             if fs is not None:
                 fs.check_pattern(path)
+                if reader != "glob":  # a listing shows what is there; a read must be whole
+                    fs.check_whole(path)
         except ReadOnlyError as exc:
             raise ReadRefused(f"refused: {call}: {exc}") from exc
+        except PartialTable as exc:
+            raise Refused(f"{call}: {exc}") from exc
 
 
 def walk_tree(node):

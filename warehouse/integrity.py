@@ -224,7 +224,12 @@ def lost_files(warehouse: Warehouse, table: str) -> list[tuple[str, str, str]]:
 
     A listing of the table's entries and a ``stat`` per entry: a commit writes an entry only after
     its file is in place, so an entry without a file is never a write in progress."""
-    return [(p.kind, p.path, p.detail) for p in _lost(warehouse.root, table)]
+    return lost_under(warehouse.root, table)
+
+
+def lost_under(root: Path, table: str) -> list[tuple[str, str, str]]:
+    """``lost_files`` of the warehouse at ``root``."""
+    return [(p.kind, p.path, p.detail) for p in _lost(root, table)]
 
 
 def _lost(root: Path, table: str) -> list[Problem]:
@@ -237,12 +242,17 @@ def _lost(root: Path, table: str) -> list[Problem]:
 def damage_message(warehouse: Warehouse, table: str, damaged: list[tuple[str, str, str]]) -> str:
     """One line: the table, its first damaged (or quarantined, or missing) file and why, and the
     commands that help."""
+    return damage_line(warehouse.root, table, damaged)
+
+
+def damage_line(root: Path, table: str, damaged: list[tuple[str, str, str]]) -> str:
+    """``damage_message`` of the warehouse at ``root``."""
     kind, path, why = damaged[0]
     more = f" and {len(damaged) - 1} more file(s)" if len(damaged) > 1 else ""
     return (
         f"table {table} cannot be read: {kind} file {path} ({why}){more}; "
-        f"list the damage with `ragfactory check --root {warehouse.root}`, "
-        f"rebuild it with `ragfactory check --repair --root {warehouse.root}`"
+        f"list the damage with `ragfactory check --root {root}`, "
+        f"rebuild it with `ragfactory check --repair --root {root}`"
     )
 
 

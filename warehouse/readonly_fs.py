@@ -11,11 +11,13 @@ writes a file" a property of the connection, not only of the statement checks in
 from __future__ import annotations
 
 import os
+import re
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
 from fsspec.spec import AbstractFileSystem
+from fsspec.utils import glob_translate
 
 PROTOCOL = "warehouse"
 PREFIX = f"{PROTOCOL}://"
@@ -23,6 +25,11 @@ PREFIX = f"{PROTOCOL}://"
 
 class ReadOnlyError(PermissionError):
     """Something asked the warehouse file system to write, or to reach outside the root."""
+
+
+class PartialTable(FileNotFoundError):
+    """A path or pattern that would match a recorded shard whose file is gone: what it reads is
+    not the whole table."""
 
 
 class WarehouseFileSystem(AbstractFileSystem):
@@ -59,6 +66,21 @@ class WarehouseFileSystem(AbstractFileSystem):
         parts = self._strip_protocol(path).split("/")
         literal = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")), len(parts))
         self.local_path("/".join(parts[:literal]))
+
+    def check_whole(self, path) -> None:
+        """Refuse a path or pattern that would match a recorded shard whose file is gone (deleted
+        by hand: ``missing``; set aside by a repair not finished: ``quarantined``), naming it as
+        the table views do: what the pattern finds is not the whole table."""
+        from ragfactory.schemas.tables import TABLES
+        from ragfactory.warehouse.integrity import damage_line, lost_under
+
+        pattern = self._strip_protocol(path)
+        matches = re.compile(glob_translate(pattern)).match
+        first = re.compile(glob_translate(pattern.split("/", 1)[0])).match
+        for table in (t for t in TABLES if first(t)):
+            lost = [shard for shard in lost_under(Path(self.root), table) if matches(shard[1])]
+            if lost:
+                raise PartialTable(damage_line(Path(self.root), table, lost))
 
     def _relative(self, local: str) -> str:
         relative = os.path.relpath(local, self.root)

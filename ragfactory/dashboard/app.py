@@ -214,6 +214,7 @@ def create_app(warehouse: Warehouse, prefect_api_url: str | None = None, token: 
     app.state.dashboard = Dashboard(warehouse, Prefect(prefect_api_url) if prefect_api_url else None, templates)
     app.include_router(router)
     app.include_router(train_router)
+    queries.answer_failures(app)
     return app
 
 

@@ -107,6 +107,24 @@ def reading(warehouse: Warehouse) -> Iterator[Reader]:
         con.close()
 
 
+def answer_failures(app) -> None:
+    """Make a page whose query fails (a table with a damaged file, or a shard missing or
+    quarantined: ``warehouse.catalog.create_views``) answer with that one line, status 500,
+    rather than a bare "Internal Server Error" that names nothing."""
+    import duckdb
+
+    app.add_exception_handler(duckdb.Error, unanswered)
+
+
+def unanswered(request, exc: Exception):
+    """The response of a page whose query failed: why, in one line."""
+    from fastapi.responses import PlainTextResponse
+
+    from ragfactory.warehouse.guard import first_line
+
+    return PlainTextResponse(f"this page cannot be answered: {first_line(exc)}", status_code=500)
+
+
 def build_ids(reader: Reader) -> list[str]:
     """The builds' run ids, newest first."""
     return [row["run_id"] for row in reader.rows("build_ids")]

@@ -66,11 +66,17 @@ def _cannot_read(root, kind: str, detail: str) -> str:
     )
 
 
-def test_a_deleted_shard_fails_its_tables_answers_instead_of_counting_what_is_left(warehouse):
+def _deleted_shard(warehouse) -> str:
+    """Two rows in every table, then a nodes shard committed and deleted by hand; the line that
+    names it."""
     fill(warehouse)
     warehouse.write("nodes", rows("nodes"), shard="shard1")
     (warehouse.root / "nodes" / "run_id=r1" / "shard1.parquet").unlink()
-    line = _cannot_read(warehouse.root, "missing", "the manifest records it but the file is gone")
+    return _cannot_read(warehouse.root, "missing", "the manifest records it but the file is gone")
+
+
+def test_a_deleted_shard_fails_its_tables_answers_instead_of_counting_what_is_left(warehouse):
+    line = _deleted_shard(warehouse)
 
     code, errors, out = _cli(warehouse.root, "sql", "select count(*) from nodes")
     assert (code, errors) == (1, [f"error: query failed: Invalid Input Error: {line}"]), out
@@ -98,3 +104,40 @@ def test_a_quarantined_shard_fails_its_tables_answers_until_it_is_rebuilt(wareho
     warehouse.write("nodes", rows("nodes"), shard="shard1")  # what a repair's rebuild commits
     code, errors, out = _cli(warehouse.root, "sql", "select count(*) as n from nodes", "--format", "csv")
     assert (code, out.splitlines()) == (0, ['"n"', "4"])
+
+
+def test_a_deleted_shard_fails_warehouse_path_reads_and_the_dashboard_by_name(warehouse):
+    from fastapi.testclient import TestClient
+
+    from ragfactory.dashboard.app import create_app
+
+    line = _deleted_shard(warehouse)
+    # a filter on the table's columns reads it too, never an empty answer
+    code, errors, out = _cli(warehouse.root, "sql", "select count(*) from nodes where run_id = 'r1'")
+    assert (code, errors) == (1, [f"error: query failed: Invalid Input Error: {line}"]), out
+    for path in (
+        "warehouse://nodes/*/*.parquet",
+        "warehouse://**/*.parquet",
+        "warehouse://nodes/run_id=r1/shard1.parquet",
+    ):
+        code, errors, out = _cli(warehouse.root, "sql", f"select count(*) from read_parquet('{path}')")
+        assert (code, errors) == (1, [f"error: read_parquet('{path}'): {line}"]), out
+    code, errors, out = _cli(warehouse.root, "sql", "select count(*) from 'warehouse://nodes/*/*.parquet'")
+    assert (code, errors) == (1, [f"error: from 'warehouse://nodes/*/*.parquet': {line}"]), out
+    # a listing shows the files there are; another table's files still read
+    code, _, out = _cli(warehouse.root, "sql", "select count(*) as n from glob('warehouse://nodes/*/*')", "-f", "csv")
+    assert (code, out.splitlines()) == (0, ['"n"', "1"])
+    code, _, out = _cli(
+        warehouse.root,
+        "sql",
+        "select count(*) as n from read_parquet('warehouse://questions/*/*.parquet')",
+        "-f",
+        "csv",
+    )
+    assert (code, out.splitlines()) == (0, ['"n"', "2"])
+
+    client = TestClient(create_app(warehouse))
+    page = client.get("/api/tree", params={"run": "r1", "strategy": "decex", "question": "question_id-0"})
+    assert (page.status_code, page.text) == (500, f"this page cannot be answered: Invalid Input Error: {line}")
+    console = client.get("/sql.csv", params={"q": "select count(*) from read_parquet('warehouse://nodes/*/*.parquet')"})
+    assert (console.status_code, console.text) == (400, f"read_parquet('warehouse://nodes/*/*.parquet'): {line}")
