@@ -16,10 +16,9 @@ from prefect import get_run_logger, task
 from ragfactory.tasks.data.corpus import corpus_lines
 from ragfactory.tasks.data.jsonl import make_reject
 from ragfactory.tasks.retrieval.config import RetrievalConfig
-from ragfactory.tasks.retrieval.conflicts import Conflict
+from ragfactory.tasks.retrieval.conflicts import Conflict, conflicts_warning, source_files
 from ragfactory.tasks.retrieval.corpus import WarehousePassages, open_retriever
 from ragfactory.tasks.retry import retry_unless_permanent
-from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 
 CONFLICTS_SHARD = "conflicts"  # the rejects shard of a source's passages an index does not hold
@@ -44,13 +43,6 @@ def build_indexes(root: str, sources: list[str], config: RetrievalConfig) -> dic
     return summary
 
 
-def source_files(wh: Warehouse, sources: list[str]) -> dict[str, tuple[str, str]]:
-    """(file, kind) each source was last ingested from (``ingests.source_file``, ``ingests.kind``)."""
-    sql = "select dataset, source_file, kind from ingests where list_contains($sources, dataset) order by created_at"
-    rows = query(wh, sql, {"sources": sources}).to_pylist()
-    return {r["dataset"]: (r["source_file"], r["kind"]) for r in rows}
-
-
 def record_conflicts(wh: Warehouse, conflicts: list[Conflict]) -> str:
     """Write a ``rejects`` row for each passage an index does not hold (its file and line, the
     id and the file whose passage the index holds); returns the warning line that names them."""
@@ -66,12 +58,7 @@ def record_conflicts(wh: Warehouse, conflicts: list[Conflict]) -> str:
             number, text = lines.get(conflict.passage_id, (0, ""))
             rows.append(make_reject(source, file, number, _reason(conflict, files), text))
         wh.merge("rejects", rows, CONFLICTS_SHARD, partition={"dataset": source})
-    first = conflicts[0]
-    return (
-        f"{len(conflicts)} passage id(s) name different passages in two corpus files, e.g. "
-        f"{first.passage_id!r} in {files.get(first.kept, first.kept)} and {files.get(first.dropped, first.dropped)}: "
-        "the index holds the first file's passage only; each other one is a rejects row"
-    )
+    return f"{conflicts_warning(conflicts, files)}; each other one is a rejects row"
 
 
 def _reason(conflict: Conflict, files: dict[str, str]) -> str:

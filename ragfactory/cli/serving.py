@@ -22,9 +22,11 @@ from ragfactory.cli.common import (
 
 def _corpus_retriever(root: Path | None, kind: str, sources: list[str] | None):
     """A ``kind`` retriever over the passages of ``sources`` (default: every source in the
-    warehouse); an empty warehouse or an unknown source exits naming what is there."""
+    warehouse); an empty warehouse or an unknown source exits naming what is there, and an id two
+    sources give different passages is one warning line."""
     from ragfactory.tasks.retrieval.config import RetrievalConfig
-    from ragfactory.tasks.retrieval.corpus import open_retriever
+    from ragfactory.tasks.retrieval.conflicts import conflicts_warning, source_files
+    from ragfactory.tasks.retrieval.corpus import WarehousePassages, open_retriever
     from ragfactory.warehouse.catalog import query
 
     wh = open_warehouse(root)
@@ -34,7 +36,12 @@ def _corpus_retriever(root: Path | None, kind: str, sources: list[str] | None):
     unknown = sorted(set(sources or []) - set(known))
     if unknown:
         fail(f"unknown passage sources {unknown}; known: {known}")
-    return open_retriever(wh, sources or known, RetrievalConfig(), kind)
+    passages = WarehousePassages(wh, sources or known)
+    retriever = open_retriever(wh, sources or known, RetrievalConfig(), kind, passages)
+    if conflicts := passages.conflicts():  # the build that indexed them wrote their rejects rows
+        files = {source: file for source, (file, _) in source_files(wh, passages.sources).items()}
+        console.print(f"[yellow]warning:[/yellow] {conflicts_warning(conflicts, files)}", soft_wrap=True)
+    return retriever
 
 
 KindOption = Annotated[str, typer.Option("--kind", help="bm25 or dense")]

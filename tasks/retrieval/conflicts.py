@@ -19,6 +19,8 @@ import pyarrow.parquet as pq
 
 from ragfactory.tasks.data.corpus import SeenIds
 from ragfactory.tasks.retrieval.index_store import PASSAGE_COLUMNS
+from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.store import Warehouse
 
 
 @dataclass(frozen=True)
@@ -69,3 +71,20 @@ def find_conflicts(files: list[Path], repeats: set[str]) -> list[Conflict]:
             if kept[1:] != (row["title"] or "", row["text"]):
                 found.setdefault((pid, source), Conflict(pid, kept[0], source))
     return list(found.values())
+
+
+def source_files(wh: Warehouse, sources: list[str]) -> dict[str, tuple[str, str]]:
+    """(file, kind) each source was last ingested from (``ingests.source_file``, ``ingests.kind``)."""
+    sql = "select dataset, source_file, kind from ingests where list_contains($sources, dataset) order by created_at"
+    rows = query(wh, sql, {"sources": sources}).to_pylist()
+    return {r["dataset"]: (r["source_file"], r["kind"]) for r in rows}
+
+
+def conflicts_warning(conflicts: list[Conflict], files: dict[str, str]) -> str:
+    """One line: how many ids two files give different passages, the first with both files."""
+    first = conflicts[0]
+    return (
+        f"{len(conflicts)} passage id(s) name different passages in two corpus files, e.g. "
+        f"{first.passage_id!r} in {files.get(first.kept, first.kept)} and {files.get(first.dropped, first.dropped)}: "
+        "the index holds the first file's passage only"
+    )

@@ -67,14 +67,23 @@ def test_one_id_in_two_corpus_files_with_different_passages_names_both_files(tmp
         }
     ]
 
-    # the index holds news.jsonl's p1; wiki.jsonl's p1 is found by no query
-    assert _hits(root, "Eiffel Tower Paris") == [("p1", "Eiffel Tower"), ("n2", "Louvre")]
-    assert _hits(root, "Colosseum amphitheatre Rome") == []
+    # the index holds news.jsonl's p1, and so does the corpus view; wiki.jsonl's p1 is found by no query
+    code, out = _cli(
+        "sql", "select title, sources from corpus where passage_id = 'p1'", "-f", "json", "--root", str(root)
+    )
+    assert (code, json.loads(out)) == (0, {"title": "Eiffel Tower", "sources": ["news", "wiki"]}), out
+    warning = (
+        f"warning: 1 passage id(s) name different passages in two corpus files, e.g. 'p1' in {news} and {wiki}: "
+        "the index holds the first file's passage only"
+    )
+    assert _hits(root, "Eiffel Tower Paris") == ([warning], [("p1", "Eiffel Tower"), ("n2", "Louvre")])
+    assert _hits(root, "Colosseum amphitheatre Rome") == ([warning], [])
 
 
-def _hits(root, text: str) -> list[tuple[str, str]]:
-    """(passage id, title) of each hit `ragfactory retrieval search` prints, best first."""
+def _hits(root, text: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The warning lines, and (passage id, title) of each hit, best first, that `ragfactory
+    retrieval search` prints."""
     code, out = _cli("retrieval", "search", text, "-k", "3", "--root", str(root))
     assert code == 0, out
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
-    return [(row[2], row[3]) for row in rows]
+    return [line for line in out.splitlines() if line.startswith("warning:")], [(row[2], row[3]) for row in rows]

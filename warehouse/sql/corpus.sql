@@ -4,8 +4,9 @@ with sourced as (
 )
 select
     passage_id,
-    any_value(title) as title,
-    any_value(text) as text,
+    -- an id two sources give different passages: the one the index holds, its first source's
+    min_by(title, source) as title,
+    min_by(text, source) as text,
     list(distinct source order by source) as sources
 from sourced
 group by passage_id
