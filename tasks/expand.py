@@ -271,7 +271,7 @@ def expand_trees(
     questions = read_questions(wh, question_ids)
     rows = asyncio.run(
         expand_shard(
-            strategy,
+            plugin,
             questions,
             batcher,
             retriever,

@@ -18,7 +18,7 @@ from ragfactory.tasks.llm.batcher import Batcher
 from ragfactory.tasks.retrieval.ledger import asking
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.search.registry import STRATEGIES
-from ragfactory.tasks.search.strategy import ShardContext
+from ragfactory.tasks.search.strategy import ShardContext, Strategy
 from ragfactory.tasks.search.tree import TableRows
 
 ShardRows = TableRows
@@ -36,7 +36,7 @@ def split_shards(question_ids: Sequence[str], shard_size: int) -> list[list[str]
 
 
 async def expand_shard(
-    strategy: str,
+    strategy: str | Strategy,
     questions: Sequence[Mapping],
     batcher: Batcher,
     retriever: Retriever,
@@ -46,14 +46,15 @@ async def expand_shard(
     max_in_flight: int,
     scorer: Any = None,
 ) -> ShardRows:
-    """Expand every question of the shard with the registered ``strategy``; rows sorted by question.
+    """Expand every question of the shard with ``strategy`` (the plug-in, resolved once by the
+    caller, or its registered name); rows sorted by question.
 
     ``scorer`` is what the strategy's ``open_scorer`` built (None: none); it is flushed at the end.
     """
-    plugin = STRATEGIES.get(strategy)
+    plugin = strategy if isinstance(strategy, Strategy) else STRATEGIES.get(strategy)
     context = ShardContext(batcher, retriever, run_id, run_seed, scorer)
     with progress_bar() as bar:
-        task = bar.add_task(f"{strategy}: questions expanded", total=len(questions))
+        task = bar.add_task(f"{plugin.name}: questions expanded", total=len(questions))
 
         async def job(question: Mapping) -> tuple[str, TableRows]:
             with asking(str(question.get("question_id"))):  # the retrieval ledger's question
