@@ -40,18 +40,10 @@ from ragfactory.tasks.retrieval.ledger import LedgerRetriever, ledgered
 from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.tasks.training.registry import resolve_model_ref, seen_question_ids
 from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.sql_files import sql_file
 from ragfactory.warehouse.store import Warehouse
 
-QUESTIONS_SQL = """
-with ranked as (
-    select *, row_number() over (order by sample_key, question_id) as rank
-    from questions
-    where dataset = $dataset and partition = $partition
-)
-select * exclude (rank) from ranked
-where $limit is null or rank <= $limit
-order by rank
-"""
+QUESTIONS_SQL = sql_file("ragfactory.tasks", "eval_questions")
 
 
 def read_eval_questions(wh: Warehouse, dataset: str, limit: int | None, partition: str = "test") -> list[EvalQuestion]:
@@ -200,10 +192,7 @@ def report_evaluation(run_id: str, model_id: str, aggregates: list[dict]) -> Non
     )
 
 
-COMPARED_SQL = """
-select * from evals
-where run_id = $run_id and list_contains($datasets, dataset) and list_contains($modes, mode)
-"""
+COMPARED_SQL = sql_file("ragfactory.tasks", "eval_compared")
 
 
 @task(task_run_name="compare-{run_a}-{run_b}", cache_policy=NONE)

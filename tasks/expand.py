@@ -29,34 +29,10 @@ from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.shard import expand_shard, split_shards
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.integrity import is_intact, read_entry
+from ragfactory.warehouse.sql_files import sql_file
 from ragfactory.warehouse.store import Warehouse
 
-# the questions of the ingest versions a build read (a dataset it did not ingest offers all)
-VERSIONED = """
-with chosen as (
-    select dataset, question_ids from ingests where list_contains($versions, version)
-),
-versioned as (
-    select unnest(question_ids) as question_id from chosen
-),
-"""
-IN_VERSIONS = "(dataset not in (select dataset from chosen) or question_id in (select question_id from versioned))"
-
-QUESTIONS_SQL = (
-    VERSIONED
-    + f"""
-ranked as (
-    select question_id, dataset,
-           row_number() over (partition by dataset order by sample_key, question_id) as rank
-    from questions
-    where list_contains($datasets, dataset) and partition = $partition
-      and {IN_VERSIONS}
-)
-select question_id from ranked
-where $per_dataset is null or rank <= $per_dataset
-order by dataset, rank
-"""
-)
+QUESTIONS_SQL = sql_file("ragfactory.tasks", "expand_questions")
 
 
 @task(task_run_name="plan-shards")
@@ -89,23 +65,7 @@ def plan_shards(
     return split_shards(rows.column("question_id").to_pylist(), shard_size)
 
 
-FRONTIER_SQL = (
-    VERSIONED
-    + f"""
-expanded as (
-    select distinct n.question_id from nodes n join runs r using (run_id)
-    where n.strategy = $strategy and n.run_id <> $run_id
-      and json_extract_string(r.config, '$.llm.policy.backend') = $backend
-      and json_extract_string(r.config, '$.llm.policy.model') = $model
-)
-select question_id from questions
-where list_contains($datasets, dataset) and partition = $partition
-  and {IN_VERSIONS}
-  and question_id not in (select question_id from expanded)
-order by sample_key, question_id
-limit $n
-"""
-)
+FRONTIER_SQL = sql_file("ragfactory.tasks", "expand_frontier")
 
 
 @task(task_run_name="plan-frontier-{strategy}")

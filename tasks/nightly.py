@@ -13,25 +13,14 @@ import pyarrow.parquet as pq
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
-from ragfactory.tasks.eval.promotion import PromotionConfig, decide, promotion_row
+from ragfactory.tasks.eval.promotion import METRICS, PromotionConfig, decide, promotion_row
 from ragfactory.tasks.eval.runner import aggregate
 from ragfactory.tasks.llm.cache import utc_now
 from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.sql_files import sql_file
 from ragfactory.warehouse.store import Warehouse
 
-EARLIER_SQL = """
-select run_id from runs
-where flow = 'build' and run_id <> $run_id and status in ('completed', 'partial')
-  and json_extract_string(config, '$.name') = $name and started_at < $before
-order by started_at desc
-limit $n
-"""
-
-SCORES_SQL = """
-select question_id, avg({metric}) as score from evals
-where run_id = $run_id and mode = $mode and {metric} is not null
-group by question_id
-"""
+EARLIER_SQL = sql_file("ragfactory.tasks", "nightly_earlier")
 
 
 @task(task_run_name="earlier-nights", cache_policy=NONE)
@@ -64,11 +53,19 @@ def completed_evaluation(root: str, run_id: str) -> dict | None:
     return {"run_id": run_id, "model_id": model_id, "status": "completed", "aggregates": aggregate(rows)}
 
 
+def scores_sql(metric: str) -> str:
+    """The per-question mean of evals column ``metric``: one of ``METRICS`` by name, so only a
+    known column name is ever written into the query."""
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+    return sql_file("ragfactory.tasks", "nightly_scores").replace("{metric}", metric)
+
+
 def valid_scores(wh: Warehouse, run_id: str | None, metric: str, mode: str) -> dict[str, float]:
     """Question id -> ``metric`` of evaluation run ``run_id`` in ``mode`` (empty without a run)."""
     if run_id is None:
         return {}
-    rows = query(wh, SCORES_SQL.format(metric=metric), {"run_id": run_id, "mode": mode}).to_pylist()
+    rows = query(wh, scores_sql(metric), {"run_id": run_id, "mode": mode}).to_pylist()
     return {row["question_id"]: float(row["score"]) for row in rows}
 
 

@@ -42,36 +42,13 @@ from ragfactory.tasks.retry import retry_unless_permanent
 from ragfactory.tasks.rewards.embedding_cache import EmbeddingCache
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.sql_files import sql_file
 from ragfactory.warehouse.store import Warehouse
 
-TREE_SQL = """
-with run_nodes as (
-    select * from nodes where run_id = $run_id and strategy = $strategy
-)
-select * from run_nodes order by question_id, path
-"""
-QUESTIONS_SQL = """
-with wanted as (
-    select distinct question_id from nodes where run_id = $run_id and strategy = $strategy
-)
-select questions.* from questions join wanted using (question_id)
-"""
-# the calls behind the strategy's nodes, one row per call (several shards may copy one call)
-CALLS_SQL = """
-with wanted as (
-    select distinct llm_call_id as call_id from nodes
-    where run_id = $run_id and strategy = $strategy and llm_call_id is not null
-)
-select llm_calls.* from llm_calls join wanted using (call_id)
-where run_id = $run_id
-qualify row_number() over (partition by call_id order by created_at) = 1
-"""
-HELD_OUT_SQL = """
-select question_id, question, 'warehouse:' || partition as source
-from questions
-where list_contains($partitions, partition)
-order by question_id
-"""
+TREE_SQL = sql_file("ragfactory.tasks", "export_tree")
+QUESTIONS_SQL = sql_file("ragfactory.tasks", "export_questions")
+CALLS_SQL = sql_file("ragfactory.tasks", "export_calls")
+HELD_OUT_SQL = sql_file("ragfactory.tasks", "held_out_questions")
 
 
 def export_inputs(

@@ -14,6 +14,7 @@ from typing import Any
 
 from ragfactory.schemas.tables import TABLES
 from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.sql_files import sql_file
 from ragfactory.warehouse.store import Warehouse
 
 STRATEGY_COLUMNS = {
@@ -78,6 +79,7 @@ def report_rows(wh: Warehouse, run_id: str, datasets: Iterable[str], shards: Ite
 def report_markdown(run_id: str, catalog: str, rows: list[dict]) -> str:
     """A markdown note with the run's headline figures and SQL to inspect it."""
     figures = {row["item"]: row["value"] for row in rows}
+    examples = sql_file("ragfactory.warehouse", "report_examples", folder="queries").replace("$run_id", f"'{run_id}'")
     return f"""# Build `{run_id}`
 
 {figures.get("shards", 0)} shards ({figures.get("cached shards", 0)} cached),
@@ -87,20 +89,6 @@ def report_markdown(run_id: str, catalog: str, rows: list[dict]) -> str:
 Inspect it with `ragfactory sql` (or `duckdb {catalog}`):
 
 ```sql
--- nodes, kept / pruned, format errors and exports per strategy
-select * from strategy_summary where run_id = '{run_id}';
-
--- the process rewards of one question's tree
-select question_id, depth, kind, is_selected, value, reward
-from nodes where run_id = '{run_id}'
-order by question_id, depth limit 50;
-
--- preference pairs and their reward margins
-select strategy, decision, count(*) as pairs, avg(gap) as mean_gap
-from preference_pairs where run_id = '{run_id}' group by all;
-
--- every engine call, cached or not
-select role, count(*) as calls, sum(completion_tokens) as tokens
-from llm_calls where run_id = '{run_id}' group by role;
+{examples}
 ```
 """

@@ -85,8 +85,9 @@ def print_build_summary(summary: dict) -> None:
 def _print_warehouse_rows(wh, run_id: str) -> None:
     """Rows per table, rejects, questions per partition and the run's contaminated training rows."""
     from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.sql_files import sql_file
 
-    counts = query(wh, _COUNTS_SQL)
+    counts = query(wh, sql_file("ragfactory.cli", "build_counts"))
     print_arrow(counts, title=f"warehouse rows per table (after run {run_id})")
     rejects = query(wh, "select dataset, reason, count(*) as n from rejects group by 1, 2 order by 1, 3 desc")
     if rejects.num_rows:
@@ -97,7 +98,7 @@ def _print_warehouse_rows(wh, run_id: str) -> None:
         query(wh, "select * from question_partitions"),
         title="questions per partition (builds expand train; evaluations answer test)",
     )
-    contaminated = query(wh, _CONTAMINATION_SQL, {"run_id": run_id})
+    contaminated = query(wh, sql_file("ragfactory.cli", "build_contamination"), {"run_id": run_id})
     if contaminated.num_rows:
         print_arrow(contaminated, title="training rows matching held-out or evaluation questions (contamination)")
 
@@ -121,27 +122,3 @@ def _print_run_figures(summary: dict) -> None:
     console.print(f"peak memory: {own:,.0f} MB (this process), {child:,.0f} MB (its largest child process)")
     console.print(f"catalog: {summary['catalog']}")
     console.print('try: ragfactory sql "select dataset, count(*) from questions group by 1"')
-
-
-_CONTAMINATION_SQL = """
-select export_table, method, action, count(*) as n_rows, count(distinct question_id) as n_questions
-from contamination
-where run_id = $run_id
-group by 1, 2, 3
-order by 1, 2, 3
-"""
-
-_COUNTS_SQL = """
-with counts as (
-    select 'questions' as "table", count(*) as n_rows from questions
-    union all select 'passages', count(*) from passages
-    union all select 'rejects', count(*) from rejects
-    union all select 'runs', count(*) from runs
-    union all select 'nodes', count(*) from nodes
-    union all select 'rollouts', count(*) from rollouts
-    union all select 'llm_calls', count(*) from llm_calls
-    union all select 'sft_examples', count(*) from sft_examples
-    union all select 'preference_pairs', count(*) from preference_pairs
-)
-select * from counts
-"""

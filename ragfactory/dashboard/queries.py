@@ -16,17 +16,15 @@ import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 
 from ragfactory.dashboard import fates
+from ragfactory.warehouse.sql_files import sql_file
 from ragfactory.warehouse.store import Warehouse
 
 
-@cache
 def sql_text(name: str) -> str:
     """The text of ``sql/<name>.sql``."""
-    return (resources.files("ragfactory.dashboard") / "sql" / f"{name}.sql").read_text(encoding="utf-8").strip()
+    return sql_file("ragfactory.dashboard", name)
 
 
 def literal_sql(name: str, params: dict) -> str:
@@ -220,7 +218,7 @@ SPLITS = ("none", "depth", "outcome")  # how each strategy's values split into s
 
 def reward_sql(name: str) -> str:
     """A reward plot's SQL as it runs: the trees' final outcomes as a CTE, then the plot's query."""
-    return f"with outcomes as (\n{_indented(sql_text('reward_outcomes'))}\n)\n{sql_text(name)}"
+    return "\n".join(["with outcomes as (", _indented(sql_text("reward_outcomes")), ")", sql_text(name)])
 
 
 def _indented(text: str) -> str:

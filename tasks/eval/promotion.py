@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 PROMOTE, KEEP = "promote", "keep"
+# the evals columns a promotion may compare
+METRICS = ("em", "f1", "cover_em")
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class PromotionConfig:
     chunk: int = 500  # resamples drawn at once: memory is chunk x questions, not n_resamples x questions
 
     def __post_init__(self):
-        if self.metric not in ("em", "f1", "cover_em"):
+        if self.metric not in METRICS:
             raise ValueError(f"promotion.metric must be em, f1 or cover_em, got {self.metric!r}")
         if not 0.0 < self.confidence < 1.0:
             raise ValueError(f"promotion.confidence must be in (0, 1), got {self.confidence}")

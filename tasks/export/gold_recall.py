@@ -16,14 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragfactory.tasks.export.skips import skipped
+from ragfactory.warehouse.sql_files import sql_file
 
 EXPORTER = "sft_examples"
 # One row per step node of the run's trees of one strategy: what the searches up to it found.
-GOLD_RECALL_SQL = """
-select node_id, gold_found, hops
-from search_behaviour
-where run_id = $run_id and strategy = $strategy
-"""
+GOLD_RECALL_SQL = sql_file("ragfactory.tasks.export", "gold_recall")
 
 
 @dataclass(frozen=True)

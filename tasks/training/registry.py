@@ -24,15 +24,10 @@ import pyarrow.parquet as pq
 
 from ragfactory.tasks.llm.embedded import is_embedded
 from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.sql_files import sql_file
 from ragfactory.warehouse.store import Warehouse
 
-SEEN_SQL = """
-with named as (
-    select model_id from models where model_id = $model or path = $model
-)
-select distinct question_id from model_questions join named using (model_id)
-order by question_id
-"""
+SEEN_SQL = sql_file("ragfactory.tasks.training", "seen_questions")
 
 
 def cache_key(export_snapshot: str, method: str, config: dict, base_model: str) -> str:

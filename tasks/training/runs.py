@@ -39,6 +39,7 @@ from ragfactory.tasks.training.trainers import (
     trl_args,
 )
 from ragfactory.warehouse.catalog import query
+from ragfactory.warehouse.sql_files import sql_file
 from ragfactory.warehouse.store import Warehouse
 
 
@@ -156,11 +157,7 @@ def trained_question_ids(wh: Warehouse, config: TrainingRequest, plan: TrainingP
     return export_question_ids(plan.files) | seen
 
 
-PARTITION_COUNTS_SQL = """
-select partition, count(*) as n from questions
-where list_contains($ids, question_id)
-group by partition order by partition
-"""
+PARTITION_COUNTS_SQL = sql_file("ragfactory.tasks.training", "partition_counts")
 
 
 def registry_row(wh: Warehouse, config: TrainingRequest, plan: TrainingPlan, metrics: dict) -> dict:
