@@ -32,26 +32,8 @@ from ragfactory.schemas.training_tables import (
     VERL_REWARD_MODEL,
 )
 
-# 2: TreePS-RAG tables trajectories, step_labels and verl_prompts (no column changed).
-# 3: held-out partitions: questions.partition and questions.sample_key (files written before are
-#    backfilled in place, tasks/data/partitions.py), runs.warnings; what a model saw:
-#    models.question_ids (null before: the model_questions view derives them from the lineage),
-#    evals.partition and evals.is_seen; the contamination table (training rows that match an
-#    evaluation question); the eval_compare table (two models on the same questions).
-# 4: isolation between builds: the ingests table (one row per ingested source version, with its
-#    question ids) and runs.inputs (the versions a run read); ingest adds to the questions,
-#    passages and rejects shards instead of replacing them. Older shards read as they are:
-#    runs.inputs is null there (such a run took every question of its datasets).
-# 5: the rewards table (per-node rewards with their scale: R3-RAG's judged relevance, format,
-#    process and outcome rewards). Shards written before have no rewards file.
-# 6: runs.flow_run_id (the Prefect flow run behind a run, for the dashboard's link; null before).
-# 7: the promotions table (each night's candidate against the promoted model on valid).
-# 8: the retrievals table (the retrieval ledger and cache); llm_calls.strategy, question_id,
-#    node_id and cached; rollouts.metric and metric_score; the export_skips table (why an exporter
-#    gave a question no row). Older files read with them null.
-# 9: token-exact calls: llm_calls.prompt_token_ids, completion_token_ids, completion_logprobs and
-#    tokenizer_fingerprint; trajectories carry token ids, loss mask and behaviour log-probs, and
-#    grpo_prompts and verl_prompts the prompt's token ids (docs/tokens.md). Older files read them null.
+# The version of these schemas that each run records (``runs.schema_version``); what each version
+# added is in docs/warehouse.md, "Schema versions".
 SCHEMA_VERSION = 9
 
 # Bookkeeping, then what a build writes, then training and evaluation: `ragfactory tables` lists

@@ -184,7 +184,8 @@ def result_storage(wh: Warehouse):
 
 
 SHARD_TABLES = ("nodes", "rollouts", "plans", "plan_scores", "rewards", "llm_calls", "retrievals")
-SINCE_SCHEMA_5 = ("rewards", "retrievals")  # a shard written before has no such file and is still whole
+# tables a shard may have no file of and still be whole: it was written before they existed
+MAY_LACK = ("rewards", "retrievals")
 
 
 def shard_written(wh: Warehouse, run_id: str, shard: str) -> bool:
@@ -193,12 +194,12 @@ def shard_written(wh: Warehouse, run_id: str, shard: str) -> bool:
     (size and content hash). A file rewritten, truncated or put there by hand runs the shard again.
     """
     paths = {table: wh.shard_path(table, {"run_id": run_id}, shard) for table in SHARD_TABLES}
-    # A newer table's file may be absent from an older shard; one the manifest records (a
-    # quarantined file) must be there.
+    # A file of a MAY_LACK table may be absent; one the manifest records (a quarantined file)
+    # must be there.
     return all(
         is_intact(wh.root, path)
         for table, path in paths.items()
-        if table not in SINCE_SCHEMA_5 or path.exists() or read_entry(wh.root, path) is not None
+        if table not in MAY_LACK or path.exists() or read_entry(wh.root, path) is not None
     )
 
 

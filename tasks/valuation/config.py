@@ -5,7 +5,7 @@ The ``valuation`` section of the build config (``flows/config.py``). The stage
 ``nodes``, fills ``visits``, ``value`` and ``advantage`` (``node_values.py``, TreePS-RAG §2.3) and
 rewrites the shard. Its defaults value the trees of every strategy whose plug-in asks for values
 (``Strategy.valued``: TreePS-RAG, whose trajectory and step-label exports read them) with the
-reward the strategy scored, which is what TreePS-RAG's search did in memory before valuation was a stage.
+reward the strategy scored.
 """
 
 from __future__ import annotations
