@@ -4,9 +4,9 @@ An exporter names the table it writes and the columns it reads of each input tab
 steps declare theirs); ``rows(inputs, export_config, run_seed)`` reads ``inputs[t]`` for each
 ``t`` in ``reads`` and returns the rows of ``table``. The export task reads exactly the declared
 columns (``tasks/training_data.py``), so a column an exporter uses without declaring it is a
-KeyError in its tests, not a silent dependency. Exporters of trees read whole ``nodes`` rows
-(``TREE_COLUMNS``): the tree model (``tasks/search/tree.py``) carries every column to the step
-formats.
+KeyError in its tests, not a silent dependency. An exporter of trees declares ``tree_columns(...)``:
+the columns that place a row in its tree (``group_trees``, ``tasks/search/tree.py``) and the
+further ``nodes`` columns it reads; the tree model carries exactly those to the step formats.
 
 Each strategy declares its exporters in its own folder: the module its plug-in names as
 ``exports`` (``tasks/search/<name>/exports.py``) holds ``EXPORTS``, a ``StrategyExports``, and
@@ -31,6 +31,7 @@ from typing import Any
 from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.search.strategy import Registry
+from ragfactory.tasks.search.tree import REQUIRED_ROW_COLUMNS
 
 Rows = list[dict[str, Any]]
 ExportInputs = Mapping[str, Sequence[Mapping[str, Any]]]
@@ -38,10 +39,15 @@ ExportInputs = Mapping[str, Sequence[Mapping[str, Any]]]
 # nodes answer, the calls that generated those nodes (llm_calls: their token ids), and whole-run
 # tables the strategy filled (plans, plan_scores).
 EXPORT_INPUTS = ("nodes", "questions", "llm_calls", "plans", "plan_scores", "rollouts")
-TREE_COLUMNS = tuple(table_spec("nodes").schema.names)
 # what the export task reads of ``questions`` whatever the exporters declare: decontamination
 # screens each exported row's question text
 SCREENED_QUESTION_COLUMNS = ("question_id", "question")
+
+
+def tree_columns(*more: str) -> tuple[str, ...]:
+    """The ``nodes`` columns an exporter of trees reads: those that place a row in its tree, then
+    ``more``."""
+    return (*REQUIRED_ROW_COLUMNS, *more)
 
 
 @dataclass(frozen=True)

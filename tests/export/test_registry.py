@@ -6,7 +6,6 @@ import pytest
 
 from ragfactory.tasks.export.registry import (
     EXPORTS,
-    TREE_COLUMNS,
     Exporter,
     ExportRegistry,
     StrategyExports,
@@ -28,7 +27,18 @@ def test_every_shipped_strategy_has_its_exporters():
     assert [e.table for e in EXPORTS.get("decex").exporters] == ["sft_examples", "preference_pairs"]
     # tables in EXPORT_INPUTS order, each with the union of its exporters' columns in schema order
     assert EXPORTS.get("apex").reads == {
-        "nodes": TREE_COLUMNS,
+        "nodes": (
+            "node_id",
+            "run_id",
+            "question_id",
+            "parent_id",
+            "path",
+            "strategy",
+            "kind",
+            "text",
+            "parsed",
+            "is_format_error",
+        ),
         "questions": ("question_id", "question", "golden_answers"),
         "plans": ("plan_id", "run_id", "question_id", "source", "steps"),
         "plan_scores": ("plan_id", "f1"),

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ragfactory.tasks.export.registry import TREE_COLUMNS, Exporter, ExportInputs, Rows, StrategyExports
+from ragfactory.tasks.export.registry import Exporter, ExportInputs, Rows, StrategyExports, tree_columns
 from ragfactory.tasks.export.sft import question_text, question_texts
 from ragfactory.tasks.rewards.answer import METRICS
 from ragfactory.tasks.search.apex.config import STRATEGY
@@ -175,7 +175,11 @@ EXPORT_CONFIG = {"apex": ("Executor SFT and planner GRPO rows (APEX)", ApexExpor
 EXPORTS = StrategyExports(
     STRATEGY,
     (
-        Exporter("sft_examples", {"nodes": TREE_COLUMNS, "questions": ("question_id", "question")}, _executor_sft),
+        Exporter(
+            "sft_examples",
+            {"nodes": tree_columns("text", "parsed", "is_format_error"), "questions": ("question_id", "question")},
+            _executor_sft,
+        ),
         Exporter(
             "grpo_prompts",
             {

@@ -37,7 +37,7 @@ from itertools import combinations
 from typing import Any
 
 from ragfactory.tasks.export.dpo import DpoConfig
-from ragfactory.tasks.export.registry import TREE_COLUMNS, Exporter, ExportInputs, Rows, StrategyExports
+from ragfactory.tasks.export.registry import Exporter, ExportInputs, Rows, StrategyExports, tree_columns
 from ragfactory.tasks.export.sft import SftConfig, question_text, question_texts
 from ragfactory.tasks.export.skips import skipped
 from ragfactory.tasks.search.decex.config import STRATEGY
@@ -265,7 +265,7 @@ def _dpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
     return preference_pairs(inputs["nodes"], inputs["questions"], config.dpo)
 
 
-_READS = {"nodes": TREE_COLUMNS, "questions": ("question_id", "question")}
+_READS = {"nodes": tree_columns("parsed", "value", "is_selected"), "questions": ("question_id", "question")}
 EXPORTS = StrategyExports(
     STRATEGY,
     (

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ragfactory.tasks.export.dpo import DpoConfig
-from ragfactory.tasks.export.registry import TREE_COLUMNS, Exporter, ExportInputs, Rows, StrategyExports
+from ragfactory.tasks.export.registry import Exporter, ExportInputs, Rows, StrategyExports, tree_columns
 from ragfactory.tasks.export.sft import SftConfig, question_text, question_texts
 from ragfactory.tasks.prompts.loader import render_prompt
 from ragfactory.tasks.search.common import hits_from_records
@@ -116,11 +116,12 @@ def _dpo(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
     return mcts_preference_pairs(inputs["nodes"], inputs["questions"], config.dpo)
 
 
-_READS = {"nodes": TREE_COLUMNS, "questions": ("question_id", "question")}
+_QUESTIONS = ("question_id", "question")
+_STEP_NODES = tree_columns("text", "parsed", "is_format_error", "value")
 EXPORTS = StrategyExports(
     STRATEGY,
     (
-        Exporter("sft_examples", _READS, _sft),
-        Exporter("preference_pairs", _READS, _dpo),
+        Exporter("sft_examples", {"nodes": (*_STEP_NODES, "reward"), "questions": _QUESTIONS}, _sft),
+        Exporter("preference_pairs", {"nodes": _STEP_NODES, "questions": _QUESTIONS}, _dpo),
     ),
 )

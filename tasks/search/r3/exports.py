@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ragfactory.tasks.export.registry import TREE_COLUMNS, Exporter, ExportInputs, Rows, StrategyExports
+from ragfactory.tasks.export.registry import Exporter, ExportInputs, Rows, StrategyExports, tree_columns
 from ragfactory.tasks.export.sft import question_text, question_texts
 from ragfactory.tasks.search.common import hits_from_records
 from ragfactory.tasks.search.r3.config import STRATEGY
@@ -65,5 +65,12 @@ def _sft(inputs: ExportInputs, config: Any, run_seed: int) -> Rows:
 
 
 EXPORTS = StrategyExports(
-    STRATEGY, (Exporter("sft_examples", {"nodes": TREE_COLUMNS, "questions": ("question_id", "question")}, _sft),)
+    STRATEGY,
+    (
+        Exporter(
+            "sft_examples",
+            {"nodes": tree_columns("parsed", "is_selected"), "questions": ("question_id", "question")},
+            _sft,
+        ),
+    ),
 )

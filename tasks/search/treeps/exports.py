@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ragfactory.tasks.export.registry import TREE_COLUMNS, Exporter, ExportInputs, Rows, StrategyExports
+from ragfactory.tasks.export.registry import Exporter, ExportInputs, Rows, StrategyExports, tree_columns
 from ragfactory.tasks.export.verl import ABILITY, ANSWER_TAG, REWARD_STYLE, data_source
 from ragfactory.tasks.llm.splice import CALL_COLUMNS, calls_by_id
 from ragfactory.tasks.search.tree import RowTree, group_trees, stable_id
@@ -92,24 +92,29 @@ EXPORT_CONFIG = {
     "trajectories": ("Sampled root-to-leaf paths (TreePS)", TrajectoryConfig),
     "step_labels": ("Stepwise process labels for PRMs (TreePS)", StepLabelConfig),
 }
+# what each exporter reads of ``nodes`` beyond the tree: the steps' text and parsed fields, the calls
+# behind them (token ids), and the leaves' rewards with the node advantages or values
+_PROMPT_NODES = tree_columns("text", "parsed", "llm_call_id")
+_TRAJECTORY_NODES = tree_columns("text", "parsed", "llm_call_id", "is_leaf", "reward", "advantage")
+_LABEL_NODES = tree_columns("text", "parsed", "is_leaf", "reward", "value")
 EXPORTS = StrategyExports(
     STRATEGY,
     (
-        Exporter("trajectories", {"nodes": TREE_COLUMNS, "llm_calls": CALL_COLUMNS}, _trajectories),
+        Exporter("trajectories", {"nodes": _TRAJECTORY_NODES, "llm_calls": CALL_COLUMNS}, _trajectories),
         Exporter(
             "grpo_prompts",
-            {"nodes": TREE_COLUMNS, "questions": ("question_id", "golden_answers"), "llm_calls": CALL_COLUMNS},
+            {"nodes": _PROMPT_NODES, "questions": ("question_id", "golden_answers"), "llm_calls": CALL_COLUMNS},
             _grpo,
         ),
         Exporter(
             "verl_prompts",
             {
-                "nodes": TREE_COLUMNS,
+                "nodes": _PROMPT_NODES,
                 "llm_calls": CALL_COLUMNS,
                 "questions": ("question_id", "dataset", "split", "golden_answers"),
             },
             _verl,
         ),
-        Exporter("step_labels", {"nodes": TREE_COLUMNS}, _step_labels),
+        Exporter("step_labels", {"nodes": _LABEL_NODES}, _step_labels),
     ),
 )
