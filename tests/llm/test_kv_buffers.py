@@ -1,0 +1,72 @@
+"""Reserved KV buffers and grouped-query attention change no number, and allocate no step."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from transformers.cache_utils import DynamicLayer
+
+from ragfactory.tasks.llm.kv_buffers import GQA_VARIABLE, ReservedLayer, grouped_query_attention, reserve_cache
+
+
+def _states(rows: int, tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, 3, tokens, 8, generator=generator), torch.randn(rows, 3, tokens, 8, generator=generator)
+
+
+def test_a_reserved_layer_holds_what_a_dynamic_layer_holds_step_by_step():
+    dynamic, prompt = DynamicLayer(), _states(4, 5, seed=0)
+    dynamic.update(*prompt)
+    reserved = ReservedLayer()
+    reserved.reserve(dynamic.keys.clone(), dynamic.values.clone(), room=3)
+    buffer = reserved._keys.data_ptr()
+    for step in range(3):
+        if step == 1:  # row 2 finished: the chunk keeps rows 0, 1 and 3
+            keep = torch.tensor([0, 1, 3])
+            dynamic.batch_select_indices(keep)
+            reserved.batch_select_indices(keep)
+            buffer = reserved._keys.data_ptr()
+        new = _states(dynamic.keys.shape[0], 1, seed=step + 1)
+        expected, got = dynamic.update(*new), reserved.update(*new)
+        assert all(torch.equal(e, g) for e, g in zip(expected, got))
+        assert reserved.get_seq_length() == dynamic.get_seq_length() == 6 + step
+        assert reserved._keys.data_ptr() == buffer  # written in place: no allocation per step
+    assert reserved._keys.shape == (3, 3, 8, 8)  # 5 prompt slots + 3 reserved, 3 rows left
+
+
+def test_a_step_past_the_reservation_grows_the_buffer_and_keeps_every_value():
+    reserved, prompt = ReservedLayer(), _states(2, 4, seed=0)
+    reserved.reserve(*prompt, room=1)
+    first, second = _states(2, 1, seed=1), _states(2, 2, seed=2)
+    reserved.update(*first)
+    keys, values = reserved.update(*second)
+    assert keys.shape == (2, 3, 7, 8)
+    assert torch.equal(keys, torch.cat([prompt[0], first[0], second[0]], dim=-2))
+    assert torch.equal(values, torch.cat([prompt[1], first[1], second[1]], dim=-2))
+
+
+def test_reserve_cache_moves_every_layer_and_releases_the_old_tensors():
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for layer in range(2):
+        cache.update(*_states(2, 4, seed=layer), layer_idx=layer)
+    old = cache.layers[0]
+    kept = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+    assert reserve_cache(cache, room=6) is cache
+    assert old.keys is None and all(isinstance(layer, ReservedLayer) for layer in cache.layers)
+    assert [layer._keys.shape[-2] for layer in cache.layers] == [10, 10]
+    assert all(torch.equal(layer.keys, k) and torch.equal(layer.values, v) for layer, (k, v) in zip(cache.layers, kept))
+    assert cache.get_seq_length() == 4
+
+
+def test_grouped_query_attention_is_set_for_the_block_only_and_yields_to_the_environment(monkeypatch):
+    monkeypatch.delenv(GQA_VARIABLE, raising=False)
+    with grouped_query_attention():
+        assert os.environ[GQA_VARIABLE] == "1"
+    assert GQA_VARIABLE not in os.environ
+    monkeypatch.setenv(GQA_VARIABLE, "0")
+    with grouped_query_attention():
+        assert os.environ[GQA_VARIABLE] == "0"
+    assert os.environ[GQA_VARIABLE] == "0"
