@@ -31,7 +31,7 @@ from ragfactory.tasks.llm.embedded import is_embedded
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.training.registry import LATEST, PROMOTED, find_model, latest_model, promoted_model
 from ragfactory.tasks.training.trackers import missing_packages, requested_trackers
-from ragfactory.warehouse.store import Warehouse, folder_name_problem
+from ragfactory.warehouse.store import Warehouse, folder_name_problem, safe_name
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 ACCEPTED_MODELS = (
@@ -78,6 +78,7 @@ def check_build(config: BuildConfig, wh: Warehouse, policy_model: str | None = N
     that does not resolve locally (``policy_model`` overrides the config's policy model)."""
     problems = [p for i, d in enumerate(config.datasets) if (p := dataset_problem(f"datasets[{i}]", d))]
     problems += [p for i, f in enumerate(config.corpus.files) if (p := path_problem(f"corpus.files[{i}]", f))]
+    problems += source_problems(config)
     problems += [
         p
         for i, d in enumerate(config.export.decontamination.eval_files)
@@ -102,6 +103,22 @@ def check_build(config: BuildConfig, wh: Warehouse, policy_model: str | None = N
             encoders[f"search.{name}.{field}"] = model
     problems += [p for field, name in encoders.items() if (p := encoder_problem(field, name, config.allow_downloads))]
     _raise(problems)
+
+
+def source_problems(config: BuildConfig) -> list[str]:
+    """Corpus files that would land in one passage source (``passages.source``: a file's name
+    without its folder and extension, or a dataset's name): their passages would merge, and one
+    file's could replace the other's, without a word."""
+    problems, owners = [], {d.name: f"datasets {d.name!r}" for d in config.datasets}
+    for i, file in enumerate(config.corpus.files):
+        source = safe_name(Path(file).stem)
+        if source in owners:
+            problems.append(
+                f"corpus.files[{i}]: {file} would be passage source {source!r}, as {owners[source]} is; "
+                "rename the file so that each corpus file and dataset is its own source"
+            )
+        owners.setdefault(source, f"corpus.files {file}")
+    return problems
 
 
 def check_evaluation(config: EvalConfig, wh: Warehouse) -> None:

@@ -142,6 +142,32 @@ def test_a_build_flow_given_such_a_run_id_by_its_caller_records_no_run(tmp_path)
 
 
 @pytest.mark.subprocess
+def test_corpus_files_that_would_be_one_passage_source_are_refused_naming_both(tmp_path):
+    # a/wiki.jsonl and b/wiki.jsonl would both be source 'wiki', and hotpotqa.jsonl the dataset's own
+    root = tmp_path / "wh"
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "wiki.jsonl").write_text('{"id": "p1", "contents": "\\"T\\"\\ntext"}\n')
+    (tmp_path / "hotpotqa.jsonl").write_text('{"id": "p2", "contents": "\\"T\\"\\ntext"}\n')
+    (tmp_path / "build.yaml").write_text(
+        "name: t\ndatasets: [{name: hotpotqa, limit: 2}]\n"
+        "corpus: {files: [a/wiki.jsonl, b/wiki.jsonl, hotpotqa.jsonl]}\nsearch: {strategies: []}\n"
+    )
+    done = run_cli(["build", "--config", "build.yaml"], tmp_path, root, PREFLIGHT_S)
+    rename = "rename the file so that each corpus file and dataset is its own source"
+    assert_fails_with(
+        done,
+        (
+            "error: build.yaml: corpus.files[1]: b/wiki.jsonl would be passage source 'wiki', as corpus.files "
+            f"a/wiki.jsonl is; {rename}; corpus.files[2]: hotpotqa.jsonl would be passage source 'hotpotqa', "
+            f"as datasets 'hotpotqa' is; {rename}"
+        ),
+        root,
+    )
+    assert not root.exists()
+
+
+@pytest.mark.subprocess
 def test_debug_puts_the_traceback_on_screen_too(tmp_path):
     (tmp_path / "build.yaml").write_text("name: t\ndatasets: [{name: hotpotqa, path: missing.jsonl}]\n")
     done = run_cli(["--debug", "build", "-c", "build.yaml"], tmp_path, tmp_path / "wh", PREFLIGHT_S)
