@@ -66,6 +66,8 @@ class BatchStats:
     rows: int = 0  # sequences the engine produced for this shard (requests x n)
     hits: int = 0  # samples answered from the cache
     misses: int = 0  # samples the engine generated
+    prompt_tokens: int = 0  # prompt tokens of those samples
+    prefilled_tokens: int = 0  # this shard's share of what prefill computed (engines that count it)
 
     @property
     def mean_batch_size(self) -> float:
@@ -81,6 +83,8 @@ class BatchStats:
             "rows": self.rows,
             "hits": self.hits,
             "misses": self.misses,
+            "prompt_tokens": self.prompt_tokens,
+            "prefilled_tokens": self.prefilled_tokens,
         }
 
 

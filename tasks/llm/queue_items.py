@@ -60,6 +60,8 @@ class SchedulerStats:
     merged: int = 0  # engine calls that carried the requests of more than one shard
     split: int = 0  # merged calls that failed and were run again shard by shard
     peak_tokens: int = 0  # most estimated tokens admitted at once
+    prompt_tokens: int = 0  # prompt tokens of the rows the engine generated
+    prefilled_tokens: int = 0  # of them, those prefill put through the model (engines that count it)
 
 
 def estimate_tokens(backend: object, request: Request) -> int:

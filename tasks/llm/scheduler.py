@@ -246,6 +246,7 @@ class Scheduler:
         requests = self._count(entries)
         answers = self.retry.call(generate_checked, self.backend, requests, sleep=self.sleep)
         check_answers(self.backend, requests, answers)
+        self._count_prefill(entries, answers)
         return answers
 
     def _count(self, entries: list[Entry]) -> list[Request]:
@@ -255,6 +256,21 @@ class Scheduler:
             self.stats.batch_tokens.append(sum(e.tokens for e in entries))
             self.stats.merged += len({id(e.owner) for e in entries}) > 1
         return [e.request for e in entries]
+
+    def _count_prefill(self, entries: list[Entry], answers: list[list[Completion]]) -> None:
+        """An engine call's prompt tokens, and the tokens its prefill computed where the engine
+        counts them (``prefill_counts``): the engine's in total, each shard's by its prompt share."""
+        counts = getattr(self.backend, "prefill_counts", None)
+        prompts = {id(e): sum(c.prompt_tokens for c in a) for e, a in zip(entries, answers)}
+        total = sum(prompts.values())
+        computed = counts.last_computed_tokens if counts is not None else 0
+        with _STATS:
+            self.stats.prompt_tokens += total
+            self.stats.prefilled_tokens += computed
+            for owned in _by_owner(entries):
+                share = sum(prompts[id(e)] for e in owned)
+                owned[0].owner.stats.prompt_tokens += share
+                owned[0].owner.stats.prefilled_tokens += round(computed * share / total) if total else 0
 
     # -- continuous engines: calls on the askers' loops, many in flight ------------------------
 
@@ -282,6 +298,7 @@ class Scheduler:
             requests = self._count(entries)
             answers = await self.retry.acall(self.backend.agenerate_batch, requests)  # type: ignore[attr-defined]
             check_answers(self.backend, requests, answers)
+            self._count_prefill(entries, answers)
             outcome = answers
         except Exception as exc:
             outcome = exc

@@ -12,7 +12,9 @@ text, OpenAI-style); finished rows leave the batch so long answers do not hold s
 Memory is bounded per decode chunk, not only by its row count: rows join a chunk while its KV
 cache (rows x padded width x bytes per token) fits ``kv_cache_mb``, and its prefill goes through
 the model in groups of ``prefill_tokens`` padded tokens (``tasks/llm/decode_memory.py``), so an
-engine call of any size holds one chunk's memory.
+engine call of any size holds one chunk's memory. Prefill is ``tasks/llm/prefill.py``: every
+prompt from its first token, or, with ``prefix_reuse``, shared prefixes once and stored ones not
+again (docs/engine.md, "Prefix reuse"); ``prefill_counts`` says how many prompt tokens it computed.
 
 What cannot be promised: batched float math (padding, another batch width) can change logits in
 the last bits, so a row's text equals the same row decoded alone only up to numerical ties. For
@@ -34,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,16 +46,17 @@ from typing import Any
 from ragfactory.memory import tune_allocator
 from ragfactory.tasks.llm.decode_memory import (
     decode_chunks,
-    joined_cache,
     kv_bytes_per_token,
     kv_token_slots,
 )
+from ragfactory.tasks.llm.prefill import PrefillCounts, Prefiller
 from ragfactory.tasks.llm.sampling import sample_tokens, sampled_logprobs
 from ragfactory.tasks.llm.tokenizer_id import tokenizer_fingerprint
 from ragfactory.tasks.llm.types import Completion, Grammar, Request
 
 __all__ = ["TransformersBackend", "TransformersSettings", "checkpoint_fingerprint", "sample_tokens"]
 
+_log = logging.getLogger(__name__)
 DECODE_VERSION = "rowseed-v1"  # bump when the decode loop changes what it samples
 
 
@@ -69,6 +73,9 @@ class TransformersSettings:
     kv_cache_mb: float = 256.0
     prefill_tokens: int = 4096  # padded prompt tokens per prefill pass: bounds the attention scores
     stop_tail_tokens: int = 8  # extra tokens decoded beyond the longest stop string's length
+    # Prefill prompts' shared prefixes once and keep prefixes for later calls (tasks/llm/prefill.py):
+    # the same tokens up to float ties, not bit for bit, so it is a choice (docs/engine.md).
+    prefix_reuse: bool = False
 
     def __post_init__(self):
         if not self.kv_cache_mb > 0 or self.prefill_tokens < 1:
@@ -114,6 +121,7 @@ class TransformersBackend:
         self._pad_id = 0
         self._masks = None  # GrammarMasks, built with the first constrained row
         self._cache_arg = "cache"  # the name forward() gives the KV cache, read at load
+        self._prefiller: Prefiller | None = None  # made at load, with the model
         self._lock = threading.Lock()  # one model, called from batcher threads of several roles
 
     def __repr__(self) -> str:
@@ -148,6 +156,8 @@ class TransformersBackend:
         # transformers renamed forward's past_key_values to cache (5.x warns on the old name)
         params = inspect.signature(type(model).forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        token_bytes = kv_bytes_per_token(model.config, self.dtype)
+        self._prefiller = Prefiller(self._model, self._cache_arg, self._pad_id, self.device, self.settings, token_bytes)
 
     def generate_batch(self, requests: list[Request]) -> list[list[Completion]]:
         import torch
@@ -158,12 +168,21 @@ class TransformersBackend:
             # Similar prompt lengths share a forward pass: less padding, same per-row results.
             order = sorted(rows, key=lambda r: len(r.prompt))
             slots = kv_token_slots(self.settings.kv_cache_mb, self.kv_token_bytes)
+            self._prefiller.start_call([r.prompt for r in rows])
             for chunk in decode_chunks(order, self.settings.max_batch_size, slots):
                 self._decode(chunk)
         answers: list[list[Completion | None]] = [[None] * r.sampling.n for r in requests]
         for row in rows:
             answers[row.request_index][row.sample_index] = self._completion(row)
+        counts = self._prefiller.counts
+        _log.debug("prefill: %d prompt tokens, %d computed", counts.last_prompt_tokens, counts.last_computed_tokens)
         return answers  # type: ignore[return-value]
+
+    @property
+    def prefill_counts(self) -> PrefillCounts:
+        """Prompt tokens against prefilled tokens, over this engine's calls and in its latest."""
+        self.load()
+        return self._prefiller.counts
 
     @property
     def kv_token_bytes(self) -> int:
@@ -189,7 +208,7 @@ class TransformersBackend:
         started = time.perf_counter()
         generators = [torch.Generator(device=self.device).manual_seed(r.seed) for r in rows]
         self._start_matchers(rows)
-        logits, mask, cache = self._prefill(rows)
+        logits, mask, cache = self._prefiller.prefill(rows)
         active = list(range(len(rows)))
         while True:
             live = [rows[i] for i in active]
@@ -216,51 +235,6 @@ class TransformersBackend:
                 use_cache=True,
                 **{self._cache_arg: cache},
             ).logits[:, -1, :]
-
-    def _prefill(self, rows: list[_Row]):
-        """Left-padded prompts through the model: last-position logits, the mask, the KV cache.
-
-        Each distinct prompt goes through the model once and its cache is copied to every row
-        that shares it (the ``n`` samples of a request, identical requests): prefill is most of
-        an engine call's work on CPU, and a request's samples all read the same prompt. Prompts
-        go through in groups of ``prefill_tokens`` padded tokens, each padded to the chunk's
-        width, and the groups' caches are joined along the batch.
-        """
-        import torch
-
-        distinct: dict[tuple[int, ...], int] = {}
-        index = [distinct.setdefault(tuple(r.prompt), len(distinct)) for r in rows]
-        prompts = list(distinct)
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for b, prompt in enumerate(prompts):
-            ids[b, width - len(prompt) :] = torch.tensor(prompt)
-            mask[b, width - len(prompt) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        group = max(1, self.settings.prefill_tokens // width)
-        parts = [self._prefill_group(ids[g : g + group], mask[g : g + group]) for g in range(0, len(prompts), group)]
-        logits, cache = torch.cat([p[0] for p in parts]), joined_cache([p[1] for p in parts])
-        del parts
-        if len(prompts) < len(rows):
-            rows_of = torch.tensor(index, device=self.device)
-            cache.batch_select_indices(rows_of)
-            logits, mask = logits[rows_of], mask[rows_of]
-        return logits, mask, cache
-
-    def _prefill_group(self, ids, mask):
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=self._model.config)
-        logits = self._model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_arg: cache},
-        ).logits[:, -1, :]
-        return logits, cache
 
     def _start_matchers(self, rows: list[_Row]) -> None:
         if any(r.grammar is not None for r in rows) and self._masks is None:

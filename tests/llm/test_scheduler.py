@@ -237,4 +237,40 @@ def test_stats_count_hits_engine_calls_and_rows():
         "rows": 3,
         "hits": 1,
         "misses": 3,
+        "prompt_tokens": 3,  # the scripted engine's one prompt token a row
+        "prefilled_tokens": 0,  # it does not count its prefill
     }
+
+
+class PrefillingBackend(ScriptedBackend):
+    """A scripted engine that reports prefilling half of each call's prompt tokens."""
+
+    def __init__(self):
+        super().__init__()
+        from ragfactory.tasks.llm.prefill import PrefillCounts
+
+        self.prefill_counts = PrefillCounts()
+
+    def generate_batch(self, requests):
+        answers = super().generate_batch(requests)
+        self.prefill_counts.start(sum(c.prompt_tokens for a in answers for c in a))
+        self.prefill_counts.add(self.prefill_counts.last_prompt_tokens // 2)
+        return answers
+
+
+def test_stats_share_an_engine_calls_prefill_among_its_shards():
+    """Two shards in one engine call: each gets its rows' prompt tokens and the part of the
+    call's prefilled tokens they make up; the scheduler keeps the engine's totals."""
+    scheduler = Scheduler(PrefillingBackend())
+    one, two = Batcher(scheduler), Batcher(scheduler)
+
+    async def shard(batcher, texts):
+        return await asyncio.gather(*(batcher.generate(ask(t, n=2, temperature=1.0)) for t in texts))
+
+    async def main():
+        await asyncio.gather(shard(one, ["a"]), shard(two, ["b", "c", "d"]))
+
+    asyncio.run(main())
+    assert scheduler.stats.prompt_tokens == 8 and scheduler.stats.prefilled_tokens == 4
+    assert [one.stats.prompt_tokens, two.stats.prompt_tokens] == [2, 6]
+    assert [one.stats.prefilled_tokens, two.stats.prefilled_tokens] == [1, 3]
