@@ -5,7 +5,9 @@ test_stack.py, whose trainings and evaluation the Models page then shows).
 gets one the same way (``Stack.add_dashboard``: ``ragfactory dashboard`` in its own process,
 reading the stack's warehouse and submitting to its server). A person's steps: open a pruned
 node of a DecEx tree and read its value; see the reward plots; start a DPO training from the
-Train page and watch it reach Completed; be told why a build without pairs cannot train DPO.
+Train page and watch it reach Completed; fill the form the page draws from SFT's and DPO's
+declared options, train two steps each, and find a loss curve point per logged step on the run
+page, linked from the Models page; be told why a build without pairs cannot train DPO.
 
 ``RAGFACTORY_UPDATE_SCREENSHOTS=1`` (or ``make screenshots``) copies the Models and Train pages'
 screenshots to docs/images/ for the README (the runs, tree, rewards and SQL pages' come from the
@@ -170,6 +172,72 @@ def test_sql_page_shows_a_result_table(running, first_build, dashboard, browser)
 
     browser.get(f"{dashboard}/sql?q=select+strategy,+kind,+count(*)+as+n+from+nodes+group+by+all+order+by+all")
     assert _wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#result tbody tr"))
+
+
+# the fields a person fills in the generated Train form: two steps of one row or pair, 512
+# tokens, a learning rate no other test trains with (so each trains rather than finding its model
+# registered); then the trl the flow is sent: only the fields off the method's defaults (DPO's
+# batch is 1 already, SFT's accumulation is dropped once a batch is asked for)
+FORM_FIELDS = {
+    "sft": {"max_steps": "2", "per_device_train_batch_size": "1", "learning_rate": "3e-05", "max_length": "512"},
+    "dpo": {"max_steps": "2", "per_device_train_batch_size": "1", "gradient_accumulation_steps": "1"}
+    | {"learning_rate": "3e-06", "max_length": "512"},
+}
+SENT_TRL = {
+    "sft": {"max_steps": 2, "per_device_train_batch_size": 1, "learning_rate": 3e-05, "max_length": 512},
+    "dpo": {"max_steps": 2, "gradient_accumulation_steps": 1, "learning_rate": 3e-06, "max_length": 512},
+}
+
+
+@pytest.mark.parametrize("method", ["sft", "dpo"])
+def test_the_generated_form_trains_and_the_run_page_draws_a_point_per_logged_step(running, dashboard, browser, method):
+    """On a build of two hand-written SFT conversations and two pairs (tests/training/exports.py),
+    so that it needs no nightly build; it adds a build row to the shared warehouse, as the last
+    test of the package does."""
+    from selenium.webdriver.common.by import By
+
+    from ragfactory.dashboard.curves import logged_steps
+    from ragfactory.dashboard.training import Prefect
+    from tests.training.exports import write_exports
+
+    run_id = "e2e-form"
+    wh = Warehouse(running.root)
+    if not wh.read("runs", run_id=run_id).num_rows:
+        record_run(wh, run_id, "build", "completed", {}, "form", now())
+        write_exports(wh, run_id, n=2)
+    browser.get(f"{dashboard}/train?run={run_id}&method={method}")
+    for key, value in FORM_FIELDS[method].items():
+        box = _wait(browser).until(lambda d, key=key: d.find_element(By.ID, f"opt-trl-{key}"))
+        box.clear()
+        box.send_keys(value)
+    jobs = browser.find_element(By.ID, "job-variables")
+    jobs.clear()
+    jobs.send_keys(json.dumps(CPU_JOB))
+    browser.find_element(By.ID, "submit").click()
+    _wait(browser).until(lambda d: "/train/runs/" in d.current_url)
+    _wait(browser, RUN_TIMEOUT_S).until(lambda d: d.find_element(By.ID, "curves").get_attribute("data-done"))
+    state = browser.find_element(By.ID, "state").text
+    assert state == "Completed", f"{state}: {browser.find_element(By.ID, 'state-message').text}\n{running.logs()}"
+    models = Warehouse(running.root).read("models").to_pylist()
+    [model] = [
+        row for row in models if row["method"] == method and json.loads(row["config"])["trl"] == SENT_TRL[method]
+    ]
+    flow_run_id = browser.find_element(By.ID, "state").get_attribute("data-flow-run")
+    # the trainer logs every step (logging_steps 1): a line each in the flow run's log
+    logged = logged_steps(Prefect(running.stack.api_url).log_messages(flow_run_id))
+    points = browser.find_elements(By.CSS_SELECTOR, "#curve-loss circle.point")
+    assert len(points) == len(logged) == json.loads(model["metrics"])["global_step"] == 2
+    assert [p.get_attribute("textContent").split(":")[0] for p in points] == ["step 1", "step 2"]
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#curve-learning-rate circle.point")) == 2
+    browser.get(f"{dashboard}/models")  # the model links back to these curves
+    row = _wait(browser).until(lambda d: d.find_element(By.ID, f"model-{model['model_id']}"))
+    assert (
+        row.find_element(By.CSS_SELECTOR, "a.curves-link").get_attribute("href").endswith(f"/train/runs/{flow_run_id}")
+    )
+    if method == "dpo":
+        browser.get(f"{dashboard}/train/runs/{flow_run_id}")
+        _wait(browser).until(lambda d: d.find_element(By.ID, "curves").get_attribute("data-done"))
+        _shoot(browser, running, "train-curves")
 
 
 def test_train_page_refuses_a_build_without_pairs(running, first_build, dashboard, browser):
