@@ -225,7 +225,7 @@ class TrainConfig(Section):
         "prm_model, prm_aggregate",
     )
     save_steps: int = Field(50, ge=1, description="Checkpoint every N steps; a retry resumes there")
-    seed: int = 0
+    seed: int = Field(0, description="Seed of the data order, dropout and any fresh weights")
     output_dir: str | None = Field(
         None, description="Where the model goes; default <root>/artifacts/models/trained/<model_id>"
     )
