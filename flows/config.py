@@ -35,6 +35,7 @@ from ragfactory.tasks.retrieval.config import RetrievalConfig
 from ragfactory.tasks.search.config import SearchConfig
 from ragfactory.tasks.search.registry import STRATEGIES
 from ragfactory.tasks.training.config import LoraSection, TrainMethod
+from ragfactory.tasks.training.methods import COMMON_OPTIONS
 from ragfactory.tasks.valuation.config import ValuationSection
 from ragfactory.warehouse.runs import default_run_id
 from ragfactory.warehouse.store import safe_name
@@ -222,7 +223,7 @@ class TrainConfig(Section):
         default_factory=dict,
         description="Method settings: grpo-agentic max_turns, top_k, retriever, "
         "sources, grammar, turn_tokens, metric; prm heldout_fraction, max_length; the prm reward "
-        "prm_model, prm_aggregate",
+        "prm_model, prm_aggregate; every method trackers (tensorboard, mlflow, wandb; none by default)",
     )
     save_steps: int = Field(50, ge=1, description="Checkpoint every N steps; a retry resumes there")
     seed: int = Field(0, description="Seed of the data order, dropout and any fresh weights")
@@ -258,10 +259,12 @@ class TrainConfig(Section):
     def training_fields(self) -> dict:
         """The fields that shape the trained weights (not where inputs and outputs live).
 
-        ``options`` counts only when set, so models trained before it existed keep their ids."""
+        ``options`` counts only when set, so models trained before it existed keep their ids, and
+        every method's options (``trackers``) never count: they shape no weight."""
         exclude = {"run_id", "more_run_ids", "parquet", "output_dir", "warehouse", "name", "allow_downloads"}
-        fields = self.model_dump(mode="json", exclude=exclude | (set() if self.options else {"options"}))
-        return fields | {"table": self.export_table}
+        options = {k: v for k, v in self.options.items() if k not in COMMON_OPTIONS}
+        fields = self.model_dump(mode="json", exclude=exclude | {"options"})
+        return fields | {"table": self.export_table} | ({"options": options} if options else {})
 
 
 def _eval_mode(name: str) -> str:
