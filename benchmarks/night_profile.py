@@ -110,8 +110,9 @@ def classify(frames: list[tuple[str, str]]) -> str:
     for func, file in reversed(frames):
         if file == PROCESS:  # the process label: all of Prefect's server is Prefect's
             return "Prefect" if "prefect" in func else OTHER
+        method = func.rsplit(".", 1)[-1]  # py-spy names a method Class.method
         for phase, parts, backend in RULES:
-            if any(part in file for part in parts) or (func in backend and file.endswith(BACKEND)):
+            if any(part in file for part in parts) or (method in backend and file.endswith(BACKEND)):
                 return phase
     return OTHER
 
@@ -131,7 +132,7 @@ def _short(file: str) -> str:
     for marker in ("site-packages/", f"{REPO}/"):
         if marker in file:
             return file.split(marker, 1)[1]
-    return file
+    return re.sub(r"^.*/lib/python3\.\d+/", "", file)  # the standard library's modules by name
 
 
 def phase_rows(phases: Counter, usage: dict, rate: int) -> list[dict]:
@@ -178,23 +179,36 @@ json.dump({"returncode": code, "wall_s": time.perf_counter() - wall, "user_s": u
 def profile(command: list[str], args, name: str, root: Path) -> tuple[Counter, Counter, dict]:
     """Run one command under py-spy; its usage (rusage, load average, engine tokens) is saved beside
     its stacks, and with ``--reuse`` a saved run is read back instead of run again."""
-    raw, usage_file = args.out / f"{name}.stacks.txt", args.out / f"{name}.usage.json"
+    raw, usage_file, log = (args.out / f"{name}.{kind}" for kind in ("stacks.txt", "usage.json", "log"))
     if not (args.reuse and raw.exists() and usage_file.exists()):
         spy = [str(VENV / "py-spy"), "record", "--format", "raw", "--rate", str(args.rate), "--subprocesses"]
         spy += ["--nonblocking", "--full-filenames", "-o", str(raw), "--"]
         load_before, tokens_before = os.getloadavg()[0], engine_tokens(root) if name != "build" else None
-        subprocess.run([*spy, sys.executable, "-c", WRAPPER, str(usage_file), *command], check=True)
+        print(f"profiling {name}: {shlex.join(command)} (its log: {log})", flush=True)
+        with log.open("w") as sink:
+            subprocess.run([*spy, sys.executable, "-c", WRAPPER, str(usage_file), *command], stdout=sink, stderr=sink)
         usage = json.loads(usage_file.read_text())
         if usage["returncode"] != 0:
-            raise SystemExit(f"{name} exited {usage['returncode']}: {shlex.join(command)}")
+            raise SystemExit(f"{name} exited {usage['returncode']}: see {log}")
         tokens = engine_tokens(root)
         if tokens_before:  # the engine tokens of this run only
             tokens = {key: tokens[key] - tokens_before[key] for key in tokens}
+        tokens["prefilled"] = prefilled_tokens(log.read_text(errors="replace"))
         usage.update(rate=args.rate, load=[load_before, os.getloadavg()[0]], tokens=tokens)
         usage_file.write_text(json.dumps(usage, indent=2))
     usage = json.loads(usage_file.read_text())
     phases, functions = tally(parse_raw(raw.read_text()))
     return phases, functions, usage
+
+
+PREFILLED = re.compile(r"'prefilled_tokens': (\d+)")
+
+
+def prefilled_tokens(log: str) -> int | None:
+    """The prompt tokens prefill computed, summed over the shards' engine lines of a build's log
+    (a prompt that several rows share is prefilled once); None where no line counts them."""
+    counts = [int(n) for n in PREFILLED.findall(log)]
+    return sum(counts) if counts else None
 
 
 def engine_tokens(root: Path) -> dict:
@@ -207,7 +221,8 @@ def engine_tokens(root: Path) -> dict:
         text=True,
         check=True,
     ).stdout
-    row = json.loads(out)[0]
+    row = json.loads(out)
+    row = row[0] if isinstance(row, list) else row
     return {key: int(row[key] or 0) for key in ("prompt", "completion", "calls")}
 
 
@@ -250,11 +265,13 @@ def standalone(args: argparse.Namespace) -> list[dict]:
 
 
 def efficiency(tokens: dict, rows: list[dict], usage: dict, limit: dict) -> dict:
-    """The build's engine tokens against the standalone rates of one batch size."""
+    """The build's engine tokens (prefilled where its log counts them, else prompt tokens, and
+    completion tokens) against the standalone rates of one batch size."""
     seconds = {row["phase"]: row["cpu_s"] for row in rows}
     cpu = usage["user_s"] + usage["system_s"]
-    needed = tokens["prompt"] / limit["prefill_tok_per_cpu_s"] + tokens["completion"] / limit["decode_tok_per_cpu_s"]
-    prefill_rate = tokens["prompt"] / max(seconds["prefill"], 1e-9)
+    prefilled = tokens.get("prefilled") or tokens["prompt"]
+    needed = prefilled / limit["prefill_tok_per_cpu_s"] + tokens["completion"] / limit["decode_tok_per_cpu_s"]
+    prefill_rate = prefilled / max(seconds["prefill"], 1e-9)
     decode_rate = tokens["completion"] / max(seconds["decode"], 1e-9)
     return {
         "rows": limit["rows"],
@@ -280,6 +297,7 @@ def summary(name: str, usage: dict, tokens: dict, load: tuple[float, float]) -> 
         "peak_rss_mb": round(usage["peak_rss_mb"]),
         "llm_calls": tokens["calls"],
         "prompt_tokens": tokens["prompt"],
+        "prefilled_tokens": tokens.get("prefilled"),
         "completion_tokens": tokens["completion"],
         "load_before": load[0],
         "load_after": load[1],

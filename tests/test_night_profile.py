@@ -14,7 +14,7 @@ night_profile = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(night_profile)
 
 SITE = "/venv/lib/python3.11/site-packages"
-BACKEND = ("_decode", "/repo/tasks/llm/transformers_backend.py")
+BACKEND = ("TransformersBackend._decode", "/repo/tasks/llm/transformers_backend.py")  # as py-spy names it
 STRATEGY = ("expand", "/repo/tasks/search/decex/strategy.py")
 
 
@@ -26,6 +26,7 @@ def test_innermost_matching_frame_decides():
     stop = ("_decode", f"{SITE}/transformers/tokenization_utils_base.py")  # the tokenizer's _decode
     assert night_profile.classify([STRATEGY, BACKEND, prefill, forward]) == "prefill"
     assert night_profile.classify([STRATEGY, BACKEND, forward]) == "decode"
+    assert night_profile.classify([STRATEGY, ("_decode", BACKEND[1]), forward]) == "decode"
     assert night_profile.classify([STRATEGY, BACKEND, sample]) == "sampling"
     assert night_profile.classify([STRATEGY, BACKEND, mask]) == "grammar masks"
     assert night_profile.classify([STRATEGY, BACKEND, stop]) == "tokenisation"
@@ -64,3 +65,9 @@ def test_phase_rows_share_user_time_by_samples_and_add_system_time():
     assert by_phase["decode"]["cpu_s"] == 67.5 and by_phase["prefill"]["cpu_share"] == 0.225
     assert by_phase[night_profile.SYSTEM]["cpu_share"] == 0.1
     assert sum(row["cpu_share"] for row in rows) == pytest.approx(1.0)
+
+
+def test_prefilled_tokens_sum_the_shards_engine_lines():
+    log = "a: engine {'rows': 8, 'prompt_tokens': 1304, 'prefilled_tokens': 745}\nb: engine {'prefilled_tokens': 55}\n"
+    assert night_profile.prefilled_tokens(log) == 800
+    assert night_profile.prefilled_tokens("no engine line") is None
