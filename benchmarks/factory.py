@@ -18,9 +18,14 @@ about what an otherwise idle machine's wall clock would give.
 (Prefect runs tasks in worker threads) merged at the end, and prints the five functions with the
 most own time outside the engine (the null engine's module and llguidance's methods left out).
 
+``--marginal SMALL LARGE`` builds every strategy on SMALL and on LARGE questions and reports the
+marginal rate: the nodes the larger build wrote beyond the smaller one's, over the seconds it
+took beyond them (wall and CPU). Fixed costs (Prefect, imports, ingest, index, catalog, the
+exports' per-build work) cancel out, so this is what each further node costs at scale.
+
 The machine's cores are shared with whatever else runs: compare figures within one run.
 
-Run: .venv/bin/python benchmarks/factory.py [--questions 30] [--profile]
+Run: .venv/bin/python benchmarks/factory.py [--questions 30] [--profile] [--marginal 50 200]
 Writes benchmarks/results/factory.json (and factory_profile.json with --profile).
 """
 
@@ -131,6 +136,18 @@ def row(name: str, result: dict, baseline_s: float) -> dict:
     }
 
 
+def marginal(small: dict, large: dict, questions: tuple[int, int]) -> dict:
+    """Nodes per second of the larger build beyond the smaller one, in wall and CPU seconds."""
+    nodes, wall, cpu = (large[k] - small[k] for k in ("nodes", "wall_s", "cpu_s"))
+    return {
+        "questions": f"{questions[0]} -> {questions[1]}",
+        "nodes": f"{small['nodes']} -> {large['nodes']}",
+        "wall_s": f"{small['wall_s']:.1f} -> {large['wall_s']:.1f}",
+        "marginal_nodes_per_s": round(nodes / wall, 1) if wall > 0 else None,
+        "marginal_nodes_per_cpu_s": round(nodes / cpu, 1) if cpu > 0 else None,
+    }
+
+
 def profiled(fn):
     """``fn()`` with a cProfile profiler in every thread it starts; (its result, merged stats)."""
     profilers: list[cProfile.Profile] = []
@@ -182,12 +199,17 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=30)
     parser.add_argument("--strategies", nargs="+", default=list(NULL_STRATEGIES))
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--marginal", nargs=2, type=int, metavar=("SMALL", "LARGE"))
     args = parser.parse_args()
     register_backend(ENGINE, timed_null, shared=False, replace=True)  # as ``null`` registers
     with tempfile.TemporaryDirectory() as tmp:
         # a warehouse per build: in a shared one the next build's shards would be cache hits
         roots = (Path(tmp) / f"wh{i}" for i in range(100))
         run(next(roots), args.questions, [], "warm-up")  # Prefect's server and imports
+        if args.marginal:
+            small, large = (run(next(roots), n, args.strategies, f"marginal-{n}") for n in args.marginal)
+            report("factory_marginal", [marginal(small, large, tuple(args.marginal))])
+            return
         baseline = run(next(roots), args.questions, [], "baseline")["wall_s"]
         rows = [row(s, run(next(roots), args.questions, [s], f"only-{s}"), baseline) for s in args.strategies]
         rows.append(row("all", run(next(roots), args.questions, args.strategies, "all"), baseline))

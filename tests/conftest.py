@@ -186,6 +186,8 @@ LONGEST_SCOPES = (
     "tests/flows/test_evaluate.py",  # 339 s
     "tests/llm/test_vllm_backend.py",  # 233 s
     "tests/search/test_structured_slow.py",  # 175 s
+    "tests/llm/test_prefix_reuse.py",  # 8.5 min beside other work, SmolLM2 twice
+    "tests/llm/test_kv_buffers.py",  # 3.4 min beside other work, SmolLM2 twice
     "tests/training/test_world_learning.py",  # 170 s alone
     "tests/search/mcts/test_mcts_slow.py",  # 156 s
     "tests/search/apex/test_apex_slow.py",  # 149 s
