@@ -21,22 +21,27 @@ count the measurement. The forward passes' share is if anything understated (the
 time is spread over every phase).
 
 Then the engine's standalone limit: the same backend (``TransformersBackend`` on the embedded
-model, default settings, as a build makes it) in a process of its own, batches of ``--rows``
-distinct prompts of about ``--prompt-tokens`` tokens, one call with one new token (prefill) and
-one with ``--new-tokens`` (prefill and decode; decode = the difference), CPU seconds from
-``getrusage``. The build's efficiency is the CPU seconds its engine tokens (prompt and completion
-tokens summed over the ``llm_calls`` table) would take at those rates, over the CPU seconds the
-build took: the share of the night that bought model tokens at the engine's best. Per phase too:
-prefill and decode tokens per CPU second of their phase, over the standalone rate.
+model, default settings as a build makes them, or ``--engine-options``) in a process of its own,
+batches of ``--rows`` distinct prompts of about ``--prompt-tokens`` tokens, one call with one new
+token (prefill) and one with ``--new-tokens`` (prefill and decode; decode = the difference), CPU
+seconds from ``getrusage``. The build's efficiency is the CPU seconds its engine tokens would take
+at those rates, over the CPU seconds the build took: the share of the night that bought model
+tokens at the engine's best. Its tokens: the prompt tokens prefill computed (the shards' engine
+lines in its log; a prompt several rows share is prefilled once), else the prompt tokens of the
+``llm_calls`` table, and that table's completion tokens. Per phase too: prefill and decode tokens
+per CPU second of their phase, over the standalone rate.
 
 ``--evaluate "ARGS"`` profiles ``ragfactory evaluate ARGS`` on the same warehouse after the build.
 On a machine shared with other work every second is inflated by the neighbours (the load average
 before and after is printed); the shares and the efficiency are the figures to compare.
 
     .venv/bin/python benchmarks/night_profile.py [--config configs/demo.yaml] [--rate 20]
-        [--rows 8 32] [--evaluate "--dataset hotpotqa --limit 5"] [--out DIR]
+        [--rows 8 32] [--new-tokens 64] [--engine-options '{"kv_buffers": false}']
+        [--evaluate "--dataset hotpotqa --limit 5"] [--out DIR [--reuse]]
 
-Writes benchmarks/results/night_profile.json (and the raw py-spy stacks and the JSON under --out).
+Writes benchmarks/results/night_profile*.json (one per table) and, under --out, each run's py-spy
+stacks, log and usage, the standalone rates and night_profile.json with all of it; ``--reuse``
+reads back what a run left there and measures only what is missing.
 """
 
 from __future__ import annotations
@@ -231,8 +236,9 @@ import json, resource, sys, time
 from ragfactory.tasks.llm.embedded import resolve_model
 from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
 from ragfactory.tasks.llm.types import Request
-prompt_tokens, new_tokens, cache, sizes = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], map(int, sys.argv[4:])
-engine = TransformersBackend(resolve_model("embedded", cache), TransformersSettings(device="cpu"))
+prompt_tokens, new_tokens, cache, options = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+sizes = map(int, sys.argv[5:])
+engine = TransformersBackend(resolve_model("embedded", cache), TransformersSettings(device="cpu", **options))
 engine.load()
 def requests(rows, max_tokens, salt):
     words = " ".join(f"fact {k} says item {k} weighs {k * 7} grams." for k in range(prompt_tokens // 14))
@@ -259,7 +265,8 @@ for rows in sizes:
 
 def standalone(args: argparse.Namespace) -> list[dict]:
     sizes = [str(n) for n in args.rows]
-    command = [sys.executable, "-c", STANDALONE, str(args.prompt_tokens), str(args.new_tokens), args.cache, *sizes]
+    shape = [str(args.prompt_tokens), str(args.new_tokens), args.cache, args.engine_options]
+    command = [sys.executable, "-c", STANDALONE, *shape, *sizes]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
@@ -331,6 +338,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[8, 32], help="standalone batch sizes")
     parser.add_argument("--prompt-tokens", type=int, default=500)
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--engine-options", default="{}", help='TransformersSettings, as JSON: {"kv_buffers": false}')
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "ragfactory" / "bench-models"))
     parser.add_argument("--out", type=Path, default=None, help="folder for the stacks and JSON (default: a temp one)")
     parser.add_argument("--reuse", action="store_true", help="read back the runs saved under --out, profile the rest")
