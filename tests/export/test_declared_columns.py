@@ -51,9 +51,9 @@ def _decex() -> dict:
 
 
 def _mcts() -> dict:
-    from tests.search.mcts.test_mcts import QUESTION, _search, policy
+    from tests.search.mcts.mcts_scenario import QUESTION, policy, search_jaws
 
-    return {"nodes": _search(ScriptedBackend(policy)).table_rows().nodes, "questions": [QUESTION]}
+    return {"nodes": search_jaws(ScriptedBackend(policy)).table_rows().nodes, "questions": [QUESTION]}
 
 
 def _r3() -> dict:

@@ -91,7 +91,7 @@ def _same_completions(model, requests, tolerance: float = 0.0, **options) -> Non
 def test_reserved_buffers_change_no_bit_of_a_tiny_models_completions(tiny_model):
     """Greedy and seeded samples of different lengths (rows leave the chunk at different steps),
     one under a grammar: the same ids and the same float log-probs as the growing cache."""
-    from tests.llm.test_prefix_reuse import tree_requests
+    from tests.llm.engine_requests import tree_requests
 
     _same_completions(tiny_model, tree_requests())
 
@@ -99,7 +99,7 @@ def test_reserved_buffers_change_no_bit_of_a_tiny_models_completions(tiny_model)
 def test_grouped_query_attention_on_reserved_buffers_keeps_every_token_within_a_stated_drift(tiny_model):
     """``gqa_attention``: SDPA reads the strided buffer views on another path; 1e-4 is five
     times the largest drift measured (2e-5 on SmolLM2, 1e-6 on this model)."""
-    from tests.llm.test_prefix_reuse import tree_requests
+    from tests.llm.engine_requests import tree_requests
 
     _same_completions(tiny_model, tree_requests(), tolerance=1e-4, gqa_attention=True)
 
@@ -107,6 +107,6 @@ def test_grouped_query_attention_on_reserved_buffers_keeps_every_token_within_a_
 @pytest.mark.slow
 def test_reserved_buffers_change_no_bit_of_smollms_completions(embedded_model):
     from ragfactory.tasks.prompts.loader import load_grammar
-    from tests.llm.test_prefix_reuse import tree_requests
+    from tests.llm.engine_requests import tree_requests
 
     _same_completions(embedded_model, tree_requests(grammar=load_grammar("decex_self_answer", 48)))

@@ -1,0 +1,27 @@
+"""Requests shaped like a search tree's, shared by the engine's comparison tests (prefix reuse,
+KV buffers): one long instruction, two levels of history, greedy and sampled rows, and a stranger."""
+
+from __future__ import annotations
+
+from ragfactory.tasks.llm.types import Request
+
+SYSTEM = "You answer questions by searching. " + " ".join(f"Rule {i}: check fact {i} twice." for i in range(24))
+
+
+def tree_requests(grammar=None) -> list[Request]:
+    """Two levels of a search tree under one long instruction, greedy and sampled, and a stranger."""
+    root = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Who wrote Moby-Dick?"}]
+    requests = []
+    for k in range(2):
+        node = root + [
+            {"role": "assistant", "content": f"<search>whale novel {k}</search>"},
+            {"role": "user", "content": f"Passage {k}: Herman Melville wrote it in 1851."},
+        ]
+        for j in range(2):
+            child = node + [{"role": "assistant", "content": f"<search>Melville {j}</search>"}]
+            child += [{"role": "user", "content": f"Passage {j}: more about {k} and {j}."}]
+            sampled = {"temperature": 0.9, "seed": 10 * k + j, "n": 2} if j else {}
+            held = {"grammar": grammar, "max_tokens": grammar.max_tokens} if grammar and k else {"max_tokens": 10}
+            requests.append(Request.chat(child, **held, **sampled))
+    requests.append(Request.chat([{"role": "user", "content": "Name a colour."}], max_tokens=6, temperature=0.7))
+    return requests
