@@ -68,6 +68,16 @@ def tag_span(text: str, tag: str) -> tuple[int, str] | None:
     return opened.start(), content.strip()
 
 
+def first_tag(text: str, tags: Iterable[str]) -> tuple[str, str] | None:
+    """(tag, stripped content) of whichever of ``tags`` opens first in ``text`` (the one a
+    reader of the output would take), or ``None`` when none opens."""
+    spans = [(span[0], tag, span[1]) for tag in tags if (span := tag_span(text, tag)) is not None]
+    if not spans:
+        return None
+    _, tag, content = min(spans)
+    return tag, content
+
+
 def find_tag(text: str | None, tag: str) -> str | None:
     """The stripped content of the first ``<tag>…</tag>`` of ``text``, or ``None``.
 
@@ -133,12 +143,11 @@ def parse_rollout_turn(text: str | None) -> Parsed:
     The first of ``<search>`` / ``<answer>`` decides; ``<information>`` is never the model's.
     """
     body = visible_text(text)
-    spans = {tag: tag_span(body, tag) for tag in ("search", "answer")}
-    present = sorted((span[0], tag) for tag, span in spans.items() if span is not None)
-    if not present:
+    first = first_tag(body, ("search", "answer"))
+    if first is None:
         error = "empty output" if not body else "missing <search> or <answer>"
         return Parsed({"action": None, "reasoning": body or None}, error)
-    tag = present[0][1]
+    tag = first[0]
     content, error = required(body, tag)
     action = None if error else tag
     key = "query" if tag == "search" else "answer"

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from ragfactory.tasks.search.parsing import (
     Parsed,
+    first_tag,
     parse_query,
     parse_tagged,
     reasoning,
     required,
-    tag_span,
     visible_text,
 )
 
@@ -27,12 +27,11 @@ def parse_termination(text: str | None) -> Parsed:
     When both tags appear the first one decides, as a reader of the output would take it.
     """
     body = visible_text(text)
-    spans = {tag: tag_span(body, tag) for tag in ("answer", "question")}
-    present = sorted((span[0], tag) for tag, span in spans.items() if span is not None)
-    if not present:
+    first = first_tag(body, ("answer", "question"))
+    if first is None:
         error = "empty output" if not body else "missing <answer> or <question>"
         return Parsed({"decision": None, "reasoning": body or None}, error)
-    tag = present[0][1]
+    tag = first[0]
     content, error = required(body, tag)
     decision = None if error else ("terminate" if tag == "answer" else "continue")
     return Parsed({"decision": decision, "reasoning": reasoning(body, tag), tag: content}, error)

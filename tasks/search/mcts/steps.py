@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 
 from ragfactory.tasks.retrieval.types import Hit
-from ragfactory.tasks.search.parsing import Parsed, tag_span, visible_text
+from ragfactory.tasks.search.parsing import Parsed, first_tag, visible_text
 
 REASONING, GROUNDING = "reasoning", "grounding"
 ACTION_TAGS = ("query", "answer", "evidence")
@@ -31,13 +31,11 @@ def parse_turn(text: str | None) -> Parsed:
     'missing <query>, <answer> or <evidence>'
     """
     body = visible_text(text)
-    spans = {tag: tag_span(body, tag) for tag in ACTION_TAGS}
-    present = sorted((span[0], tag) for tag, span in spans.items() if span is not None)
-    if not present:
+    first = first_tag(body, ACTION_TAGS)
+    if first is None:
         error = "missing <query>, <answer> or <evidence>" if body else "empty output"
         return Parsed({"action": None, "content": None}, error)
-    tag = present[0][1]
-    content = spans[tag][1]
+    tag, content = first
     return Parsed({"action": tag, "content": content or None}, None if content else f"empty <{tag}>")
 
 
