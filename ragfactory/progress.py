@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 from typing import TextIO
@@ -19,8 +20,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 QUIET_ENV = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
 
-def progress_bar(disable: bool = False) -> Progress:
-    """A rich progress bar with counts and time left; use it as a context manager."""
+def progress_bar(disable: bool = False, stream: TextIO | None = None) -> Progress | LineProgress:
+    """A rich progress bar with counts and time left on a terminal; elsewhere (a pipe, a nightly
+    log) a ``LineProgress`` that writes a line now and then. Use it as a context manager."""
+    stream = stream or sys.stdout
+    if not disable and not stream.isatty():
+        return LineProgress(stream)
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -28,6 +33,51 @@ def progress_bar(disable: bool = False) -> Progress:
         TimeRemainingColumn(),
         disable=disable,
     )
+
+
+class LineProgress:
+    """Progress as plain lines, for output that is not a terminal (where a bar draws nothing until
+    it ends): one line when a task has done another tenth of its total or, failing that, each
+    ``every_s`` seconds, and one at the end; each with the count, the rate per minute and, with a
+    total, the time left at that rate. The methods a bar's users call, ``add_task`` and ``advance``."""
+
+    def __init__(self, stream: TextIO, every_s: float = 60.0, clock=time.monotonic):
+        self.stream, self.every_s, self.clock = stream, every_s, clock
+        self._tasks: list[dict] = []
+
+    def __enter__(self) -> LineProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for task in self._tasks:
+            if task["done"] != task["shown"]:
+                self._line(task)
+
+    def add_task(self, description: str, total: float | None = None) -> int:
+        now = self.clock()
+        self._tasks.append(
+            {"description": description, "total": total, "done": 0, "shown": 0, "start": now, "last": now}
+        )
+        return len(self._tasks) - 1
+
+    def advance(self, task_id: int, advance: float = 1) -> None:
+        task = self._tasks[task_id]
+        task["done"] += advance
+        total, now = task["total"], self.clock()
+        tenth = total and int(10 * task["done"] / total) > int(10 * task["shown"] / total)
+        if tenth or now - task["last"] >= self.every_s:
+            self._line(task)
+
+    def _line(self, task: dict) -> None:
+        now = self.clock()
+        minutes = (now - task["start"]) / 60
+        rate = task["done"] / minutes if minutes > 0 else 0.0
+        line = f"{task['description']}: {task['done']:g}" + (f"/{task['total']:g}" if task["total"] else "")
+        line += f" ({rate:.1f}/min"
+        if task["total"] and rate > 0 and task["done"] < task["total"]:
+            line += f", {(task['total'] - task['done']) / rate:.0f} min left"
+        print(line + ")", file=self.stream, flush=True)
+        task["shown"], task["last"] = task["done"], now
 
 
 def quiet_bars_in_logs(stream: TextIO | None = None) -> bool:

@@ -56,3 +56,27 @@ def test_tqdm_draws_nothing_once_quieted():
     env = {k: v for k, v in os.environ.items() if k not in QUIET_ENV}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+def test_progress_in_a_log_is_a_line_a_tenth_with_its_rate_and_time_left():
+    """20 questions, one every 6 s: a line every 2 (a tenth), 10 a minute, the rest at that rate;
+    an open-ended task a line a minute; nothing written twice at the end."""
+    from ragfactory.progress import LineProgress, progress_bar
+
+    log, now = io.StringIO(), [0.0]
+    assert isinstance(progress_bar(stream=log), LineProgress)
+    with LineProgress(log, every_s=60.0, clock=lambda: now[0]) as bar:
+        task = bar.add_task("rag: questions answered", total=20)
+        passages = bar.add_task("embedding passages")
+        for _ in range(20):
+            now[0] += 6.0
+            bar.advance(task)
+        bar.advance(passages, 500)  # at 120 s: two minutes since it began, one line
+        bar.advance(passages, 100)  # at once: no line until the end
+    lines = log.getvalue().splitlines()
+    assert lines[:2] == [
+        "rag: questions answered: 2/20 (10.0/min, 2 min left)",
+        "rag: questions answered: 4/20 (10.0/min, 2 min left)",
+    ]
+    assert lines[9] == "rag: questions answered: 20/20 (10.0/min)"
+    assert lines[10:] == ["embedding passages: 500 (250.0/min)", "embedding passages: 600 (300.0/min)"]

@@ -77,9 +77,10 @@ class Prefiller:
         self.slots = kv_token_slots(settings.kv_cache_mb, token_bytes)
         self.counts = PrefillCounts()
         reuse = getattr(settings, "prefix_reuse", False)
-        self.store = PrefixStore(int(settings.kv_cache_mb * (1 << 20)), token_bytes) if reuse else None
         if reuse and not _full_attention(model.config):
             raise ValueError("prefix_reuse needs a model whose every layer attends to the whole prompt")
+        reuse = _full_attention(model.config) if reuse is None else reuse
+        self.store = PrefixStore(int(settings.kv_cache_mb * (1 << 20)), token_bytes) if reuse else None
 
     def start_call(self, prompts: list[list[int]]) -> None:
         """Count an engine call's rows; with reuse, prefill (and store) the prefixes they share."""

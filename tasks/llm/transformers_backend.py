@@ -75,15 +75,17 @@ class TransformersSettings:
     prefill_tokens: int = 4096  # padded prompt tokens per prefill pass: bounds the attention scores
     stop_tail_tokens: int = 8  # extra tokens decoded beyond the longest stop string's length
     # Prefill prompts' shared prefixes once and keep prefixes for later calls (tasks/llm/prefill.py):
-    # the same tokens up to float ties, not bit for bit, so it is a choice (docs/engine.md).
-    prefix_reuse: bool = False
+    # the same tokens up to float ties, not bit for bit (docs/engine.md). None: on where the model
+    # attends to the whole prompt in every layer, off elsewhere; true: required (an error where it
+    # cannot be); false: every prompt prefilled from its first token.
+    prefix_reuse: bool | None = None
     # Each decode chunk's KV in buffers reserved once and written in place (tasks/llm/kv_buffers.py):
     # no per-step copy of the cache and its page faults, the same numbers bit for bit; off:
     # transformers' cache that grows by concatenation.
     kv_buffers: bool = True
     # SDPA on the model's own KV heads on CPU (no copy per query head): about 3x less decode CPU
-    # with kv_buffers, the same tokens but log-probs within ~2e-5, not bit for bit: a choice.
-    gqa_attention: bool = False
+    # with kv_buffers, the same tokens but log-probs within ~2e-5, not bit for bit (docs/engine.md).
+    gqa_attention: bool = True
 
     def __post_init__(self):
         if not self.kv_cache_mb > 0 or self.prefill_tokens < 1:

@@ -78,8 +78,9 @@ def _same_completions(model, requests, tolerance: float = 0.0, **options) -> Non
     ``options``): the same texts and ids, log-probs within ``tolerance`` (0: bit for bit)."""
     from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
 
-    grown = TransformersBackend(model, TransformersSettings(device="cpu", kv_buffers=False))
-    reserved = TransformersBackend(model, TransformersSettings(device="cpu", **options))
+    exact = {"gqa_attention": False, "prefix_reuse": False}  # the defaults that move floats, off
+    grown = TransformersBackend(model, TransformersSettings(device="cpu", kv_buffers=False, **exact))
+    reserved = TransformersBackend(model, TransformersSettings(device="cpu", **(exact | options)))
     for row_grown, row_reserved in zip(grown.generate_batch(requests), reserved.generate_batch(requests), strict=True):
         for a, b in zip(row_grown, row_reserved, strict=True):
             assert (a.text, a.completion_token_ids) == (b.text, b.completion_token_ids)

@@ -82,7 +82,7 @@ def assert_same_completions(off, on) -> None:
 
 
 def engines(model, **options) -> tuple[TransformersBackend, TransformersBackend]:
-    off = TransformersBackend(model, TransformersSettings(device="cpu", **options))
+    off = TransformersBackend(model, TransformersSettings(device="cpu", prefix_reuse=False, **options))
     on = TransformersBackend(model, TransformersSettings(device="cpu", prefix_reuse=True, **options))
     return off, on
 
@@ -113,3 +113,27 @@ def test_reuse_changes_no_completion_of_smollm(embedded_model):
     requests = tree_requests(grammar=load_grammar("decex_self_answer", 48))
     assert_same_completions(off.generate_batch(requests), on.generate_batch(requests))
     assert on.prefill_counts.computed_ratio < 0.4 < off.prefill_counts.computed_ratio
+
+
+@pytest.mark.parametrize("sliding_window", [None, 4])
+def test_reuse_is_on_by_default_where_the_model_attends_to_the_whole_prompt(sliding_window):
+    """None (the default): a store for a full-attention model, none for a sliding window that a
+    stored prefix would outgrow; true there is refused, false never keeps a store."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from ragfactory.tasks.llm.prefill import Prefiller
+
+    config = MistralConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=1, sliding_window=sliding_window)  # fmt: skip
+    model = MistralForCausalLM(config)
+
+    def store(**options):
+        return Prefiller(model, "past_key_values", 0, "cpu", TransformersSettings(device="cpu", **options), 256).store
+
+    assert (store() is not None) == (sliding_window is None)
+    assert store(prefix_reuse=False) is None
+    if sliding_window is None:
+        assert store(prefix_reuse=True) is not None
+    else:
+        with pytest.raises(ValueError, match="prefix_reuse needs a model whose every layer attends"):
+            store(prefix_reuse=True)
