@@ -7,8 +7,9 @@ engine call. The cache records every row a shard *used*, hits included: a hit is
 original row (text, timings, ``created_at``) with only ``run_id`` replaced, so rebuilding a run
 with the same config rewrites byte-for-byte the same table rows and makes no engine call.
 
-Lookups go to a ``CallStore``: ``WarehouseCallStore`` scans every ``llm_calls`` shard of every
-run with a pushed-down ``call_id`` filter, one scan per engine batch rather than per request.
+Lookups go to a ``CallStore``: ``WarehouseCallStore`` scans, with a pushed-down ``call_id``
+filter, the ``llm_calls`` shards of every run that may hold one of the ids (each file's ids are
+read once, ``warehouse/key_index.py``), one lookup per engine batch rather than per request.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pyarrow.dataset as ds
 
 from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.llm.types import Completion, Request
+from ragfactory.warehouse.key_index import KEYS
 from ragfactory.warehouse.store import Warehouse
 
 TABLE = "llm_calls"
@@ -59,10 +61,11 @@ class WarehouseCallStore:
         self.warehouse = warehouse
 
     def get(self, call_ids: Sequence[str], prefer: str | None = None) -> dict[str, dict]:
-        files = [str(path) for path in self.warehouse.files(TABLE)]
-        if not files or not call_ids:
+        schema = table_spec(TABLE).schema
+        files = KEYS.files_holding([str(path) for path in self.warehouse.files(TABLE)], "call_id", call_ids, schema)
+        if not files:
             return {}
-        dataset = ds.dataset(files, format="parquet", schema=table_spec(TABLE).schema)
+        dataset = ds.dataset(files, format="parquet", schema=schema)
         table = dataset.to_table(filter=pc.field("call_id").isin(list(call_ids)))
         found: dict[str, dict] = {}
         # Several runs may hold the same call (each copies the rows it used); they agree on

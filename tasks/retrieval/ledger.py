@@ -32,6 +32,7 @@ import pyarrow.dataset as ds
 
 from ragfactory.tasks.retrieval.types import Hit, Retriever
 from ragfactory.warehouse.integrity import quick_damage
+from ragfactory.warehouse.key_index import KEYS
 from ragfactory.warehouse.store import Warehouse
 
 TABLE = "retrievals"
@@ -66,7 +67,8 @@ def cache_key(kind: str, fingerprint: str, query: str, k: int) -> str:
 
 
 class WarehouseRetrievalStore:
-    """Earlier ``retrievals`` rows of every run, looked up by cache key with a pushed-down filter.
+    """Earlier ``retrievals`` rows of every run, looked up by cache key with a pushed-down filter
+    in the files that may hold the key (``warehouse/key_index.py``).
 
     ``own`` is the file of the shard asking: its rows answer first, so a shard run again copies
     its own rows (latency included) rather than an equal answer another shard fetched."""
@@ -95,6 +97,11 @@ class WarehouseRetrievalStore:
 
     @staticmethod
     def _scan(dataset: ds.Dataset, keys: Sequence[str], run_id: str) -> dict[str, dict]:
+        # only the files that may hold a key: scanning every one read all their passages' texts
+        files = KEYS.files_holding(dataset.files, "cache_key", keys, dataset.schema)
+        if not files:
+            return {}
+        dataset = ds.dataset(files, format="parquet", schema=dataset.schema)
         table = dataset.to_table(filter=pc.field("cache_key").isin(list(keys)))
         found: dict[str, dict] = {}
         # The run's own row first, then the first run by name: scan order never decides.
