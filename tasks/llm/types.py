@@ -12,7 +12,7 @@ import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
@@ -65,10 +65,8 @@ class Sampling:
         A free request has no ``grammar`` key, so its call ids are those of releases that
         had no structured generation; a constrained one keys its grammar by name and content.
         """
-        data = asdict(self)
-        data.pop("n")
-        data.pop("seed")
-        data.pop("grammar")
+        # asdict's order less n, seed and grammar; asdict itself walked the grammar's text too
+        data = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
         data["stop"] = list(self.stop)
         if self.grammar is not None:
             data["grammar"] = self.grammar.key()

@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 ROOT_SEGMENT = "q"
@@ -82,6 +82,16 @@ class TableRows:
         }
 
 
+def shallow_row(item: Any) -> dict[str, Any]:
+    """A dataclass's fields as a dict, its lists copied one level (what ``asdict`` gives for
+    fields holding no dataclass, without walking and deep-copying every value)."""
+    return {f.name: _copied(getattr(item, f.name)) for f in fields(item)}
+
+
+def _copied(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else dict(value) if isinstance(value, dict) else value
+
+
 @dataclass
 class Node:
     """One row of the ``nodes`` table while a strategy builds it."""
@@ -108,7 +118,8 @@ class Node:
     is_selected: bool = False
 
     def row(self) -> dict[str, Any]:
-        data = asdict(self)
+        # field by field: ``asdict`` deep-copied ``parsed`` only for it to be replaced by its JSON
+        data = shallow_row(self)
         data["parsed"] = json.dumps(self.parsed, ensure_ascii=False, sort_keys=True)
         return data
 
@@ -130,7 +141,7 @@ class Rollout:
     seed: int
 
     def row(self) -> dict[str, Any]:
-        return asdict(self)
+        return shallow_row(self)
 
 
 @dataclass

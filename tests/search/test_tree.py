@@ -7,7 +7,7 @@ import pytest
 
 from ragfactory.schemas.tables import table_spec
 from ragfactory.tasks.search.decex.config import DecExConfig
-from ragfactory.tasks.search.tree import QuestionTree, RowTree, group_trees, node_id, path_key
+from ragfactory.tasks.search.tree import Node, QuestionTree, Rollout, RowTree, group_trees, node_id, path_key
 from tests.search.decex.jaws_scenario import expand
 
 
@@ -61,6 +61,23 @@ def test_rows_cast_to_their_table_schema(table, method):
     later = {"rollouts": {"metric", "metric_score"}}.get(table, set())
     assert set(rows[0]) == set(schema.names) - later
     assert pa.Table.from_pylist(rows, schema=schema).num_rows == len(rows)
+
+
+def test_a_row_holds_the_fields_as_they_are_its_lists_copied_and_parsed_as_json():
+    node = Node("n", "r", "q", None, "q", 0, "decex", "question", "Q?", {"b": [1], "a": "x"}, ["p1"])
+    row = node.row()
+    node.passage_ids.append("p2")
+    node.parsed["b"].append(2)
+    assert row == {
+        **dict(node_id="n", run_id="r", question_id="q", parent_id=None, path="q", depth=0, strategy="decex"),
+        **dict(kind="question", text="Q?", parsed='{"a": "x", "b": [1]}', passage_ids=["p1"], llm_call_id=None),
+        **dict(is_format_error=False, format_error=None, is_leaf=False, reward=None, visits=None, value=None),
+        **dict(advantage=None, is_selected=False),
+    }
+    rollout = Rollout("o", "r", "q", "n", "t", None, 1.0, 0.5, 2, ["c1"], 7)
+    rollout_row = rollout.row()
+    rollout.llm_call_ids.append("c2")
+    assert rollout_row["llm_call_ids"] == ["c1"] and rollout_row["seed"] == 7 and len(rollout_row) == 11
 
 
 def test_question_tree_refuses_bad_nodes():
