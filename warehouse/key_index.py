@@ -36,6 +36,14 @@ def key_hashes(keys: Iterable[str | None]) -> np.ndarray:
     return np.unique(np.fromiter((hash(k) for k in keys if k is not None), dtype=np.int64))
 
 
+def _meets(hashes: np.ndarray, wanted: np.ndarray) -> bool:
+    """Whether two sorted arrays share a value (a binary search per wanted hash)."""
+    if not len(hashes):
+        return False
+    at = np.minimum(np.searchsorted(hashes, wanted), len(hashes) - 1)
+    return bool((hashes[at] == wanted).any())
+
+
 class KeyIndex:
     """Per file and version, the hashes of its key column; bounded by ``max_rows`` hashes."""
 
@@ -54,7 +62,7 @@ class KeyIndex:
         wanted = key_hashes(keys)
         if not len(wanted):
             return []
-        return [path for path in files if np.isin(self._hashes(path, column, schema), wanted).any()]
+        return [path for path in files if _meets(self._hashes(path, column, schema), wanted)]
 
     def _hashes(self, path: str, column: str, schema: pa.Schema | None) -> np.ndarray:
         version, entry = _version(path), (path, column)
