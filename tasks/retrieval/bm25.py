@@ -81,34 +81,11 @@ def load_stemmer(language: str | None) -> tuple[Any, str]:
     raise RuntimeError(f"stemming in {language!r} needs PyStemmer or snowballstemmer installed")
 
 
-MEMO_WORDS = 1 << 18  # words whose stem (or vocabulary id) a searching index keeps
-
-
-class MemoStemmer:
-    """A stemmer that keeps each word's stem: a stem depends on the word alone, the pure-Python
-    Snowball stemmer costs tens of microseconds a word, and a build's queries repeat their words.
-    Past ``MEMO_WORDS`` words it starts again empty. Not thread-safe: the index's lock guards it."""
-
-    def __init__(self, stemmer: Any):
-        self.stemmer = stemmer
-        self._stems: dict[str, str] = {}
-
-    def stemWords(self, words: list[str]) -> list[str]:  # noqa: N802 - the name bm25s calls
-        missing = [w for w in dict.fromkeys(words) if w not in self._stems]
-        if len(self._stems) + len(missing) > MEMO_WORDS:
-            self._stems = {}
-            missing = list(dict.fromkeys(words))
-        if missing:
-            self._stems.update(zip(missing, self.stemmer.stemWords(missing)))
-        return [self._stems[w] for w in words]
-
-
 class Vocabulary:
     """The index's tokens in sorted order, memory-mapped; a token's id is its position."""
 
     def __init__(self, tokens: pa.Array):
         self.tokens = tokens
-        self._ids: dict[str, int | None] = {}  # tokens looked up: a search repeats its words
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -117,15 +94,8 @@ class Vocabulary:
         return self.tokens[i].as_py()
 
     def get(self, token: str) -> int | None:
-        known = self._ids.get(token, -1)  # one read: another search may start the memo again
-        if known != -1:
-            return known
         i = bisect.bisect_left(self, token)
-        found = i if i < len(self) and self[i] == token else None
-        if len(self._ids) >= MEMO_WORDS:
-            self._ids = {}
-        self._ids[token] = found
-        return found
+        return i if i < len(self) and self[i] == token else None
 
 
 class BM25Retriever:
@@ -141,8 +111,7 @@ class BM25Retriever:
         self.vocab = Vocabulary(pa.ipc.open_file(vocab_file).read_all().column("token").combine_chunks())
         self.passages = read_passages(folder)
         self.params = params
-        stemmer, self.stemmer_name = load_stemmer(params.stemmer)
-        self.stemmer = MemoStemmer(stemmer) if stemmer is not None else None
+        self.stemmer, self.stemmer_name = load_stemmer(params.stemmer)
         # a stemmer keeps the word it works on in itself: concurrent shards' searches take turns
         self._stemming = threading.Lock()
         self.is_loaded = False

@@ -108,36 +108,3 @@ def test_loaded_index_needs_no_warehouse(passages, tmp_path):
     [hits] = loaded.search(["espresso"], k=1)
     assert (hits[0].passage_id, hits[0].title) == ("p-coffee", "Espresso")
     assert os.path.isfile(built.index_dir / "passages.arrow")
-
-
-class CountingStemmer:
-    """Stems by cutting a trailing "s"; records the words it was asked."""
-
-    def __init__(self):
-        self.asked: list[str] = []
-
-    def stemWords(self, words):  # noqa: N802 - the stemmer interface bm25s calls
-        self.asked += words
-        return [w[:-1] if w.endswith("s") else w for w in words]
-
-
-def test_the_memo_stemmer_stems_each_word_once_and_starts_again_when_full(monkeypatch):
-    from ragfactory.tasks.retrieval import bm25
-
-    inner = CountingStemmer()
-    memo = bm25.MemoStemmer(inner)
-    assert memo.stemWords(["cats", "dog", "cats"]) == ["cat", "dog", "cat"]
-    assert memo.stemWords(["dog", "hats"]) == ["dog", "hat"]
-    assert inner.asked == ["cats", "dog", "hats"]
-    monkeypatch.setattr(bm25, "MEMO_WORDS", 3)
-    assert memo.stemWords(["cats", "bats"]) == ["cat", "bat"]  # 4 words: the memo starts again
-    assert inner.asked == ["cats", "dog", "hats", "cats", "bats"]
-
-
-def test_a_search_answers_the_same_with_its_words_memoised(passages):
-    retriever, fresh = BM25Retriever.build(passages), BM25Retriever.build(passages)
-    queries = ["Which luthier made it?", "Krakatoa eruptions", "Patagonia glaciers"]
-    first = retriever.search(queries, k=3)
-    assert retriever.search(queries, k=3) == first == fresh.search(queries, k=3)
-    assert retriever.vocab.get("krakatoa") == fresh.vocab.get("krakatoa") is not None
-    assert retriever.vocab.get("zzz-none") is None and retriever.vocab.get("zzz-none") is None
