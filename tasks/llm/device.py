@@ -10,7 +10,9 @@ machine's CPU (and its vLLM engine to transformers, ``config.py``).
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 DEVICE_ENV = "RAGFACTORY_DEVICE"
 # set on a worker, not a job: the device a CUDA request maps to on a machine without CUDA
@@ -31,3 +33,26 @@ def default_device() -> str:
             return "cpu"
         raise RuntimeError(f"${DEVICE_ENV}={wanted!r} but this machine has no usable CUDA device")
     return wanted
+
+
+def engine_threads(count: int | None = None, cores: int | None = None) -> int:
+    """The intra-op threads an engine computes on: ``count``, else half the ``cores`` this process
+    may run on (at least one): the other half is the build's own Python, its Prefect server and
+    any neighbour, which a decode step's small matrix products would otherwise wait for."""
+    return count or max(1, (cores or len(os.sched_getaffinity(0))) // 2)
+
+
+@contextlib.contextmanager
+def cpu_threads(count: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``count`` for the block (in the calling thread, which runs
+    the block's parallel regions), as they were afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    if count != before:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        if count != before:
+            torch.set_num_threads(before)

@@ -33,6 +33,7 @@ and the decode-loop version; the device is left out, as CPU and GPU compute the 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
@@ -49,6 +50,7 @@ from ragfactory.tasks.llm.decode_memory import (
     kv_bytes_per_token,
     kv_token_slots,
 )
+from ragfactory.tasks.llm.device import cpu_threads, engine_threads
 from ragfactory.tasks.llm.kv_buffers import grouped_query_attention, reserve_cache
 from ragfactory.tasks.llm.prefill import PrefillCounts, Prefiller
 from ragfactory.tasks.llm.sampling import sample_tokens, sampled_logprobs
@@ -86,6 +88,8 @@ class TransformersSettings:
     # SDPA on the model's own KV heads on CPU (no copy per query head): about 3x less decode CPU
     # with kv_buffers, the same tokens but log-probs within ~2e-5, not bit for bit (docs/engine.md).
     gqa_attention: bool = True
+    # torch's intra-op threads during an engine call on CPU; None: half the cores (docs/engine.md)
+    threads: int | None = None
 
     def __post_init__(self):
         if not self.kv_cache_mb > 0 or self.prefill_tokens < 1:
@@ -172,8 +176,10 @@ class TransformersBackend:
     def generate_batch(self, requests: list[Request]) -> list[list[Completion]]:
         import torch
 
-        gqa = grouped_query_attention(self.settings.gqa_attention and self.device == "cpu")
-        with self._lock, torch.inference_mode(), gqa:
+        cpu = self.device == "cpu"
+        gqa = grouped_query_attention(self.settings.gqa_attention and cpu)
+        threads = cpu_threads(engine_threads(self.settings.threads)) if cpu else contextlib.nullcontext()
+        with self._lock, torch.inference_mode(), gqa, threads:
             self.load()
             rows = [row for i, request in enumerate(requests) for row in _rows(i, request, self)]
             # Similar prompt lengths share a forward pass: less padding, same per-row results.

@@ -37,3 +37,15 @@ def test_engine_default_follows_the_environment_and_a_config_wins(monkeypatch):
         LLMRoleConfig()
     monkeypatch.delenv("RAGFACTORY_ENGINE")
     assert LLMRoleConfig().backend == "transformers"
+
+
+def test_an_engine_computes_on_half_the_cores_unless_told_and_leaves_torch_as_it_was():
+    import torch
+
+    from ragfactory.tasks.llm.device import cpu_threads, engine_threads
+
+    assert (engine_threads(cores=5), engine_threads(3, cores=5), engine_threads(cores=1)) == (2, 3, 1)
+    before = torch.get_num_threads()
+    with cpu_threads(before + 1):
+        assert torch.get_num_threads() == before + 1
+    assert torch.get_num_threads() == before
