@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -23,6 +25,28 @@ def median_seconds(fn: Callable[[], object], repeats: int = 5) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def timed_command(command: list[str], log: Path, cwd: Path | None = None) -> dict:
+    """Run ``command`` with its output in ``log``; its wall, user and system seconds, system share,
+    minor page faults and peak resident memory (``os.wait4``: this process tree alone).
+    Exits naming the log where the command fails."""
+    start = time.perf_counter()
+    with log.open("w") as out:
+        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
+        _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    if status != 0:
+        raise SystemExit(f"{command[1:3]} failed ({status}); see {log}")
+    cpu = usage.ru_utime + usage.ru_stime
+    return {
+        "wall_s": round(wall, 1),
+        "user_s": round(usage.ru_utime, 1),
+        "sys_s": round(usage.ru_stime, 1),
+        "sys_share": round(usage.ru_stime / cpu, 3) if cpu else None,
+        "minor_faults_m": round(usage.ru_minflt / 1e6, 2),
+        "peak_gb": round(usage.ru_maxrss / (1 << 20), 2),
+    }
 
 
 def report(name: str, rows: list[dict]) -> None:
