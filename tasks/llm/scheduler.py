@@ -77,7 +77,6 @@ class Scheduler:
         retry: RetryPolicy = NO_RETRY,
         gather_s: float = 0.05,
         sleep: Callable[[float], None] = time.sleep,
-        idle_s: float = 2.0,
     ):
         self.backend = backend
         self.fingerprint = backend.fingerprint
@@ -85,9 +84,6 @@ class Scheduler:
         self.retry = retry  # the engine's own retries, run here (``RetryingBackend`` unwrapped)
         self.gather_s = gather_s  # against an engine call of seconds, 50 ms is lost in the noise
         self.sleep = sleep
-        # the engine thread waits this long for the next step before it ends: a shard asks again
-        # once its questions have resumed, and a thread started per step waited for the GIL
-        self.idle_s = idle_s
         self.stats = SchedulerStats()
         self._clients: weakref.WeakSet = weakref.WeakSet()
         self._queue: deque[Entry] = deque()
@@ -216,28 +212,19 @@ class Scheduler:
     def _serve(self) -> None:
         while True:
             with self._cond:
-                if not self._idle():
-                    self._thread = None
-                    return
                 deadline = time.monotonic() + self.gather_s
                 while self._queue and not self._gathered() and time.monotonic() < deadline:
                     self._cond.wait(max(0.0, deadline - time.monotonic()))
                 batch = self._admit()
-            if not batch:  # its entries were cancelled while it gathered
-                continue
+                if not batch:
+                    self._thread = None
+                    return
             try:
                 outcomes = self._execute(batch)
             except BaseException as exc:  # a bug here must fail the questions, not hang them
                 outcomes = [(batch, exc)]
             self._release(batch)
             self._update(outcomes)
-
-    def _idle(self) -> bool:
-        """Wait (locked) up to ``idle_s`` for a queued entry; whether there is one."""
-        deadline = time.monotonic() + self.idle_s
-        while not self._queue and time.monotonic() < deadline:
-            self._cond.wait(deadline - time.monotonic())
-        return bool(self._queue)
 
     def _execute(self, batch: list[Entry]) -> list[tuple[list[Entry], Any]]:
         try:

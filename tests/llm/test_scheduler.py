@@ -274,16 +274,3 @@ def test_stats_share_an_engine_calls_prefill_among_its_shards():
     assert scheduler.stats.prompt_tokens == 8 and scheduler.stats.prefilled_tokens == 4
     assert [one.stats.prompt_tokens, two.stats.prompt_tokens] == [2, 6]
     assert [one.stats.prefilled_tokens, two.stats.prefilled_tokens] == [1, 3]
-
-
-def test_one_engine_thread_serves_a_shards_successive_steps():
-    """A question's dependent requests are steps of their own; one engine thread runs them all."""
-    threads = []
-    backend = ScriptedBackend(lambda r, i: threads.append(threading.current_thread()) or r.messages[-1].content)
-    batcher = Batcher(backend)
-
-    async def question() -> list[str]:
-        return [(await batcher.generate(ask(f"s{s}")))[0].text for s in range(5)]
-
-    assert asyncio.run(batcher.run_all([question], 1)) == [[f"s{s}" for s in range(5)]]
-    assert backend.calls == 5 and len(set(threads)) == 1 and threads[0] is not threading.current_thread()
