@@ -35,11 +35,18 @@ def default_device() -> str:
     return wanted
 
 
-def engine_threads(count: int | None = None, cores: int | None = None) -> int:
-    """The intra-op threads an engine computes on: ``count``, else half the ``cores`` this process
-    may run on (at least one): the other half is the build's own Python, its Prefect server and
-    any neighbour, which a decode step's small matrix products would otherwise wait for."""
-    return count or max(1, (cores or len(os.sched_getaffinity(0))) // 2)
+def engine_threads(count: int | None = None, available: int | None = None) -> int:
+    """The intra-op threads an engine computes on: ``count``, else half the threads torch was given
+    (``available``: one per core, or this process's share where ``OMP_NUM_THREADS`` and the like
+    set one), at least one: the other half is left to the build's own Python, its Prefect server
+    and any neighbour, which a decode step's small matrix products would otherwise wait for."""
+    if count:
+        return count
+    if available is None:
+        import torch
+
+        available = torch.get_num_threads()
+    return max(1, available // 2)
 
 
 @contextlib.contextmanager

@@ -88,7 +88,7 @@ class TransformersSettings:
     # SDPA on the model's own KV heads on CPU (no copy per query head): about 3x less decode CPU
     # with kv_buffers, the same tokens but log-probs within ~2e-5, not bit for bit (docs/engine.md).
     gqa_attention: bool = True
-    # torch's intra-op threads during an engine call on CPU; None: half the cores (docs/engine.md)
+    # torch's intra-op threads during an engine call on CPU; None: half torch's (docs/engine.md)
     threads: int | None = None
 
     def __post_init__(self):
@@ -129,6 +129,7 @@ class TransformersBackend:
         self.dtype = _resolve_dtype(settings.dtype, self.device)
         self.fingerprint = checkpoint_fingerprint(self.model_ref, self.dtype)
         self._model = None
+        self._threads = 1  # intra-op threads of its calls on CPU, set at load (``engine_threads``)
         self._tokenizer = None
         self.tokenizer_fingerprint: str | None = None  # computed at load, with the tokenizer
         self._eos_ids: frozenset[int] = frozenset()
@@ -150,6 +151,7 @@ class TransformersBackend:
         from transformers.utils import logging as hf_logging
 
         tune_allocator()  # freed KV blocks leave the process instead of fragmenting its heap
+        self._threads = engine_threads(self.settings.threads)  # before any call of ours sets it
         tokenizer = AutoTokenizer.from_pretrained(self.model_ref)
         dtype = getattr(torch, self.dtype)
         bar = hf_logging.is_progress_bar_enabled()
@@ -178,16 +180,16 @@ class TransformersBackend:
 
         cpu = self.device == "cpu"
         gqa = grouped_query_attention(self.settings.gqa_attention and cpu)
-        threads = cpu_threads(engine_threads(self.settings.threads)) if cpu else contextlib.nullcontext()
-        with self._lock, torch.inference_mode(), gqa, threads:
+        with self._lock, torch.inference_mode(), gqa:
             self.load()
             rows = [row for i, request in enumerate(requests) for row in _rows(i, request, self)]
             # Similar prompt lengths share a forward pass: less padding, same per-row results.
             order = sorted(rows, key=lambda r: len(r.prompt))
             slots = kv_token_slots(self.settings.kv_cache_mb, self.kv_token_bytes)
-            self._prefiller.start_call([r.prompt for r in rows])
-            for chunk in decode_chunks(order, self.settings.max_batch_size, slots):
-                self._decode(chunk)
+            with cpu_threads(self._threads) if cpu else contextlib.nullcontext():
+                self._prefiller.start_call([r.prompt for r in rows])
+                for chunk in decode_chunks(order, self.settings.max_batch_size, slots):
+                    self._decode(chunk)
         answers: list[list[Completion | None]] = [[None] * r.sampling.n for r in requests]
         for row in rows:
             answers[row.request_index][row.sample_index] = self._completion(row)

@@ -44,7 +44,7 @@ def test_an_engine_computes_on_half_the_cores_unless_told_and_leaves_torch_as_it
 
     from ragfactory.tasks.llm.device import cpu_threads, engine_threads
 
-    assert (engine_threads(cores=5), engine_threads(3, cores=5), engine_threads(cores=1)) == (2, 3, 1)
+    assert (engine_threads(available=5), engine_threads(3, available=5), engine_threads(available=1)) == (2, 3, 1)
     before = torch.get_num_threads()
     with cpu_threads(before + 1):
         assert torch.get_num_threads() == before + 1
