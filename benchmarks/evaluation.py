@@ -12,6 +12,9 @@ from the first model's call cache. Then, each a ``ragfactory`` process timed by 
 - **paired**: ``evaluate --model TRAINED --compare embedded --mode agentic --mode rag --limit N``:
   both models, both modes, every question, with the paired comparison (``eval_compare``).
 
+Each timed evaluation runs in a copy of the warehouse of its own, so none is answered from
+another's call cache.
+
 The budget is the world's: its deepest question (a three-hop chain) needs three retrievals, each a
 Reasoning and a Grounding round of ReasonRAG's loop, and one round to answer: ``--max-rounds 7``;
 a round is a sentence or two and one tag, ``--max-tokens 128``. The papers' 11 rounds of 256 tokens
@@ -25,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -48,8 +53,8 @@ def stage(out: Path, stages: dict, name: str, args: list[str]) -> dict:
 
 
 def sql(root: Path, query: str) -> list[dict]:
-    done = __import__("subprocess").run([CLI, "sql", query, "--root", str(root), "--format", "json"],
-                                        capture_output=True, text=True, check=True)  # fmt: skip
+    command = [CLI, "sql", query, "--root", str(root), "--format", "json"]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
     return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
 
 
@@ -70,8 +75,18 @@ def trained_model(out: Path, stages: dict, steps: int) -> str:
     return sql(out / "wh", "select model_id from models order by created_at desc limit 1")[0]["model_id"]
 
 
-def evaluate_args(out: Path, args: argparse.Namespace, limit: int, modes, options: dict | None = None) -> list[str]:
-    command = ["evaluate", "--dataset", "world", "--source", "corpus", "--limit", str(limit), "--root", str(out / "wh")]
+def fresh_warehouse(out: Path, name: str) -> Path:
+    """A copy of the benchmark's warehouse for one timed evaluation, its models folder linked: call
+    ids do not depend on engine settings, so evaluations sharing a call cache would answer each
+    other's calls instead of computing them."""
+    root = out / f"wh-{name.replace(' ', '-')}"
+    shutil.copytree(out / "wh", root, ignore=lambda folder, names: ["models"] if folder.endswith("artifacts") else [])
+    (root / "artifacts" / "models").symlink_to(out / "wh" / "artifacts" / "models")
+    return root
+
+
+def evaluate_args(root: Path, args: argparse.Namespace, limit: int, modes, options: dict | None = None) -> list[str]:
+    command = ["evaluate", "--dataset", "world", "--source", "corpus", "--limit", str(limit), "--root", str(root)]
     command += ["--max-rounds", str(args.max_rounds), "--max-tokens", str(args.max_tokens)]
     command += [part for mode in modes for part in ("--mode", mode)]
     return command + [part for k, v in (options or {}).items() for part in ("--engine-option", f"{k}={str(v).lower()}")]
@@ -79,6 +94,7 @@ def evaluate_args(out: Path, args: argparse.Namespace, limit: int, modes, option
 
 def main(args: argparse.Namespace) -> None:
     out = Path(args.out or tempfile.mkdtemp(prefix="evaluation-"))
+    out.mkdir(parents=True, exist_ok=True)
     stages: dict = {}
     stage(out, stages, "world", ["world", "--seed", "0", "--questions", str(args.questions * 4), "--passages", "3000", str(out / "world")])  # fmt: skip
     model = trained_model(out, stages, args.steps)
@@ -86,17 +102,20 @@ def main(args: argparse.Namespace) -> None:
     engines = {"new": None} | ({} if args.no_old else {"old": OLD_OPTIONS})
     for engine, options in engines.items():
         for mode in MODES:
-            figures = stage(out, stages, f"rate {mode} {engine}", evaluate_args(out, args, args.rate_questions, [mode], options))  # fmt: skip
+            name = f"rate {mode} {engine}"
+            root = fresh_warehouse(out, name)
+            figures = stage(out, stages, name, evaluate_args(root, args, args.rate_questions, [mode], options))
             rows.append({"what": f"{mode}, base, engine {engine}", "questions": args.rate_questions,
                          "questions_per_min": round(args.rate_questions / figures["wall_s"] * 60, 2), **figures})  # fmt: skip
-    paired = evaluate_args(out, args, args.questions, MODES) + ["--model", model, "--compare", "embedded"]
+    paired_root = fresh_warehouse(out, "paired")
+    paired = evaluate_args(paired_root, args, args.questions, MODES) + ["--model", model, "--compare", "embedded"]
     figures = stage(out, stages, "paired", paired)
     answered = 2 * len(MODES) * args.questions
     rows.append({"what": "paired: trained and base, agentic + rag", "questions": args.questions,
                  "questions_per_min": round(answered / figures["wall_s"] * 60, 2), **figures})  # fmt: skip
     report("evaluation", rows)
     report("evaluation_stages", [{"stage": k, **v} for k, v in stages.items()])
-    for row in sql(out / "wh", "select mode, n, em_a, em_b, em_delta, em_delta_low, em_delta_high from eval_compare"):
+    for row in sql(paired_root, "select mode, n, em_a, em_b, em_delta, em_delta_low, em_delta_high from eval_compare"):
         print(row)
     print(f"runs under {out}")
 
