@@ -30,14 +30,34 @@ WORKER_DEFAULTS: dict[str, Any] = {
 
 def device_settings() -> dict[str, Any]:
     """CUDA with bf16 when a GPU is present (and supports it), else the CPU; ``$RAGFACTORY_DEVICE``
-    decides when set."""
+    decides when set. On a CPU with bf16 instructions (AVX-512 BF16 or AMX) ``bf16`` is autocast
+    over float32 weights (``weights_dtype``): a step of SmolLM2-135M on 8 rows of 860 tokens took
+    29 s against 53 s in float32 on two cores. ``--trl bf16=false`` turns it off."""
     import torch
 
     from ragfactory.tasks.llm.device import default_device
 
     if default_device().startswith("cuda"):
         return {"bf16": bool(torch.cuda.is_bf16_supported()), "use_cpu": False}
-    return {"use_cpu": True, "bf16": False}
+    return {"use_cpu": True, "bf16": cpu_has_bf16()}
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively; elsewhere bf16 autocast is emulated and slower."""
+    import torch
+
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def weights_dtype():
+    """The dtype a trained model is loaded in: bf16 on a CUDA device that has it, else float32 (on
+    a CPU, bf16 is autocast only: master weights in bf16 lose small updates)."""
+    import torch
+
+    from ragfactory.tasks.llm.device import default_device
+
+    cuda_bf16 = default_device().startswith("cuda") and device_settings()["bf16"]
+    return torch.bfloat16 if cuda_bf16 else torch.float32
 
 
 def vllm_generation() -> dict[str, Any]:
@@ -115,11 +135,9 @@ def lora_config(lora: LoraSection):
 
 def load_model(path: str | Path):
     """A causal LM and its tokenizer from a local folder or model id (bf16 on CUDA)."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    dtype = torch.bfloat16 if device_settings()["bf16"] else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=weights_dtype())
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -6,14 +6,23 @@ import pytest
 
 from ragfactory.tasks.llm.config import LLMRoleConfig
 from ragfactory.tasks.llm.device import default_device
-from ragfactory.tasks.training.trainers import device_settings, vllm_generation
+from ragfactory.tasks.training.trainers import cpu_has_bf16, device_settings, vllm_generation, weights_dtype
 
 
 def test_device_follows_the_environment(monkeypatch):
     monkeypatch.setenv("RAGFACTORY_DEVICE", "cpu")
     assert default_device() == "cpu"
-    assert device_settings() == {"use_cpu": True, "bf16": False}
+    assert device_settings() == {"use_cpu": True, "bf16": cpu_has_bf16()}
     assert vllm_generation() == {}
+
+
+def test_cpu_training_autocasts_bf16_where_the_cpu_has_it_over_float32_weights(monkeypatch):
+    import torch
+
+    monkeypatch.setenv("RAGFACTORY_DEVICE", "cpu")
+    flags = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "").split()
+    assert cpu_has_bf16() == bool({"avx512_bf16", "amx_bf16"} & set(flags))
+    assert weights_dtype() is torch.float32
 
 
 def test_a_bad_or_missing_device_is_an_error_naming_the_variable(monkeypatch):

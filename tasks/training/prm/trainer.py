@@ -70,12 +70,11 @@ def prm_options(ctx: MethodContext) -> PRMOptions:
 
 def token_classifier(path: str, tokenizer, peft_config=None):
     """The base model with a fresh good/bad head; LoRA adapters (TOKEN_CLS) when configured."""
-    import torch
     from transformers import AutoModelForTokenClassification
 
-    from ragfactory.tasks.training.trainers import device_settings
+    from ragfactory.tasks.training.trainers import weights_dtype
 
-    dtype = torch.bfloat16 if device_settings()["bf16"] else torch.float32
+    dtype = weights_dtype()
     model = AutoModelForTokenClassification.from_pretrained(
         str(path), num_labels=2, id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()}, dtype=dtype
     )
