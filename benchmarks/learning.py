@@ -117,6 +117,17 @@ def evaluate(root: Path, model: str, test: int, stages: dict, name: str) -> dict
     return query(Warehouse(root / "wh"), sql, {"m": model}).to_pylist()[0]
 
 
+def rung_scores(root: Path) -> list[dict]:
+    """EM and retrievals a question per model and rung of the world's test questions."""
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    sql = """select e.model_id as model, json_extract_string(q.metadata, '$.rung') as rung, count(distinct e.question_id) as n,
+               round(avg(e.em), 3) as em, round(avg(e.n_retrievals), 2) as retrievals
+             from evals e join questions q using (question_id) group by all order by all"""
+    return query(Warehouse(root / "wh"), sql).to_pylist()
+
+
 def train(root: Path, stages: dict, name: str, args: argparse.Namespace, source: list[str]) -> str:
     """SFT of the embedded model; returns the model id."""
     trl = [f"max_steps={args.steps}", f"learning_rate={args.lr}", f"bf16={str(args.bf16).lower()}"]
@@ -138,15 +149,18 @@ def main(args: argparse.Namespace) -> None:
     run(["world", "--seed", str(args.seed), "--questions", str(questions), "--passages", str(args.passages),
          "--rungs", args.rungs, str(root / "world")], stages, "world")  # fmt: skip
     run_id = build(root, root / "world", args.train, stages)
-    kept = train(root, stages, "world-r3-sft", args, ["--run-id", run_id])
-    control = train(root, stages, "world-r3-sft-control", args, ["--parquet", str(pruned_rows(root, run_id))])
+    models = {"r3-sft (kept)": train(root, stages, "world-r3-sft", args, ["--run-id", run_id])}
+    if args.control:
+        control = ["--parquet", str(pruned_rows(root, run_id))]
+        models["control (pruned)"] = train(root, stages, "world-r3-sft-control", args, control)
     rows = []
-    for label, model in (("r3-sft (kept)", kept), ("control (pruned)", control)):
+    for label, model in models.items():
         c = evaluate(root, model, args.test, stages, f"evaluate {label}")
         rows.append({"method": label, "n": c["n"], "em_base": c["em_b"], "em_trained": c["em_a"],
                      "em_delta": c["em_delta"], "em_low": c["em_delta_low"], "em_high": c["em_delta_high"],
                      "f1_delta": c["f1_delta"], "mcnemar_p": c["mcnemar_p"]})  # fmt: skip
     report("learning", rows)
+    report("learning_rungs", rung_scores(root))
     report("learning_stages", [{"stage": k, **v} for k, v in stages.items()])
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"root: {root}; peak resident memory of one stage: {peak:,.0f} MiB")
@@ -166,6 +180,12 @@ if __name__ == "__main__":
         action=argparse.BooleanOptionalAction,
         default=True,
         help="bf16 autocast in training (about 2x a step on a CPU with bf16 instructions)",
+    )
+    parser.add_argument(
+        "--control",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="train and evaluate the control (SFT on pruned trajectories) too",
     )
     parser.add_argument("--root", default=None)
     main(parser.parse_args())
