@@ -117,6 +117,27 @@ def evaluate(root: Path, model: str, test: int, stages: dict, name: str) -> dict
     return query(Warehouse(root / "wh"), sql, {"m": model}).to_pylist()[0]
 
 
+def table_row(label: str, c: dict) -> dict:
+    """A line of the learning table from a comparison (model a against model b)."""
+    return {"method": label, "n": c["n"], "em_base": c["em_b"], "em_trained": c["em_a"],
+            "em_delta": c["em_delta"], "em_low": c["em_delta_low"], "em_high": c["em_delta_high"],
+            "f1_delta": c["f1_delta"], "mcnemar_p": c["mcnemar_p"]}  # fmt: skip
+
+
+def paired(root: Path, model_a: str, model_b: str) -> dict:
+    """The paired comparison of two trained models on the test questions both answered."""
+    import numpy as np
+
+    from ragfactory.tasks.eval.compare import compare_pairs
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    sql = """select a.em as em_a, b.em as em_b, a.f1 as f1_a, b.f1 as f1_b from evals a join evals b
+             using (question_id, mode) where a.model_id = $a and b.model_id = $b order by question_id"""
+    scores = query(Warehouse(root / "wh"), sql, {"a": model_a, "b": model_b}).to_pydict()
+    return compare_pairs(*(np.array(scores[k]) for k in ("em_a", "em_b", "f1_a", "f1_b")))
+
+
 def rung_scores(root: Path) -> list[dict]:
     """EM and retrievals a question per model and rung of the world's test questions."""
     from ragfactory.warehouse.catalog import query
@@ -155,10 +176,9 @@ def main(args: argparse.Namespace) -> None:
         models["control (pruned)"] = train(root, stages, "world-r3-sft-control", args, control)
     rows = []
     for label, model in models.items():
-        c = evaluate(root, model, args.test, stages, f"evaluate {label}")
-        rows.append({"method": label, "n": c["n"], "em_base": c["em_b"], "em_trained": c["em_a"],
-                     "em_delta": c["em_delta"], "em_low": c["em_delta_low"], "em_high": c["em_delta_high"],
-                     "f1_delta": c["f1_delta"], "mcnemar_p": c["mcnemar_p"]})  # fmt: skip
+        rows.append(table_row(label, evaluate(root, model, args.test, stages, f"evaluate {label}")))
+    if args.control:  # the answer labels' own share: kept against control, question by question
+        rows.append(table_row("kept vs control", paired(root, *models.values())))
     report("learning", rows)
     report("learning_rungs", rung_scores(root))
     report("learning_stages", [{"stage": k, **v} for k, v in stages.items()])
