@@ -12,8 +12,9 @@ Methods measured:
 
 - ``r3-sft``: R3's cold start (R3-RAG §3.2) with the world's teacher engine as its larger model
   (``tasks/search/r3/teacher.py``), best-of-N by EM, SFT on the kept trajectories, evaluated in
-  the ``r3`` mode (R3's step loop, the inference the data trains). Control: SFT on one pruned
-  trajectory a question, the same steps with a wrong final answer.
+  the ``r3`` mode (R3's step loop, the inference the data trains). Controls: SFT on one pruned
+  trajectory a question (the same queries, a wrong final answer: ``--control pruned``), or on the
+  kept steps each given another question's completion (``--control scrambled``).
 
 Every stage runs as a user runs it (``ragfactory world``, ``build``, ``train``, ``evaluate``), in
 a warehouse of its own; the CPU seconds and the peak resident memory of each are the children's
@@ -117,6 +118,34 @@ def evaluate(root: Path, model: str, test: int, stages: dict, name: str) -> dict
     return query(Warehouse(root / "wh"), sql, {"m": model}).to_pylist()[0]
 
 
+def scrambled_rows(root: Path, run_id: str) -> Path:
+    """The scrambled control's SFT rows: every kept step's prompt with the completion another
+    question wrote at the same step (questions of as many steps, rotated by one), so no label
+    says anything about its own question."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    sql = "select * from sft_examples where run_id = $r order by question_id, len(node_ids)"
+    rows = query(Warehouse(root / "wh"), sql, {"r": run_id}).to_pylist()
+    by_question: dict[str, list[dict]] = {}
+    for row in rows:
+        by_question.setdefault(row["question_id"], []).append(row)
+    by_length: dict[int, list[list[dict]]] = {}
+    for steps in by_question.values():
+        by_length.setdefault(len(steps), []).append(steps)
+    for group in by_length.values():
+        answers = [[step["messages"][-1]["content"] for step in steps] for steps in group]
+        for i, steps in enumerate(group):
+            for step, content in zip(steps, answers[(i + 1) % len(group)]):
+                step["messages"][-1] = {"role": "assistant", "content": content}
+    path = root / "control.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
 def table_row(label: str, c: dict) -> dict:
     """A line of the learning table from a comparison (model a against model b)."""
     return {"method": label, "n": c["n"], "em_base": c["em_b"], "em_trained": c["em_a"],
@@ -171,13 +200,14 @@ def main(args: argparse.Namespace) -> None:
          "--rungs", args.rungs, str(root / "world")], stages, "world")  # fmt: skip
     run_id = build(root, root / "world", args.train, stages)
     models = {"r3-sft (kept)": train(root, stages, "world-r3-sft", args, ["--run-id", run_id])}
-    if args.control:
-        control = ["--parquet", str(pruned_rows(root, run_id))]
-        models["control (pruned)"] = train(root, stages, "world-r3-sft-control", args, control)
+    if args.control != "none":
+        rows_of = {"pruned": pruned_rows, "scrambled": scrambled_rows}[args.control]
+        control = ["--parquet", str(rows_of(root, run_id))]
+        models[f"control ({args.control})"] = train(root, stages, f"world-r3-sft-{args.control}", args, control)
     rows = []
     for label, model in models.items():
         rows.append(table_row(label, evaluate(root, model, args.test, stages, f"evaluate {label}")))
-    if args.control:  # the answer labels' own share: kept against control, question by question
+    if args.control != "none":  # the answer labels' own share: kept against control, question by question
         rows.append(table_row("kept vs control", paired(root, *models.values())))
     report("learning", rows)
     report("learning_rungs", rung_scores(root))
@@ -203,9 +233,10 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--control",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="train and evaluate the control (SFT on pruned trajectories) too",
+        choices=["pruned", "scrambled", "none"],
+        default="pruned",
+        help="the control trained and evaluated beside: pruned trajectories (the kept queries, a wrong answer), "
+        "kept steps scrambled across questions, or none",
     )
     parser.add_argument("--root", default=None)
     main(parser.parse_args())
