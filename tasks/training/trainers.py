@@ -54,10 +54,8 @@ def weights_dtype():
     a CPU, bf16 is autocast only: master weights in bf16 lose small updates)."""
     import torch
 
-    from ragfactory.tasks.llm.device import default_device
-
-    cuda_bf16 = default_device().startswith("cuda") and device_settings()["bf16"]
-    return torch.bfloat16 if cuda_bf16 else torch.float32
+    settings = device_settings()
+    return torch.bfloat16 if settings["bf16"] and not settings["use_cpu"] else torch.float32
 
 
 def vllm_generation() -> dict[str, Any]:
