@@ -106,10 +106,8 @@ def test_trains_scores_held_out_steps_and_loads_back(tiny_model, tmp_path, log):
     scorer = StepScorer.load(ctx.output_dir, device="cpu")
     scores = scorer.score_steps(PROMPT, rows[0]["completions"])
     assert len(scores) == 2 and all(0.0 <= s <= 1.0 for s in scores)
-    # the saved folder holds the trained head: it scores as the model in memory does (without the
-    # bf16 autocast a CPU with bf16 instructions trains under)
-    model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
-    in_memory = StepScorer(model.to("cpu"), trainer.processing_class)
+    # the saved folder holds the trained head: it scores as the model in memory does
+    in_memory = StepScorer(trainer.model.to("cpu"), trainer.processing_class)
     assert scores == pytest.approx(in_memory.score_steps(PROMPT, rows[0]["completions"]), abs=1e-5)
     completions = [
         f"{SEARCH}\n\n{OBSERVATION}\n\n<answer> Paris </answer>",
@@ -173,6 +171,5 @@ def test_lora_trains_the_head_and_the_scorer_loads_the_adapter(tiny_model, tmp_p
     run_training(trainer, ctx.output_dir)
     assert (Path(ctx.output_dir) / "adapter_config.json").is_file()
     scores = StepScorer.load(ctx.output_dir, device="cpu").score_steps(PROMPT, ["a step", "another"])
-    model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)  # no bf16 autocast
-    in_memory = StepScorer(model.to("cpu"), trainer.processing_class)
+    in_memory = StepScorer(trainer.model.to("cpu"), trainer.processing_class)
     assert scores == pytest.approx(in_memory.score_steps(PROMPT, ["a step", "another"]), abs=1e-5)

@@ -104,8 +104,10 @@ class PRMTrainer(Trainer):
         encoded = [
             encode_steps(tokenizer, r["prompt"], r["completions"], None, self.prm_max_length) for r in self.heldout
         ]
+        # scored as the saved model will score: without the mixed-precision forward training ran under
+        model = self.accelerator.unwrap_model(self.model, keep_fp32_wrapper=False)
         scores = (
-            step_probabilities(self.model, encoded, tokenizer.pad_token_id, self.args.per_device_eval_batch_size)
+            step_probabilities(model, encoded, tokenizer.pad_token_id, self.args.per_device_eval_batch_size)
             if encoded
             else []
         )
