@@ -154,17 +154,16 @@ def table_row(label: str, c: dict) -> dict:
 
 
 def paired(root: Path, model_a: str, model_b: str) -> dict:
-    """The paired comparison of two trained models on the test questions both answered."""
-    import numpy as np
-
-    from ragfactory.tasks.eval.compare import compare_pairs
+    """The paired comparison of two trained models on the test questions both answered, as
+    ``eval_compare`` computes it for a model and its base."""
+    from ragfactory.tasks.eval.compare import CompareConfig, compare_rows
+    from ragfactory.tasks.llm.cache import utc_now
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse
 
-    sql = """select a.em as em_a, b.em as em_b, a.f1 as f1_a, b.f1 as f1_b from evals a join evals b
-             using (question_id, mode) where a.model_id = $a and b.model_id = $b order by question_id"""
-    scores = query(Warehouse(root / "wh"), sql, {"a": model_a, "b": model_b}).to_pydict()
-    return compare_pairs(*(np.array(scores[k]) for k in ("em_a", "em_b", "f1_a", "f1_b")))
+    wh = Warehouse(root / "wh")
+    rows = [query(wh, "select * from evals where model_id = $m", {"m": m}).to_pylist() for m in (model_a, model_b)]
+    return compare_rows(*rows, CompareConfig(), utc_now())[0]
 
 
 def rung_scores(root: Path) -> list[dict]:
@@ -180,7 +179,8 @@ def rung_scores(root: Path) -> list[dict]:
 
 def train(root: Path, stages: dict, name: str, args: argparse.Namespace, source: list[str]) -> str:
     """SFT of the embedded model; returns the model id."""
-    trl = [f"max_steps={args.steps}", f"learning_rate={args.lr}", f"bf16={str(args.bf16).lower()}"]
+    trl = [f"max_steps={args.steps}", f"learning_rate={args.lr}"]
+    trl += [] if args.bf16 is None else [f"bf16={str(args.bf16).lower()}"]  # default: the trainer's choice
     run(["train", "--method", "sft", *source, *[a for t in trl for a in ("--trl", t)],
                "--name", name, "--root", str(root / "wh")], stages, f"train {name}")  # fmt: skip
     from ragfactory.warehouse.catalog import query
@@ -228,8 +228,8 @@ if __name__ == "__main__":
     parser.add_argument(
         "--bf16",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="bf16 autocast in training (about 2x a step on a CPU with bf16 instructions)",
+        default=None,
+        help="bf16 autocast in training (default: where the device has bf16 instructions; about 2x a step)",
     )
     parser.add_argument(
         "--control",
