@@ -21,6 +21,9 @@ a warehouse of its own; the CPU seconds and the peak resident memory of each are
 as the kernel counts them.
 
 Run: .venv/bin/python benchmarks/learning.py [--train 200] [--test 200] [--steps 12] [--rungs lookup] [--root DIR]
+
+A ``--root`` given again resumes: its world, its completed build and its models of the same name
+are reused (so another control can be trained beside an earlier run's kept model).
 """
 
 from __future__ import annotations
@@ -58,7 +61,10 @@ def run(args: list[str], stages: dict, name: str) -> str:
 
 
 def build(root: Path, world: Path, train: int, stages: dict) -> str:
-    """R3 with the world teacher on ``train`` world train questions; returns the run id."""
+    """R3 with the world teacher on ``train`` world train questions; returns the run id (the
+    warehouse's build run when ``root`` has one already)."""
+    if (done := _build_run(root)) is not None:
+        return done
     config = yaml.safe_load((world / "build.yaml").read_text())
     config |= {
         "name": "learning",
@@ -69,10 +75,18 @@ def build(root: Path, world: Path, train: int, stages: dict) -> str:
     path = root / "build.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     run(["build", "--config", str(path), "--root", str(root / "wh")], stages, "build")
+    return _build_run(root)
+
+
+def _build_run(root: Path) -> str | None:
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse
 
-    return query(Warehouse(root / "wh"), "select run_id from runs where flow = 'build'").column(0)[0].as_py()
+    if not (root / "wh").is_dir():
+        return None
+    sql = "select run_id from runs where flow = 'build' and status = 'completed'"
+    ids = query(Warehouse(root / "wh"), sql).column(0).to_pylist()
+    return ids[0] if ids else None
 
 
 def pruned_rows(root: Path, run_id: str) -> Path:
@@ -178,26 +192,37 @@ def rung_scores(root: Path) -> list[dict]:
 
 
 def train(root: Path, stages: dict, name: str, args: argparse.Namespace, source: list[str]) -> str:
-    """SFT of the embedded model; returns the model id."""
+    """SFT of the embedded model; returns the model id (the model of that name ``root`` has
+    already, when it has one)."""
+    if (done := _model(root, name)) is not None:
+        return done
     trl = [f"max_steps={args.steps}", f"learning_rate={args.lr}"]
     trl += [] if args.bf16 is None else [f"bf16={str(args.bf16).lower()}"]  # default: the trainer's choice
     run(["train", "--method", "sft", *source, *[a for t in trl for a in ("--trl", t)],
                "--name", name, "--root", str(root / "wh")], stages, f"train {name}")  # fmt: skip
+    return _model(root, name)
+
+
+def _model(root: Path, name: str) -> str | None:
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse
 
+    if not (root / "wh").is_dir():
+        return None
     sql = (
         "select model_id from models where json_extract_string(lineage, '$.name') = $n order by created_at desc limit 1"
     )
-    return query(Warehouse(root / "wh"), sql, {"n": name}).column(0)[0].as_py()
+    ids = query(Warehouse(root / "wh"), sql, {"n": name}).column(0).to_pylist()
+    return ids[0] if ids else None
 
 
 def main(args: argparse.Namespace) -> None:
     root = Path(args.root or tempfile.mkdtemp(prefix="learning-"))
     stages: dict = {}
     questions = max(round(args.train / 0.6), round(args.test / 0.25))  # the world's default shares
-    run(["world", "--seed", str(args.seed), "--questions", str(questions), "--passages", str(args.passages),
-         "--rungs", args.rungs, str(root / "world")], stages, "world")  # fmt: skip
+    if not (root / "world" / "world.json").is_file():  # a --root given again resumes where it stopped
+        run(["world", "--seed", str(args.seed), "--questions", str(questions), "--passages", str(args.passages),
+             "--rungs", args.rungs, str(root / "world")], stages, "world")  # fmt: skip
     run_id = build(root, root / "world", args.train, stages)
     models = {"r3-sft (kept)": train(root, stages, "world-r3-sft", args, ["--run-id", run_id])}
     if args.control != "none":
