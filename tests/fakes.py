@@ -260,3 +260,31 @@ class TokenScriptedBackend(ScriptedBackend):
             completion_logprobs=tuple(-(i + 1) / 64 for i in range(len(sampled))),
             tokenizer_fingerprint="chars-v1",
         )
+
+
+class DirectGenerator:
+    """A backend behind the ``Generator`` contract without an engine: one request, one call (for
+    a mode's loop driven by a deterministic backend such as a world teacher)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    async def generate(self, request: Request) -> list:
+        return self.backend.generate_batch([request])[0]
+
+
+def world_test_outcomes(answer, backend, retriever, config, folder) -> list[tuple[dict, object]]:
+    """(row, outcome) of every test question of the world in ``folder``, answered by the mode
+    function ``answer`` with ``backend`` (a world teacher) behind a ``DirectGenerator``."""
+    import asyncio
+    import json
+
+    from ragfactory.tasks.eval.inference import EvalQuestion
+
+    rows = [json.loads(line) for line in (folder / "test.jsonl").read_text().splitlines()]
+
+    async def run_all():
+        questions = [EvalQuestion(f"world:{r['id']}", r["question"], (r["answer"],)) for r in rows]
+        return await asyncio.gather(*(answer(q, DirectGenerator(backend), retriever, config) for q in questions))
+
+    return list(zip(rows, asyncio.run(run_all())))

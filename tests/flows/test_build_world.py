@@ -9,6 +9,7 @@ from ragfactory.flows.build import build
 from ragfactory.flows.config import BuildConfig
 from ragfactory.tasks.data.world import WorldSpec, build_config, generate
 from ragfactory.tasks.retrieval.bm25 import BM25Retriever
+from ragfactory.tasks.search.mcts.steps import parse_turn
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
 
@@ -63,3 +64,34 @@ def test_a_teacher_build_keeps_right_attempts_and_exports_their_steps(tmp_path):
         "select sum(len(q.gold_plan) + 1) as n from questions q where question_id in (select question_id from nodes)",
     ).to_pylist()[0]["n"]
     assert query(wh, "select count(*) as n from sft_examples").to_pylist()[0]["n"] == hops
+
+
+@pytest.mark.slow  # Prefect and the warehouse; the teacher engine itself answers in microseconds
+def test_a_teacher_mcts_build_pairs_right_steps_over_wrong_ones(tmp_path):
+    generate(WorldSpec(seed=0, questions=30, passages=400), tmp_path / "world")
+    config = build_config(tmp_path / "world") | {
+        "warehouse": {"root": str(tmp_path / "wh")},
+        "llm": {"policy": {"backend": "world:mcts-teacher", "options": {"world": str(tmp_path / "world")}}},
+        "search": {"strategies": ["mcts"], "questions_per_dataset": 8, "mcts": {"temperature": 0.5, "metric": "em"}},
+    }
+    summary = build(BuildConfig.model_validate(config), run_id="teacher")
+    assert summary["status"] == "completed", summary["errors"]
+    pairs = query(
+        Warehouse(tmp_path / "wh"),
+        "select p.decision, p.chosen[1].content as chosen, p.rejected[1].content as rejected, p.gap,"
+        " q.golden_answers[1] as answer, [s.answer for s in q.gold_plan] as hops"
+        " from preference_pairs p join questions q using (question_id) order by p.pair_id",
+    ).to_pylist()
+    # the 8 questions' trees (2 lookups, 3 bridges, 2 comparisons, 1 chain) give 15 pairs
+    assert [sum(p["decision"] == d for p in pairs) for d in ("query", "evidence", "answer")] == [9, 4, 2]
+    assert all(p["gap"] > 0 for p in pairs)
+    for pair in pairs:
+        chosen, rejected = parse_turn(pair["chosen"]).fields, parse_turn(pair["rejected"]).fields
+        if pair["decision"] == "query":  # searching preferred to answering at once, and wrongly
+            assert chosen["action"] == "query" and rejected["action"] == "answer"
+            assert rejected["content"] != pair["answer"]
+        elif pair["decision"] == "evidence":  # the sentence that states a hop's answer, not another
+            assert any(h in chosen["content"] and h not in rejected["content"] for h in pair["hops"])
+        else:  # the evidence's answer
+            assert (chosen["content"], rejected["action"]) == (pair["answer"], "answer")
+            assert rejected["content"] != pair["answer"]

@@ -135,8 +135,15 @@ def read_fact(text: str, subject: str, relation: str) -> str | None:
     >>> read_fact("Tharo Vekin is a native of Drelmere. Tharo Vekin enjoys long walks.", "Tharo Vekin", "born_in")
     'Drelmere'
     """
+    match = find_fact(text, subject, relation)
+    return None if match is None else match.group("o")
+
+
+def find_fact(text: str, subject: str, relation: str) -> re.Match | None:
+    """The sentence of ``text`` that states (``subject``, ``relation``) (its object the match's
+    group ``o``), or None."""
     spec = RELATIONS[relation]
     for sentence in spec.sentences:
         if (match := _pattern(sentence, subject, spec.object).search(text)) is not None:
-            return match.group("o")
+            return match
     return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ragfactory.tasks.search.mcts import teacher  # noqa: F401  (registers the world teacher engine)
 from ragfactory.tasks.search.mcts.config import STRATEGY, MctsConfig
 from ragfactory.tasks.search.mcts.expansion import expand
 from ragfactory.tasks.search.mcts.fates import explain

@@ -20,15 +20,12 @@ The engine is ``backend: "world:r3-teacher"`` with ``options: {world: <folder>}`
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
-from ragfactory.tasks.data.world.names import Namer
 from ragfactory.tasks.data.world.oracle import final_answer, read_hits, resolve
+from ragfactory.tasks.data.world.teaching import Gold, errs, load_world, world_digest, world_option, wrong_answer
 from ragfactory.tasks.llm.registry import register_backend
 from ragfactory.tasks.llm.types import Completion, Request
 from ragfactory.tasks.retrieval.types import Hit
@@ -39,26 +36,6 @@ TEACHER_VERSION = 1  # bump when the same prompt would get another step
 _QUESTION = re.compile(r"#### Current Input:\nThe question: (.*?)(?:\. The Previous Steps:|\n#### Output:)", re.DOTALL)
 _STEP = re.compile(r"^Step \d+:$", re.MULTILINE)
 _DOC = re.compile(r"^\(\d+\) (.+?): (.*)$", re.MULTILINE)
-
-
-@dataclass(frozen=True)
-class Gold:
-    steps: list[str]
-    relations: list[str]
-    rung: str
-
-
-def load_world(folder: Path) -> dict[str, Gold]:
-    """Every world question's decomposition by question text."""
-    gold = {}
-    for split in ("train", "valid", "test"):
-        for line in (folder / f"{split}.jsonl").read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            steps = row["question_decomposition"]
-            gold[row["question"].strip()] = Gold(
-                [s["question"] for s in steps], [s["relation"] for s in steps], row["rung"]
-            )
-    return gold
 
 
 def read_prompt(prompt: str) -> tuple[str, list[tuple[str, list[Hit]]]]:
@@ -81,9 +58,7 @@ class WorldTeacher:
     def __init__(self, folder: Path):
         self.folder = folder
         self.gold = load_world(folder)
-        digest = hashlib.sha256((folder / "world.json").read_bytes())
-        self.fingerprint = f"world-teacher/r3/v{TEACHER_VERSION}/{digest.hexdigest()[:16]}"
-        self.wrong = Namer(1_000_003)
+        self.fingerprint = f"world-teacher/r3/v{TEACHER_VERSION}/{world_digest(folder)}"
 
     def generate_batch(self, requests: list[Request]) -> list[list[Completion]]:
         return [[self._step(r, random.Random(f"{r.sampling.seed + i}")) for i in range(r.sampling.n)] for r in requests]
@@ -109,24 +84,14 @@ class WorldTeacher:
 
     def _answer(self, gold: Gold, answers: list[str | None], request: Request, rng: random.Random) -> str:
         right = final_answer(gold.rung, gold.steps, answers) if answers and None not in answers else None
-        if right is not None and rng.random() >= request.sampling.temperature:
+        if right is not None and not errs(request.sampling.temperature, rng):
             return right
-        if right is not None and right.isdigit():
-            return str(int(right) + rng.choice([-1, 1]) * rng.randint(1, 40))
-        return self.wrong.name("city", rng.randrange(1_000_000))
+        return wrong_answer(right, rng)
 
 
 def make_teacher(role, cache_dir: Path | None) -> WorldTeacher:
     """The engine ``backend: "world:r3-teacher"`` names; ``options: {world: <folder>}``."""
-    unknown = sorted(set(role.options) - {"world"})
-    if unknown or "world" not in role.options:
-        raise ValueError(
-            f"{TEACHER} takes one option, world (a folder `ragfactory world` wrote); got {sorted(role.options)}"
-        )
-    folder = Path(role.options["world"])
-    if not (folder / "world.json").is_file():
-        raise ValueError(f"{TEACHER}: {folder} holds no world.json (write one with `ragfactory world {folder}`)")
-    return WorldTeacher(folder)
+    return WorldTeacher(world_option(TEACHER, role.options))
 
 
 register_backend(TEACHER, make_teacher, replace=True)

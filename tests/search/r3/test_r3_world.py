@@ -19,6 +19,7 @@ from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.r3.evaluation import MODES, answer_r3
 from ragfactory.tasks.search.r3.steps import Step, parse_step, step_prompt
 from ragfactory.tasks.search.r3.teacher import WorldTeacher, read_prompt
+from tests.fakes import DirectGenerator, world_test_outcomes
 
 
 @pytest.fixture(scope="module")
@@ -82,37 +83,20 @@ def test_the_teacher_refuses_a_prompt_that_is_not_an_r3_step(world):
         teacher.generate_batch([Request((Message("user", step_prompt("Who directed Jaws?", [], 512)),))])
 
 
-class _Engine:
-    """The teacher behind the Generator contract (one request, one engine call)."""
-
-    def __init__(self, backend):
-        self.backend = backend
-
-    async def generate(self, request):
-        return self.backend.generate_batch([request])[0]
-
-
 def test_the_r3_mode_runs_the_step_loop_the_teacher_answers_every_test_question(world):
     out, teacher, retriever = world
     assert MODES == {"r3": answer_r3}
-    config = InferenceConfig(max_rounds=5, max_tokens=96)
-
-    async def run_all():
-        questions = [EvalQuestion(f"world:{r['id']}", r["question"], (r["answer"],)) for r in rows(out, "test")]
-        return questions, await asyncio.gather(*(answer_r3(q, _Engine(teacher), retriever, config) for q in questions))
-
-    questions, outcomes = asyncio.run(run_all())
-    assert [o.prediction for o in outcomes] == [q.golden_answers[0] for q in questions]
-    hops = {r["id"]: len(r["question_decomposition"]) for r in rows(out, "test")}
+    done = world_test_outcomes(answer_r3, teacher, retriever, InferenceConfig(max_rounds=5, max_tokens=96), out)
+    assert [o.prediction for _, o in done] == [r["answer"] for r, _ in done]
     # one retrieval and one step per hop, then the answering step
-    assert [o.n_retrievals for o in outcomes] == [hops[q.question_id.split(":")[1]] for q in questions]
-    assert all(o.n_steps == o.n_retrievals + 1 and not o.errors for o in outcomes)
+    assert [o.n_retrievals for _, o in done] == [len(r["question_decomposition"]) for r, _ in done]
+    assert all(o.n_steps == o.n_retrievals + 1 and not o.errors for _, o in done)
 
 
 def test_the_r3_mode_ends_at_max_rounds_without_a_prediction(world):
     out, teacher, retriever = world
     row = next(r for r in rows(out, "test") if r["rung"] == "chain")
     question = EvalQuestion("world:x", row["question"], (row["answer"],))
-    outcome = asyncio.run(answer_r3(question, _Engine(teacher), retriever, InferenceConfig(max_rounds=2)))
+    outcome = asyncio.run(answer_r3(question, DirectGenerator(teacher), retriever, InferenceConfig(max_rounds=2)))
     assert outcome.prediction == "" and outcome.errors == ["no final answer in 2 steps"]
     assert outcome.n_retrievals == 2
