@@ -15,12 +15,17 @@ Methods measured:
   the ``r3`` mode (R3's step loop, the inference the data trains). Controls: SFT on one pruned
   trajectory a question (the same queries, a wrong final answer: ``--control pruned``), or on the
   kept steps each given another question's completion (``--control scrambled``).
+- ``mcts-dpo``: ReasonRAG's MCTS (§2.2) with the world's teacher engine as its policy
+  (``tasks/search/mcts/teacher.py``: it errs on half its samples), SPRE-valued sibling pairs, DPO
+  on them, evaluated in the ``agentic`` mode (ReasonRAG's Reasoning / Grounding loop). Control:
+  DPO on the same pairs with chosen and rejected swapped.
 
 Every stage runs as a user runs it (``ragfactory world``, ``build``, ``train``, ``evaluate``), in
 a warehouse of its own; the CPU seconds and the peak resident memory of each are the children's
 as the kernel counts them.
 
-Run: .venv/bin/python benchmarks/learning.py [--train 200] [--test 200] [--steps 12] [--rungs lookup] [--root DIR]
+Run: .venv/bin/python benchmarks/learning.py [--methods r3-sft,mcts-dpo] [--train 200] [--test 200] [--steps 12]
+     [--rungs lookup] [--root DIR]
 
 A ``--root`` given again resumes: its world, its completed build and its models of the same name
 are reused (so another control can be trained beside an earlier run's kept model).
@@ -45,7 +50,6 @@ from benchmarks.common import report  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "ragfactory.cli"]
-R3 = {"n_attempts": 4, "min_queries": 1, "judge_outcome": False, "judge_relevance": False, "metric": "em"}
 
 
 def run(args: list[str], stages: dict, name: str) -> str:
@@ -60,32 +64,55 @@ def run(args: list[str], stages: dict, name: str) -> str:
     return done.stdout
 
 
-def build(root: Path, world: Path, train: int, stages: dict) -> str:
-    """R3 with the world teacher on ``train`` world train questions; returns the run id (the
-    warehouse's build run when ``root`` has one already)."""
-    if (done := _build_run(root)) is not None:
+# What each method builds with, trains and is evaluated in: the strategy and its settings (with the
+# world's teacher engine for it as the policy), the training method and its TRL settings, and the
+# evaluation mode that runs the inference the data trains, with the rounds its rungs need.
+R3 = {"n_attempts": 4, "min_queries": 1, "judge_outcome": False, "judge_relevance": False, "metric": "em"}
+# Siblings at temperature 0.5: the teacher errs on half its samples, so a state's two children
+# differ as often as not; its greedy rollouts never err, so SPRE values a right step above a wrong
+# one. No query is forced: the first step's pair is searching against answering at once.
+MCTS = {"temperature": 0.5, "min_queries": 0, "metric": "em"}
+METHODS = {
+    "r3-sft": {"strategy": "r3", "settings": R3, "teacher": "world:r3-teacher", "method": "sft",
+               "trl": [], "mode": ["r3", "--max-rounds", "5", "--max-tokens", "96"]},
+    # Reference log-probs at each step, not precomputed over every pair of the export (a forward
+    # pass over all of them, when a run of 16 steps reads 128); no activation recomputation (a
+    # micro-batch of one pair of ~400 tokens holds little): a fifth of a step's compute each.
+    "mcts-dpo": {"strategy": "mcts", "settings": MCTS, "teacher": "world:mcts-teacher", "method": "dpo",
+                 "trl": ["precompute_ref_log_probs=false", "activation_checkpointing=false"],
+                 "mode": ["agentic", "--max-rounds", "7", "--max-tokens", "64"]},
+}  # fmt: skip
+
+
+def build(root: Path, world: Path, method: dict, train: int, stages: dict) -> str:
+    """The method's strategy with the world's teacher on ``train`` world train questions; returns
+    the run id (the warehouse's build of that strategy when ``root`` has one already)."""
+    strategy = method["strategy"]
+    if (done := _build_run(root, strategy)) is not None:
         return done
     config = yaml.safe_load((world / "build.yaml").read_text())
     config |= {
-        "name": "learning",
-        "llm": {"policy": {"backend": "world:r3-teacher", "options": {"world": str(world)}}},
-        "search": {"strategies": ["r3"], "questions_per_dataset": train, "shard_size": 50, "r3": R3},
+        "name": f"learning-{strategy}",
+        "llm": {"policy": {"backend": method["teacher"], "options": {"world": str(world)}}},
+        "search": {"strategies": [strategy], "questions_per_dataset": train, "shard_size": 50,
+                   strategy: method["settings"]},
         "export": {"decontamination": {"mode": "drop", "against": ["valid", "test"]}},
-    }
-    path = root / "build.yaml"
+    }  # fmt: skip
+    path = root / f"build-{strategy}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    run(["build", "--config", str(path), "--root", str(root / "wh")], stages, "build")
-    return _build_run(root)
+    run(["build", "--config", str(path), "--root", str(root / "wh")], stages, f"build {strategy}")
+    return _build_run(root, strategy)
 
 
-def _build_run(root: Path) -> str | None:
+def _build_run(root: Path, strategy: str) -> str | None:
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse
 
     if not (root / "wh").is_dir():
         return None
-    sql = "select run_id from runs where flow = 'build' and status = 'completed'"
-    ids = query(Warehouse(root / "wh"), sql).column(0).to_pylist()
+    sql = """select run_id from runs where flow = 'build' and status = 'completed'
+             and run_id in (select run_id from nodes where strategy = $s)"""
+    ids = query(Warehouse(root / "wh"), sql, {"s": strategy}).column(0).to_pylist()
     return ids[0] if ids else None
 
 
@@ -114,22 +141,39 @@ def pruned_rows(root: Path, run_id: str) -> Path:
         if node["kind"] != "question":
             node["is_selected"] = node["parsed"].get("attempt") == wrong.get(node["question_id"], -1)
     rows = r3_sft_examples(nodes, questions)
-    path = root / "control.parquet"
+    path = root / "control-pruned.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
 
 
-def evaluate(root: Path, model: str, test: int, stages: dict, name: str) -> dict:
-    """``model`` against the embedded base on ``test`` world test questions in the r3 mode."""
-    args = ["evaluate", "--model", model, "--compare", "embedded", "--dataset", "world", "--mode", "r3"]
-    args += ["--limit", str(test), "--max-rounds", "5", "--max-tokens", "96", "--source", "corpus"]
-    args += ["--engine-option", "kv_cache_mb=1024"]  # a decode chunk holds ~20 R3 prompts, not ~5
+def evaluate(root: Path, model: str, method: dict, test: int, stages: dict, name: str) -> dict:
+    """``model`` against the embedded base on ``test`` world test questions in the method's mode."""
+    args = ["evaluate", "--model", model, "--compare", "embedded", "--dataset", "world", "--mode", *method["mode"]]
+    args += ["--limit", str(test), "--source", "corpus"]
+    args += ["--engine-option", "kv_cache_mb=1024"]  # a decode chunk holds ~20 step prompts, not ~5
     run([*args, "--root", str(root / "wh")], stages, name)
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse
 
     sql = "select * from eval_compare where model_a = $m order by created_at desc limit 1"
     return query(Warehouse(root / "wh"), sql, {"m": model}).to_pylist()[0]
+
+
+def swapped_rows(root: Path, run_id: str) -> Path:
+    """The DPO control's pairs: every exported pair with its chosen and rejected steps swapped."""
+    import pyarrow.parquet as pq
+
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    sql = "select * from preference_pairs where run_id = $r order by pair_id"
+    pairs = query(Warehouse(root / "wh"), sql, {"r": run_id})
+    chosen, rejected = pairs.column("chosen"), pairs.column("rejected")
+    pairs = pairs.set_column(pairs.schema.get_field_index("chosen"), "chosen", rejected)
+    pairs = pairs.set_column(pairs.schema.get_field_index("rejected"), "rejected", chosen)
+    path = root / "control-swapped.parquet"
+    pq.write_table(pairs, path)
+    return path
 
 
 def scrambled_rows(root: Path, run_id: str) -> Path:
@@ -155,7 +199,7 @@ def scrambled_rows(root: Path, run_id: str) -> Path:
         for i, steps in enumerate(group):
             for step, content in zip(steps, answers[(i + 1) % len(group)]):
                 step["messages"][-1] = {"role": "assistant", "content": content}
-    path = root / "control.parquet"
+    path = root / "control-scrambled.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
 
@@ -181,24 +225,25 @@ def paired(root: Path, model_a: str, model_b: str) -> dict:
 
 
 def rung_scores(root: Path) -> list[dict]:
-    """EM and retrievals a question per model and rung of the world's test questions."""
+    """EM and retrievals a question per model, mode and rung of the world's test questions."""
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse
 
-    sql = """select e.model_id as model, json_extract_string(q.metadata, '$.rung') as rung, count(distinct e.question_id) as n,
+    sql = """select e.model_id as model, e.mode, json_extract_string(q.metadata, '$.rung') as rung, count(distinct e.question_id) as n,
                round(avg(e.em), 3) as em, round(avg(e.n_retrievals), 2) as retrievals
              from evals e join questions q using (question_id) group by all order by all"""
     return query(Warehouse(root / "wh"), sql).to_pylist()
 
 
-def train(root: Path, stages: dict, name: str, args: argparse.Namespace, source: list[str]) -> str:
-    """SFT of the embedded model; returns the model id (the model of that name ``root`` has
-    already, when it has one)."""
+def train(root: Path, stages: dict, name: str, method: dict, args: argparse.Namespace, source: list[str]) -> str:
+    """The method's training of the embedded model; returns the model id (the model of that name
+    ``root`` has already, when it has one)."""
     if (done := _model(root, name)) is not None:
         return done
-    trl = [f"max_steps={args.steps}", f"learning_rate={args.lr}"]
+    lr = args.lr if method["method"] == "sft" else args.dpo_lr
+    trl = [f"max_steps={args.steps}", f"learning_rate={lr}", *method["trl"]]
     trl += [] if args.bf16 is None else [f"bf16={str(args.bf16).lower()}"]  # default: the trainer's choice
-    run(["train", "--method", "sft", *source, *[a for t in trl for a in ("--trl", t)],
+    run(["train", "--method", method["method"], *source, *[a for t in trl for a in ("--trl", t)],
                "--name", name, "--root", str(root / "wh")], stages, f"train {name}")  # fmt: skip
     return _model(root, name)
 
@@ -216,6 +261,32 @@ def _model(root: Path, name: str) -> str | None:
     return ids[0] if ids else None
 
 
+def control_rows(name: str, args: argparse.Namespace):
+    """The control a method trains beside it: R3's SFT the ``--control`` one, MCTS's DPO swapped
+    pairs; None with ``--control none``."""
+    if args.control == "none":
+        return None
+    if name == "mcts-dpo":
+        return "swapped", swapped_rows
+    return args.control, {"pruned": pruned_rows, "scrambled": scrambled_rows}[args.control]
+
+
+def measure(root: Path, name: str, args: argparse.Namespace, stages: dict) -> list[dict]:
+    """One method's build, training, control and evaluations: its lines of the learning table."""
+    method = METHODS[name]
+    run_id = build(root, root / "world", method, args.train, stages)
+    models = {name: train(root, stages, f"world-{name}", method, args, ["--run-id", run_id])}
+    if (control := control_rows(name, args)) is not None:
+        kind, rows_of = control
+        source = ["--parquet", str(rows_of(root, run_id))]
+        models[f"{name} control ({kind})"] = train(root, stages, f"world-{name}-{kind}", method, args, source)
+    rows = [table_row(label, evaluate(root, model, method, args.test, stages, f"evaluate {label}"))
+            for label, model in models.items()]  # fmt: skip
+    if control is not None:  # the labels' own share: trained against control, question by question
+        rows.append(table_row(f"{name} vs control", paired(root, *models.values())))
+    return rows
+
+
 def main(args: argparse.Namespace) -> None:
     root = Path(args.root or tempfile.mkdtemp(prefix="learning-"))
     stages: dict = {}
@@ -223,17 +294,7 @@ def main(args: argparse.Namespace) -> None:
     if not (root / "world" / "world.json").is_file():  # a --root given again resumes where it stopped
         run(["world", "--seed", str(args.seed), "--questions", str(questions), "--passages", str(args.passages),
              "--rungs", args.rungs, str(root / "world")], stages, "world")  # fmt: skip
-    run_id = build(root, root / "world", args.train, stages)
-    models = {"r3-sft (kept)": train(root, stages, "world-r3-sft", args, ["--run-id", run_id])}
-    if args.control != "none":
-        rows_of = {"pruned": pruned_rows, "scrambled": scrambled_rows}[args.control]
-        control = ["--parquet", str(rows_of(root, run_id))]
-        models[f"control ({args.control})"] = train(root, stages, f"world-r3-sft-{args.control}", args, control)
-    rows = []
-    for label, model in models.items():
-        rows.append(table_row(label, evaluate(root, model, args.test, stages, f"evaluate {label}")))
-    if args.control != "none":  # the answer labels' own share: kept against control, question by question
-        rows.append(table_row("kept vs control", paired(root, *models.values())))
+    rows = [row for name in args.methods.split(",") for row in measure(root, name, args, stages)]
     report("learning", rows)
     report("learning_rungs", rung_scores(root))
     report("learning_stages", [{"stage": k, **v} for k, v in stages.items()])
@@ -247,8 +308,10 @@ if __name__ == "__main__":
     parser.add_argument("--train", type=int, default=200, help="world train questions the build expands")
     parser.add_argument("--test", type=int, default=200, help="world test questions both models answer")
     parser.add_argument("--passages", type=int, default=3000, help="the world corpus's size")
-    parser.add_argument("--steps", type=int, default=12, help="SFT steps (TRL's batch of 8)")
+    parser.add_argument("--methods", default="r3-sft,mcts-dpo", help=f"of {', '.join(METHODS)}")
+    parser.add_argument("--steps", type=int, default=12, help="training steps (TRL's batch of 8)")
     parser.add_argument("--lr", type=float, default=1e-4, help="SFT learning rate")
+    parser.add_argument("--dpo-lr", type=float, default=5e-5, help="DPO learning rate")
     parser.add_argument("--rungs", default="lookup,bridge,comparison,chain", help="the world's question rungs")
     parser.add_argument(
         "--bf16",
@@ -260,8 +323,8 @@ if __name__ == "__main__":
         "--control",
         choices=["pruned", "scrambled", "none"],
         default="pruned",
-        help="the control trained and evaluated beside: pruned trajectories (the kept queries, a wrong answer), "
-        "kept steps scrambled across questions, or none",
+        help="the control trained and evaluated beside SFT: pruned trajectories (the kept queries, a wrong "
+        "answer), kept steps scrambled across questions, or none (DPO's control is its pairs swapped)",
     )
     parser.add_argument("--root", default=None)
     main(parser.parse_args())
