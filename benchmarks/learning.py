@@ -311,7 +311,9 @@ if __name__ == "__main__":
     parser.add_argument("--methods", default="r3-sft,mcts-dpo", help=f"of {', '.join(METHODS)}")
     parser.add_argument("--steps", type=int, default=12, help="training steps (TRL's batch of 8)")
     parser.add_argument("--lr", type=float, default=1e-4, help="SFT learning rate")
-    parser.add_argument("--dpo-lr", type=float, default=5e-5, help="DPO learning rate")
+    parser.add_argument(
+        "--dpo-lr", type=float, default=1e-4, help="DPO learning rate (as SFT's: Adam moves the weights as far a step)"
+    )
     parser.add_argument("--rungs", default="lookup,bridge,comparison,chain", help="the world's question rungs")
     parser.add_argument(
         "--bf16",
