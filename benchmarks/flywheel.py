@@ -13,6 +13,10 @@ a small model move F1, not what the papers' 1–8B models gain.
 
 Run: .venv/bin/python benchmarks/flywheel.py [--nights 3] [--questions 32] [--steps 20]
      [--eval-limit 50] [--root DIR]
+
+The world's flywheel (configs/world-nightly.yaml; docs/world.md), from a folder holding `world/`:
+     ragfactory world --seed 0 --questions 800 --passages 3000 --rungs lookup world/
+     python benchmarks/flywheel.py --config configs/world-nightly.yaml
 """
 
 from __future__ import annotations
@@ -33,19 +37,27 @@ from benchmarks.common import report  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 
 
-def nightly_parameters(root: str, questions: int, steps: int, eval_limit: int) -> dict:
-    """The ``nightly`` deployment's config, in ``root``, with the budgets given."""
-    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
-    [deployment] = [d for d in spec["deployments"] if d["name"] == "nightly"]
-    config = copy.deepcopy(deployment["parameters"]["config"])
-    config["build"]["search"]["questions_per_night"] = questions
+def nightly_parameters(root: str, args: argparse.Namespace) -> dict:
+    """The nightly config (``--config``, else the ``nightly`` deployment's), in ``root``, with the
+    budgets the flags give."""
+    if args.config:
+        config = yaml.safe_load(Path(args.config).read_text())
+    else:
+        spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
+        [deployment] = [d for d in spec["deployments"] if d["name"] == "nightly"]
+        config = copy.deepcopy(deployment["parameters"]["config"])
     config["build"]["warehouse"] = {"root": root}
-    config["trl"] = {method: {**config["trl"].get(method, {}), "max_steps": steps} for method in config["methods"]}
-    config["evaluation"]["limit"] = eval_limit
+    if args.questions is not None:
+        config["build"]["search"]["questions_per_night"] = args.questions
+    if args.steps is not None:
+        trl = config.get("trl", {})
+        config["trl"] = {m: {**trl.get(m, {}), "max_steps": args.steps} for m in config.get("methods", ["sft", "dpo"])}
+    if args.eval_limit is not None:
+        config.setdefault("evaluation", {})["limit"] = args.eval_limit
     return config
 
 
-def night_row(root: str, result: dict, wall_s: float) -> dict:
+def night_row(root: str, config, result: dict, wall_s: float) -> dict:
     """One night: what it built, trained and decided, and its promoted model's test F1."""
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse
@@ -68,27 +80,25 @@ def night_row(root: str, result: dict, wall_s: float) -> dict:
         "sft_loss": losses.get("sft"),
         "dpo_loss": losses.get("dpo"),
         "n_valid": d.get("n"),
-        "delta_f1": d.get("delta"),
+        f"delta_{config.metric}": d.get("delta"),
         "ci_low": d.get("ci_low"),
         "ci_high": d.get("ci_high"),
         "p": d.get("p"),
         "decision": d["decision"],
         "reason": d.get("reason"),
         "promoted": d["promoted"],
-        "test_f1": test_f1(root, result["test"]["run_id"]),
+        f"test_{config.metric}": test_score(root, config, result["test"]["run_id"]),
         "wall_s": round(wall_s),
     }
 
 
-def test_f1(root: str, eval_run_id: str) -> float:
+def test_score(root: str, config, eval_run_id: str) -> float:
+    """The mean of the deciding metric in the deciding mode over an evaluation's questions."""
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse
 
-    mean = (
-        query(Warehouse(root), "select avg(f1) from evals where run_id = $r and mode = 'agentic'", {"r": eval_run_id})
-        .column(0)[0]
-        .as_py()
-    )
+    sql = f"select avg({config.metric}) from evals where run_id = $r and mode = $m"
+    mean = query(Warehouse(root), sql, {"r": eval_run_id, "m": config.mode}).column(0)[0].as_py()
     return round(mean or 0.0, 4)
 
 
@@ -102,12 +112,12 @@ def main(args: argparse.Namespace) -> None:
     from ragfactory.flows.nightly import nightly
 
     root = args.root or tempfile.mkdtemp(prefix="flywheel-")
-    config = NightlyConfig.model_validate(nightly_parameters(root, args.questions, args.steps, args.eval_limit))
+    config = NightlyConfig.model_validate(nightly_parameters(root, args))
     rows = []
     for i in range(1, args.nights + 1):
         start = time.perf_counter()
         result = run_flow(lambda night=f"night-{i}": nightly(config, night=night, return_state=True), cleanup)
-        rows.append(night_row(root, result, time.perf_counter() - start))
+        rows.append(night_row(root, config, result, time.perf_counter() - start))
         print(rows[-1], flush=True)
     base = config.base_model
     if rows[-1]["promoted"] != base:  # the base on the same test questions, for the comparison
@@ -118,7 +128,9 @@ def main(args: argparse.Namespace) -> None:
             {
                 "night": "base",
                 "promoted": base,
-                "test_f1": test_f1(root, evaluated(Warehouse(root), config, base, "test")["run_id"]),
+                f"test_{config.metric}": test_score(
+                    root, config, evaluated(Warehouse(root), config, base, "test")["run_id"]
+                ),
             }
         )
     print(f"warehouse: {root}")
@@ -128,8 +140,13 @@ def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nights", type=int, default=3)
-    parser.add_argument("--questions", type=int, default=32, help="new train questions per strategy per night")
-    parser.add_argument("--steps", type=int, default=20, help="optimizer steps of each training method")
-    parser.add_argument("--eval-limit", type=int, default=50, help="valid (and test) questions per evaluation")
+    parser.add_argument("--config", help="a nightly config (default: prefect.yaml's nightly deployment's)")
+    parser.add_argument(
+        "--questions", type=int, help="new train questions per strategy per night (default: the config's)"
+    )
+    parser.add_argument("--steps", type=int, help="optimizer steps of each training method (default: the config's)")
+    parser.add_argument(
+        "--eval-limit", type=int, help="valid (and test) questions per evaluation (default: the config's)"
+    )
     parser.add_argument("--root", help="the warehouse (default: a new temporary folder)")
     main(parser.parse_args())
