@@ -3,15 +3,20 @@ partition, and with ``corpus.from_datasets: false`` only the world's corpus is i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from ragfactory.flows.build import build
-from ragfactory.flows.config import BuildConfig
+from ragfactory.flows.config import BuildConfig, NightlyConfig
 from ragfactory.tasks.data.world import WorldSpec, build_config, generate
 from ragfactory.tasks.retrieval.bm25 import BM25Retriever
 from ragfactory.tasks.search.mcts.steps import parse_turn
 from ragfactory.warehouse.catalog import query
 from ragfactory.warehouse.store import Warehouse
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow  # the null engine's tokenizer and Prefect load
@@ -95,3 +100,14 @@ def test_a_teacher_mcts_build_pairs_right_steps_over_wrong_ones(tmp_path):
         else:  # the evidence's answer
             assert (chosen["content"], rejected["action"]) == (pair["answer"], "answer")
             assert rejected["content"] != pair["answer"]
+
+
+def test_the_world_nightly_config_builds_with_the_teacher_and_decides_on_the_mode_it_trains():
+    config = NightlyConfig.model_validate(yaml.safe_load((REPO / "configs/world-nightly.yaml").read_text()))
+    assert config.build.llm.policy.backend == "world:r3-teacher"
+    assert config.build.llm.policy.options == {"world": "world"}
+    assert [(d.path, d.partition) for d in config.build.datasets] == [
+        (f"world/{split}.jsonl", split) for split in ("train", "valid", "test")
+    ]
+    assert (config.build.search.select, config.build.search.questions_per_night) == ("frontier", 40)
+    assert (config.methods, config.mode, config.metric, config.evaluation.modes) == (["sft"], "r3", "em", ["r3"])
