@@ -241,7 +241,7 @@ def train(root: Path, stages: dict, name: str, method: dict, args: argparse.Name
     if (done := _model(root, name)) is not None:
         return done
     lr = args.lr if method["method"] == "sft" else args.dpo_lr
-    trl = [f"max_steps={args.steps}", f"learning_rate={lr}", *method["trl"]]
+    trl = [f"max_steps={args.steps}", f"learning_rate={lr}", *method["trl"], *args.trl]
     trl += [] if args.bf16 is None else [f"bf16={str(args.bf16).lower()}"]  # default: the trainer's choice
     run(["train", "--method", method["method"], *source, *[a for t in trl for a in ("--trl", t)],
                "--name", name, "--root", str(root / "wh")], stages, f"train {name}")  # fmt: skip
@@ -327,6 +327,13 @@ if __name__ == "__main__":
         default="pruned",
         help="the control trained and evaluated beside SFT: pruned trajectories (the kept queries, a wrong "
         "answer), kept steps scrambled across questions, or none (DPO's control is its pairs swapped)",
+    )
+    parser.add_argument(
+        "--trl",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a TRL setting every training of the run takes (repeatable), e.g. loss_type=[sigmoid,sft] (DPO with an NLL term on the chosen step)",
     )
     parser.add_argument("--root", default=None)
     main(parser.parse_args())
