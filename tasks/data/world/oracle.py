@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragfactory.tasks.data.world.facts import read_fact
+from ragfactory.tasks.data.world.facts import find_fact
 
 REFERENCE = re.compile(r"#(\d+)")
 
@@ -35,10 +35,17 @@ def _read_step(retriever: Any, question: str, relation: str, top_k: int) -> str 
 
 def read_hits(hits: list, question: str, relation: str) -> str | None:
     """The ``relation`` fact of the first hit about an entity ``question`` names, or None."""
+    match = find_in_hits(hits, question, relation)
+    return None if match is None else match.group("o")
+
+
+def find_in_hits(hits: list, question: str, relation: str) -> re.Match | None:
+    """The sentence stating the ``relation`` fact in the first hit about an entity ``question``
+    names (its object the match's group ``o``), or None."""
     for hit in hits:
         if hit.title and hit.title in question:
-            if (value := read_fact(hit.text, hit.title, relation)) is not None:
-                return value
+            if (match := find_fact(hit.text, hit.title, relation)) is not None:
+                return match
     return None
 
 

@@ -66,3 +66,24 @@ def world_option(engine: str, options: dict) -> Path:
     if not (folder / "world.json").is_file():
         raise ValueError(f"{engine}: {folder} holds no world.json (write one with `ragfactory world {folder}`)")
     return folder
+
+
+class Teacher:
+    """A teacher engine's ``Backend`` shape: the world's gold decompositions loaded once, a
+    fingerprint that changes with the world and the teacher's ``VERSION``, and each sample ``i``
+    of a request drawn from its own ``random.Random(seed + i)``; a subclass writes one step from a
+    prompt in ``_step`` (a strategy's prompt layout is its own)."""
+
+    KIND = ""  # the strategy whose prompts it answers, in the fingerprint
+    VERSION = 1  # bump when the same prompt would get another step
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.gold = load_world(folder)
+        self.fingerprint = f"world-teacher/{self.KIND}/v{self.VERSION}/{world_digest(folder)}"
+
+    def generate_batch(self, requests: list) -> list[list]:
+        return [[self._step(r, random.Random(f"{r.sampling.seed + i}")) for i in range(r.sampling.n)] for r in requests]
+
+    def _step(self, request, rng: random.Random):
+        raise NotImplementedError

@@ -15,12 +15,13 @@ calls for, from what the prompt shows:
 It never sees a gold answer. A sample at temperature ``t`` errs with probability ``t``, as a
 small model does: a Reasoning step answers with a name no passage holds, worded as the embedded
 model words a guess ("The answer is X." before the tag), instead of searching or of the
-evidence's answer; a Grounding step states the sentence with another object. A right Reasoning
-step starts "So the", a wrong one "The answer is": the two differ from their first token, so a
-preference pair over them moves what a model writes first, not only the words after a shared
-opening (DPO's gradient on a token both share in the same context cancels). So siblings differ, SPRE values the right step above the wrong one, and the
-exported pairs prefer searching to guessing, faithful evidence to invented, and the evidence's
-answer to another; its greedy rollouts (temperature 0) never err.
+evidence's answer; a Grounding step states the sentence with another object. So siblings
+differ, SPRE values the right step above the wrong one (its greedy rollouts, at temperature 0,
+never err), and the exported pairs prefer searching to guessing, faithful evidence to invented,
+and the evidence's answer to another. A right Reasoning step starts "So the", a wrong one "The
+answer is": the two differ from their first token, so a preference pair over them moves what a
+model writes first, not only the words after a shared opening (DPO's gradient on a token both
+share in the same context cancels).
 
 The engine is ``backend: "world:mcts-teacher"`` with ``options: {world: <folder>}``; the role's
 model is unused. It answers ReasonRAG step prompts only.
@@ -32,11 +33,12 @@ import random
 import re
 from pathlib import Path
 
-from ragfactory.tasks.data.world.facts import find_fact, read_fact
-from ragfactory.tasks.data.world.oracle import final_answer, resolve
-from ragfactory.tasks.data.world.teaching import Gold, errs, load_world, world_digest, world_option, wrong_answer
+from ragfactory.tasks.data.world.facts import read_fact
+from ragfactory.tasks.data.world.oracle import final_answer, find_in_hits, resolve
+from ragfactory.tasks.data.world.teaching import Gold, Teacher, errs, world_option, wrong_answer
 from ragfactory.tasks.llm.registry import register_backend
 from ragfactory.tasks.llm.types import Completion, Request
+from ragfactory.tasks.retrieval.types import Hit
 
 TEACHER = "world:mcts-teacher"
 TEACHER_VERSION = 1  # bump when the same prompt would get another step
@@ -69,16 +71,10 @@ def read_evidence(evidence: str, query: str, relation: str) -> str | None:
     return None
 
 
-class MctsTeacher:
+class MctsTeacher(Teacher):
     """A ``Backend`` whose every completion is the oracle's next ReasonRAG step (module docstring)."""
 
-    def __init__(self, folder: Path):
-        self.folder = folder
-        self.gold = load_world(folder)
-        self.fingerprint = f"world-teacher/mcts/v{TEACHER_VERSION}/{world_digest(folder)}"
-
-    def generate_batch(self, requests: list[Request]) -> list[list[Completion]]:
-        return [[self._step(r, random.Random(f"{r.sampling.seed + i}")) for i in range(r.sampling.n)] for r in requests]
+    KIND, VERSION = "mcts", TEACHER_VERSION
 
     def _step(self, request: Request, rng: random.Random) -> Completion:
         prompt = request.messages[-1].content
@@ -111,12 +107,12 @@ class MctsTeacher:
         lead = "Based on the query, the relevant evidence is <evidence>"
         if not queries or len(queries) > len(gold.relations):
             return f"{lead}None"
-        query, relation = queries[-1], gold.relations[len(queries) - 1]
-        for title, text in docs:
-            if title and title in query and (match := find_fact(text, title, relation)) is not None:
-                sentence, value = match.group(0).strip(), match.group("o")
-                return lead + (sentence.replace(value, wrong_answer(value, rng)) if wrong else sentence)
-        return f"{lead}None"
+        hits = [Hit("", title, text, 0.0) for title, text in docs]
+        match = find_in_hits(hits, queries[-1], gold.relations[len(queries) - 1])
+        if match is None:
+            return f"{lead}None"
+        sentence, value = match.group(0).strip(), match.group("o")
+        return lead + (sentence.replace(value, wrong_answer(value, rng)) if wrong else sentence)
 
 
 def make_teacher(role, cache_dir: Path | None) -> MctsTeacher:

@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 
 from ragfactory.tasks.data.world.oracle import final_answer, read_hits, resolve
-from ragfactory.tasks.data.world.teaching import Gold, errs, load_world, world_digest, world_option, wrong_answer
+from ragfactory.tasks.data.world.teaching import Gold, Teacher, errs, world_option, wrong_answer
 from ragfactory.tasks.llm.registry import register_backend
 from ragfactory.tasks.llm.types import Completion, Request
 from ragfactory.tasks.retrieval.types import Hit
@@ -52,16 +52,10 @@ def read_prompt(prompt: str) -> tuple[str, list[tuple[str, list[Hit]]]]:
     return match.group(1).strip(), steps
 
 
-class WorldTeacher:
+class WorldTeacher(Teacher):
     """A ``Backend`` whose every completion is the oracle's next R3 step (module docstring)."""
 
-    def __init__(self, folder: Path):
-        self.folder = folder
-        self.gold = load_world(folder)
-        self.fingerprint = f"world-teacher/r3/v{TEACHER_VERSION}/{world_digest(folder)}"
-
-    def generate_batch(self, requests: list[Request]) -> list[list[Completion]]:
-        return [[self._step(r, random.Random(f"{r.sampling.seed + i}")) for i in range(r.sampling.n)] for r in requests]
+    KIND, VERSION = "r3", TEACHER_VERSION
 
     def _step(self, request: Request, rng: random.Random) -> Completion:
         prompt = request.messages[-1].content
