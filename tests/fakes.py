@@ -277,14 +277,20 @@ def world_test_outcomes(answer, backend, retriever, config, folder) -> list[tupl
     """(row, outcome) of every test question of the world in ``folder``, answered by the mode
     function ``answer`` with ``backend`` (a world teacher) behind a ``DirectGenerator``."""
     import asyncio
-    import json
 
     from ragfactory.tasks.eval.inference import EvalQuestion
 
-    rows = [json.loads(line) for line in (folder / "test.jsonl").read_text().splitlines()]
+    rows = world_rows(folder, "test")
 
     async def run_all():
         questions = [EvalQuestion(f"world:{r['id']}", r["question"], (r["answer"],)) for r in rows]
         return await asyncio.gather(*(answer(q, DirectGenerator(backend), retriever, config) for q in questions))
 
     return list(zip(rows, asyncio.run(run_all())))
+
+
+def world_rows(folder, split: str) -> list[dict]:
+    """The question rows of one split file of the world in ``folder``."""
+    import json
+
+    return [json.loads(line) for line in (folder / f"{split}.jsonl").read_text().splitlines()]

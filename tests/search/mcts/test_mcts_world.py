@@ -4,8 +4,6 @@ Reasoning and Grounding steps from what the prompt shows (and errs at temperatur
 
 from __future__ import annotations
 
-import json
-
 import pyarrow as pa
 import pytest
 
@@ -18,7 +16,7 @@ from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.mcts.evaluation import answer_agentic
 from ragfactory.tasks.search.mcts.steps import closed, grounding_input, parse_turn, reasoning_input
 from ragfactory.tasks.search.mcts.teacher import MctsTeacher, read_prompt
-from tests.fakes import world_test_outcomes
+from tests.fakes import world_rows, world_test_outcomes
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +25,6 @@ def world(tmp_path_factory):
     generate(WorldSpec(seed=0, questions=60, passages=600), out)
     retriever = BM25Retriever.build(pa.Table.from_pylist(load_corpus(out / "corpus.jsonl", "world").passages))
     return out, MctsTeacher(out), retriever
-
-
-def rows(out, split):
-    return [json.loads(line) for line in (out / f"{split}.jsonl").read_text().splitlines()]
 
 
 def ask(teacher, user, temperature=0.0, seed=0):
@@ -52,7 +46,7 @@ def test_the_prompt_reads_back_into_question_thoughts_and_documents():
 
 def test_the_teacher_walks_a_chain_query_evidence_answer(world):
     out, teacher, retriever = world
-    row = next(r for r in rows(out, "train") if r["rung"] == "chain")
+    row = next(r for r in world_rows(out, "train") if r["rung"] == "chain")
     gold, thoughts = row["question_decomposition"], []
     for k, step in enumerate(gold):
         text, turn = ask(teacher, reasoning_input(row["question"], thoughts))

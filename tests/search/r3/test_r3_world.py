@@ -5,7 +5,6 @@ only, and the ``r3`` evaluation mode runs R3's step loop (the teacher answers ev
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pyarrow as pa
 import pytest
@@ -19,7 +18,7 @@ from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.r3.evaluation import MODES, answer_r3
 from ragfactory.tasks.search.r3.steps import Step, parse_step, step_prompt
 from ragfactory.tasks.search.r3.teacher import WorldTeacher, read_prompt
-from tests.fakes import DirectGenerator, world_test_outcomes
+from tests.fakes import DirectGenerator, world_rows, world_test_outcomes
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +27,6 @@ def world(tmp_path_factory):
     generate(WorldSpec(seed=0, questions=60, passages=600), out)
     retriever = BM25Retriever.build(pa.Table.from_pylist(load_corpus(out / "corpus.jsonl", "world").passages))
     return out, WorldTeacher(out), retriever
-
-
-def rows(out, split):
-    return [json.loads(line) for line in (out / f"{split}.jsonl").read_text().splitlines()]
 
 
 def ask(teacher, question, steps, temperature=0.0, seed=0):
@@ -55,7 +50,7 @@ def test_the_prompt_reads_back_into_question_queries_and_documents():
 
 def test_the_teacher_walks_a_chain_through_the_documents_it_is_shown(world):
     out, teacher, retriever = world
-    row = next(r for r in rows(out, "train") if r["rung"] == "chain")
+    row = next(r for r in world_rows(out, "train") if r["rung"] == "chain")
     gold, steps = row["question_decomposition"], []
     for k, step in enumerate(gold):
         turn = ask(teacher, row["question"], steps)
@@ -95,7 +90,7 @@ def test_the_r3_mode_runs_the_step_loop_the_teacher_answers_every_test_question(
 
 def test_the_r3_mode_ends_at_max_rounds_without_a_prediction(world):
     out, teacher, retriever = world
-    row = next(r for r in rows(out, "test") if r["rung"] == "chain")
+    row = next(r for r in world_rows(out, "test") if r["rung"] == "chain")
     question = EvalQuestion("world:x", row["question"], (row["answer"],))
     outcome = asyncio.run(answer_r3(question, DirectGenerator(teacher), retriever, InferenceConfig(max_rounds=2)))
     assert outcome.prediction == "" and outcome.errors == ["no final answer in 2 steps"]
