@@ -40,6 +40,8 @@ REPO = Path(__file__).resolve().parent.parent
 def nightly_parameters(root: str, args: argparse.Namespace) -> dict:
     """The nightly config (``--config``, else the ``nightly`` deployment's), in ``root``, with the
     budgets the flags give."""
+    from ragfactory.flows.config import NightlyConfig
+
     if args.config:
         config = yaml.safe_load(Path(args.config).read_text())
     else:
@@ -51,7 +53,8 @@ def nightly_parameters(root: str, args: argparse.Namespace) -> dict:
         config["build"]["search"]["questions_per_night"] = args.questions
     if args.steps is not None:
         trl = config.get("trl", {})
-        config["trl"] = {m: {**trl.get(m, {}), "max_steps": args.steps} for m in config.get("methods", ["sft", "dpo"])}
+        methods = config.get("methods") or NightlyConfig.model_fields["methods"].get_default(call_default_factory=True)
+        config["trl"] = {m: {**trl.get(m, {}), "max_steps": args.steps} for m in methods}
     if args.eval_limit is not None:
         config.setdefault("evaluation", {})["limit"] = args.eval_limit
     return config

@@ -73,14 +73,15 @@ R3 = {"n_attempts": 4, "min_queries": 1, "judge_outcome": False, "judge_relevanc
 # one. No query is forced: the first step's pair is searching against answering at once.
 MCTS = {"temperature": 0.5, "min_queries": 0, "metric": "em"}
 METHODS = {
+    # control None: the one --control names (pruned or scrambled)
     "r3-sft": {"strategy": "r3", "settings": R3, "teacher": "world:r3-teacher", "method": "sft",
-               "trl": [], "mode": ["r3", "--max-rounds", "5", "--max-tokens", "96"]},
+               "trl": [], "mode": ["r3", "--max-rounds", "5", "--max-tokens", "96"], "control": None},
     # Reference log-probs at each step, not precomputed over every pair of the export (a forward
     # pass over all of them, when a run of 16 steps reads 128); no activation recomputation (a
     # micro-batch of one pair of ~400 tokens holds little): a fifth of a step's compute each.
     "mcts-dpo": {"strategy": "mcts", "settings": MCTS, "teacher": "world:mcts-teacher", "method": "dpo",
                  "trl": ["precompute_ref_log_probs=false", "activation_checkpointing=false"],
-                 "mode": ["agentic", "--max-rounds", "7", "--max-tokens", "64"]},
+                 "mode": ["agentic", "--max-rounds", "7", "--max-tokens", "64"], "control": "swapped"},
 }  # fmt: skip
 
 
@@ -105,15 +106,20 @@ def build(root: Path, world: Path, method: dict, train: int, stages: dict) -> st
 
 
 def _build_run(root: Path, strategy: str) -> str | None:
+    sql = """select run_id from runs where flow = 'build' and status = 'completed'
+             and run_id in (select run_id from nodes where strategy = $s)"""
+    return _first(root, sql, {"s": strategy})
+
+
+def _first(root: Path, sql: str, params: dict) -> str | None:
+    """The first value ``sql`` finds in ``root``'s warehouse; None before there is one."""
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse
 
     if not (root / "wh").is_dir():
         return None
-    sql = """select run_id from runs where flow = 'build' and status = 'completed'
-             and run_id in (select run_id from nodes where strategy = $s)"""
-    ids = query(Warehouse(root / "wh"), sql, {"s": strategy}).column(0).to_pylist()
-    return ids[0] if ids else None
+    values = query(Warehouse(root / "wh"), sql, params).column(0).to_pylist()
+    return values[0] if values else None
 
 
 def pruned_rows(root: Path, run_id: str) -> Path:
@@ -249,26 +255,19 @@ def train(root: Path, stages: dict, name: str, method: dict, args: argparse.Name
 
 
 def _model(root: Path, name: str) -> str | None:
-    from ragfactory.warehouse.catalog import query
-    from ragfactory.warehouse.store import Warehouse
-
-    if not (root / "wh").is_dir():
-        return None
     sql = (
         "select model_id from models where json_extract_string(lineage, '$.name') = $n order by created_at desc limit 1"
     )
-    ids = query(Warehouse(root / "wh"), sql, {"n": name}).column(0).to_pylist()
-    return ids[0] if ids else None
+    return _first(root, sql, {"n": name})
 
 
-def control_rows(name: str, args: argparse.Namespace):
-    """The control a method trains beside it: R3's SFT the ``--control`` one, MCTS's DPO swapped
-    pairs; None with ``--control none``."""
+def control_rows(method: dict, args: argparse.Namespace):
+    """(kind, rows function) of the control a method trains beside it: its own, else the one
+    ``--control`` names; None with ``--control none``."""
     if args.control == "none":
         return None
-    if name == "mcts-dpo":
-        return "swapped", swapped_rows
-    return args.control, {"pruned": pruned_rows, "scrambled": scrambled_rows}[args.control]
+    kind = method["control"] or args.control
+    return kind, {"pruned": pruned_rows, "scrambled": scrambled_rows, "swapped": swapped_rows}[kind]
 
 
 def measure(root: Path, name: str, args: argparse.Namespace, stages: dict) -> list[dict]:
@@ -276,7 +275,7 @@ def measure(root: Path, name: str, args: argparse.Namespace, stages: dict) -> li
     method = METHODS[name]
     run_id = build(root, root / "world", method, args.train, stages)
     models = {name: train(root, stages, f"world-{name}", method, args, ["--run-id", run_id])}
-    if (control := control_rows(name, args)) is not None:
+    if (control := control_rows(method, args)) is not None:
         kind, rows_of = control
         source = ["--parquet", str(rows_of(root, run_id))]
         models[f"{name} control ({kind})"] = train(root, stages, f"world-{name}-{kind}", method, args, source)
