@@ -19,6 +19,8 @@ Methods measured:
   (``tasks/search/mcts/teacher.py``: it errs on half its samples), SPRE-valued sibling pairs, DPO
   on them, evaluated in the ``agentic`` mode (ReasonRAG's Reasoning / Grounding loop). Control:
   DPO on the same pairs with chosen and rejected swapped.
+- ``mcts-dpo-sft``: the same pairs and DPO with the chosen step's NLL added to its loss (TRL's
+  ``loss_type: [sigmoid, sft]``). Control: the same training on the pairs swapped.
 
 Every stage runs as a user runs it (``ragfactory world``, ``build``, ``train``, ``evaluate``), in
 a warehouse of its own; the CPU seconds and the peak resident memory of each are the children's
@@ -83,6 +85,11 @@ METHODS = {
                  "trl": ["precompute_ref_log_probs=false", "activation_checkpointing=false"],
                  "mode": ["agentic", "--max-rounds", "7", "--max-tokens", "64"], "control": "swapped"},
 }  # fmt: skip
+# DPO's sigmoid loss plus the chosen step's negative log-likelihood (TRL's loss_type [sigmoid, sft],
+# weighted 1:1): from a base that does not write the step format, DPO alone lowers the rejected
+# step's opening and the mass moves to an opening no pair holds (docs/world.md); the NLL term says
+# what to write instead. Its control, the pairs swapped, trains the NLL of the wrong steps.
+METHODS["mcts-dpo-sft"] = {**METHODS["mcts-dpo"], "trl": [*METHODS["mcts-dpo"]["trl"], "loss_type=[sigmoid,sft]"]}
 
 
 def build(root: Path, world: Path, method: dict, train: int, stages: dict) -> str:
