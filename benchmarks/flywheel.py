@@ -127,17 +127,29 @@ def main(args: argparse.Namespace) -> None:
         from ragfactory.flows.nightly import evaluated
         from ragfactory.warehouse.store import Warehouse
 
-        rows.append(
-            {
-                "night": "base",
-                "promoted": base,
-                f"test_{config.metric}": test_score(
-                    root, config, evaluated(Warehouse(root), config, base, "test")["run_id"]
-                ),
-            }
-        )
+        base_run = evaluated(Warehouse(root), config, base, "test")["run_id"]
+        rows.append({"night": "base", "promoted": base, f"test_{config.metric}": test_score(root, config, base_run)})
+        report("flywheel_test", [test_comparison(root, config, result["test"]["run_id"], base_run)])
     print(f"warehouse: {root}")
     report("flywheel", rows)
+
+
+def test_comparison(root: str, config, promoted_run: str, base_run: str) -> dict:
+    """The promoted model's test evaluation against the base's, on the questions both answered in
+    the deciding mode: the paired delta of the deciding metric (EM for cover EM, which the
+    comparison does not pair) and its bootstrap 95 % interval, as ``eval_compare`` computes them
+    (``tasks/eval/compare.py``)."""
+    from ragfactory.tasks.eval.compare import CompareConfig, compare_rows
+    from ragfactory.tasks.llm.cache import utc_now
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    sql = "select * from evals where run_id = $r and mode = $mode"
+    rows = [query(Warehouse(root), sql, {"r": r, "mode": config.mode}).to_pylist() for r in (promoted_run, base_run)]
+    [c] = compare_rows(*rows, CompareConfig(), utc_now())
+    m = config.metric if config.metric in ("em", "f1") else "em"
+    return {"promoted": c["model_a"], "base": c["model_b"], "n": c["n"], f"{m}_promoted": c[f"{m}_a"], f"{m}_base": c[f"{m}_b"],
+            f"{m}_delta": c[f"{m}_delta"], "low": c[f"{m}_delta_low"], "high": c[f"{m}_delta_high"]}  # fmt: skip
 
 
 if __name__ == "__main__":
