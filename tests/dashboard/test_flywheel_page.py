@@ -104,6 +104,10 @@ def client(tmp_path_factory):
     _evals(wh, "ev-valid", "sft-a", "valid", "agentic", [1.0, 0.5, 0.0, 0.5])
     _evals(wh, "ev-test", "sft-a", "test", "agentic", [0.25, 0.5])
     _evals(wh, "ev-direct", "sft-a", "valid", "direct", [1.0])
+    # embedded, night 1's incumbent, where the line starts: (0 + 0.5 + 0 + 0) / 4 = 0.125 on valid
+    # and 0 on test
+    _evals(wh, "ev-base-valid", "embedded", "valid", "agentic", [0.0, 0.5, 0.0, 0.0])
+    _evals(wh, "ev-base-test", "embedded", "test", "agentic", [0.0, 0.0])
     return TestClient(create_app(wh))
 
 
@@ -172,15 +176,19 @@ def test_the_flywheel_page_shows_each_night_built_trained_and_decided(client):
     ]
 
 
-def test_the_promoted_models_valid_and_test_scores_are_plotted_night_by_night(client):
+def test_the_promoted_models_valid_and_test_scores_are_plotted_from_the_start_night_by_night(client):
     page = client.get("/flywheel").text
     for night in ("2026-11-01", "2026-11-02"):
         row = page[page.index(f'id="promoted-nightly-{night}"') :]
         cells = [c.split(">", 1)[1].split("<")[0] for c in row[: row.index("</tr>")].split("<td")[1:]]
         assert cells == ["nightly", night, "sft-a", "f1", "0.5000", "4", "0.3750", "2"]
+    row = page[page.index('id="promoted-nightly-start"') :]
+    cells = [c.split(">", 1)[1].split("<")[0] for c in row[: row.index("</tr>")].split("<td")[1:]]
+    assert cells == ["nightly", "start", "embedded", "f1", "0.1250", "4", "0.0000", "2"]
     figure = page[page.index('id="plot-flywheel" data-metrics=\'') + len('id="plot-flywheel" data-metrics=\'') :]
     points = json.loads(figure[: figure.index("'")])
     assert [(p["night"], p["valid"], p["test"]) for p in points] == [
+        ("start", 0.125, 0.0),
         ("2026-11-01", 0.5, 0.375),
         ("2026-11-02", 0.5, 0.375),
     ]
