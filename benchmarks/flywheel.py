@@ -17,6 +17,10 @@ Run: .venv/bin/python benchmarks/flywheel.py [--nights 3] [--questions 32] [--st
 The world's flywheel (configs/world-nightly.yaml; docs/world.md), from a folder holding `world/`:
      ragfactory world --seed 0 --questions 800 --passages 3000 --rungs lookup world/
      python benchmarks/flywheel.py --config configs/world-nightly.yaml
+
+When the nights promoted a model, the last table pairs it with the base on test (the deciding
+metric's delta and its bootstrap 95 % interval); ``--nights 0 --root DIR`` reports that for the
+nights a root holds already.
 """
 
 from __future__ import annotations
@@ -113,6 +117,8 @@ def main(args: argparse.Namespace) -> None:
     cleanup = prefect_local_defaults()
     from ragfactory.flows.config import NightlyConfig
     from ragfactory.flows.nightly import nightly
+    from ragfactory.tasks.training.registry import promoted_model
+    from ragfactory.warehouse.store import Warehouse
 
     root = args.root or tempfile.mkdtemp(prefix="flywheel-")
     config = NightlyConfig.model_validate(nightly_parameters(root, args))
@@ -123,15 +129,28 @@ def main(args: argparse.Namespace) -> None:
         rows.append(night_row(root, config, result, time.perf_counter() - start))
         print(rows[-1], flush=True)
     base = config.base_model
-    if rows[-1]["promoted"] != base:  # the base on the same test questions, for the comparison
-        from ragfactory.flows.nightly import evaluated
-        from ragfactory.warehouse.store import Warehouse
-
-        base_run = evaluated(Warehouse(root), config, base, "test")["run_id"]
-        rows.append({"night": "base", "promoted": base, f"test_{config.metric}": test_score(root, config, base_run)})
-        report("flywheel_test", [test_comparison(root, config, result["test"]["run_id"], base_run)])
+    promoted = promoted_model(Warehouse(root), config.name) or base  # --nights 0 reports a root's nights so far
+    if promoted != base:  # the base on the same test questions, for the comparison
+        runs = run_flow(lambda: on_test(root, config, [promoted, base])(return_state=True), cleanup)
+        rows.append({"night": "base", "promoted": base, f"test_{config.metric}": test_score(root, config, runs[base])})
+        report("flywheel_test", [test_comparison(root, config, runs[promoted], runs[base])])
     print(f"warehouse: {root}")
     report("flywheel", rows)
+
+
+def on_test(root: str, config, models: list[str]):
+    """A flow that evaluates ``models`` on test as the nights do (a completed evaluation is read
+    back) and returns each one's evaluation run id."""
+    from prefect import flow
+
+    from ragfactory.flows.nightly import evaluated
+    from ragfactory.warehouse.store import Warehouse
+
+    @flow(name="flywheel-test", log_prints=True)
+    def evaluate_on_test() -> dict:
+        return {m: evaluated(Warehouse(root), config, m, "test")["run_id"] for m in models}
+
+    return evaluate_on_test
 
 
 def test_comparison(root: str, config, promoted_run: str, base_run: str) -> dict:
