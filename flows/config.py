@@ -368,6 +368,9 @@ class NightlyConfig(Section):
     base_model: str = Field(
         "embedded", description="The policy and incumbent until a night promotes a model ('promoted' after)"
     )
+    expand_with: Literal["promoted", "config"] = Field(
+        "promoted", description="The builds' policy: the promoted model, or the build's own (a teacher engine)"
+    )
     methods: list[TrainMethod] = Field(
         default_factory=lambda: ["sft", "dpo"],
         min_length=1,

@@ -1,7 +1,8 @@
 """The `nightly` flow: the data flywheel (docs/flywheel.md).
 
 Each night: build with the promoted policy (a frontier build expands the next questions no
-earlier night expanded with it) → train the configured methods in order on this night's exports
+earlier night expanded with it; ``expand_with: config`` keeps the build's own policy, a teacher
+engine that writes the rows whatever the promoted model) → train the configured methods in order on this night's exports
 and a window of earlier nights' (each from the last one's model, the first from the incumbent)
 → evaluate the candidate and the incumbent on the **valid** partition → promote the candidate
 only when the paired bootstrap 95 % interval of the chosen metric's delta lies above zero
@@ -72,6 +73,29 @@ def evaluated(wh: Warehouse, config: NightlyConfig, model: str, partition: str) 
     return done or evaluate_model(wh, eval_config)
 
 
+def decided(wh: Warehouse, config: NightlyConfig, night: str, candidate, incumbent: str, built: dict) -> dict:
+    """The night's decision: the candidate and the incumbent evaluated on valid, then promoted or
+    kept on the interval rule (a ``promotions`` row)."""
+    runs = {
+        name: evaluated(wh, config, name, "valid")["run_id"] if name else None
+        for name in dict.fromkeys([candidate, incumbent])
+    }
+    promotion = PromotionConfig(
+        metric=config.metric, mode=config.mode, confidence=config.confidence, seed=config.evaluation.seed
+    )
+    return promote(
+        wh.location,
+        config.name,
+        night,
+        candidate,
+        incumbent,
+        runs[candidate],
+        runs[incumbent],
+        promotion,
+        built["run_id"],
+    )
+
+
 @flow(name="nightly", log_prints=True, retries=1, retry_delay_seconds=60)
 def nightly(config: NightlyConfig, night: str | None = None) -> dict:
     """One night of the flywheel; returns what each stage did and the night's decision.
@@ -83,25 +107,15 @@ def nightly(config: NightlyConfig, night: str | None = None) -> dict:
     root = wh.location
     night = night or dt.datetime.now(dt.UTC).date().isoformat()
     incumbent = promoted_model(wh, config.name) or config.base_model
-    get_run_logger().info("night %s of %s: policy and incumbent %s", night, config.name, incumbent)
-    built = build(config.build, policy_model=incumbent, night=night, return_state=True).result(raise_on_failure=False)
+    policy = incumbent if config.expand_with == "promoted" else config.build.llm.policy.model
+    get_run_logger().info("night %s of %s: incumbent %s, policy %s", night, config.name, incumbent, policy)
+    built = build(config.build, policy_model=policy, night=night, return_state=True).result(raise_on_failure=False)
     if isinstance(built, BaseException):  # refused or crashed: no run to train on (a partial one has a summary)
         raise built
     earlier = earlier_nights(root, config.build.name, built["run_id"], config.window)
     trained = _train(root, config, built["run_id"], earlier, incumbent)
     candidate = trained[-1]["model_id"] if trained else None
-    decision = night_decision(root, config.name, night)
-    if decision is None:
-        runs = {
-            name: evaluated(wh, config, name, "valid")["run_id"] if name else None
-            for name in dict.fromkeys([candidate, incumbent])
-        }
-        promotion = PromotionConfig(
-            metric=config.metric, mode=config.mode, confidence=config.confidence, seed=config.evaluation.seed
-        )
-        decision = promote(
-            root, config.name, night, candidate, incumbent, runs[candidate], runs[incumbent], promotion, built["run_id"]
-        )
+    decision = night_decision(root, config.name, night) or decided(wh, config, night, candidate, incumbent, built)
     report = evaluated(wh, config, decision["promoted"], "test")
     refresh_catalog(wh)
     return {

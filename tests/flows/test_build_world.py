@@ -111,3 +111,4 @@ def test_the_world_nightly_config_builds_with_the_teacher_and_decides_on_the_mod
     ]
     assert (config.build.search.select, config.build.search.questions_per_night) == ("frontier", 40)
     assert (config.methods, config.mode, config.metric, config.evaluation.modes) == (["sft"], "r3", "em", ["r3"])
+    assert (config.expand_with, config.window) == ("config", 2)  # new questions each night, three nights' rows

@@ -119,3 +119,15 @@ def test_a_night_run_again_resumes_and_decides_nothing_twice(nights, tiny_model)
         again = nightly(nightly_config(root, tiny_model), night="n2")
     assert [t["status"] for t in again["trained"]] == ["cached", "cached"]
     assert again["decision"]["created_at"] == second["decision"]["created_at"]
+
+
+def test_a_night_that_expands_with_its_config_keeps_the_builds_policy_and_the_promoted_incumbent(nights, tiny_model):  # noqa: F811
+    """``expand_with: config`` (a teacher engine writes the rows): the build runs the configured
+    policy, not the promoted model, and the candidate still trains from the incumbent."""
+    root, first, _ = nights
+    config = nightly_config(root, tiny_model).model_copy(update={"expand_with": "config"})
+    with registered_engine(engine):
+        third = nightly(config, night="n3")
+    sql = "select json_extract_string(config, '$.llm.policy.model') from runs where run_id = $r"
+    assert query(Warehouse(root), sql, {"r": third["build"]["run_id"]}).column(0).to_pylist() == ["scripted-model"]
+    assert third["decision"]["incumbent"] == first["decision"]["candidate"]
