@@ -26,7 +26,7 @@ Every stage runs as a user runs it (``ragfactory world``, ``build``, ``train``, 
 a warehouse of its own; the CPU seconds and the peak resident memory of each are the children's
 as the kernel counts them.
 
-Run: .venv/bin/python benchmarks/learning.py [--methods r3-sft,mcts-dpo] [--train 200] [--test 200] [--steps 12]
+Run: .venv/bin/python benchmarks/learning.py [--methods r3-sft,mcts-dpo-sft] [--train 200] [--test 200] [--steps 12]
      [--rungs lookup] [--root DIR]
 
 A ``--root`` given again resumes: its world, its completed build and its models of the same name
@@ -314,7 +314,7 @@ if __name__ == "__main__":
     parser.add_argument("--train", type=int, default=200, help="world train questions the build expands")
     parser.add_argument("--test", type=int, default=200, help="world test questions both models answer")
     parser.add_argument("--passages", type=int, default=3000, help="the world corpus's size")
-    parser.add_argument("--methods", default="r3-sft,mcts-dpo", help=f"of {', '.join(METHODS)}")
+    parser.add_argument("--methods", default="r3-sft,mcts-dpo-sft", help=f"of {', '.join(METHODS)}")
     parser.add_argument("--steps", type=int, default=12, help="training steps (TRL's batch of 8)")
     parser.add_argument("--lr", type=float, default=1e-4, help="SFT learning rate")
     parser.add_argument(
