@@ -2,11 +2,12 @@
 
 Each night: build with the promoted policy (a frontier build expands the next questions no
 earlier night expanded with it; ``expand_with: config`` keeps the build's own policy, a teacher
-engine that writes the rows whatever the promoted model) → train the configured methods in order on this night's exports
-and a window of earlier nights' (each from the last one's model, the first from the incumbent)
-→ evaluate the candidate and the incumbent on the **valid** partition → promote the candidate
-only when the paired bootstrap 95 % interval of the chosen metric's delta lies above zero
-(``tasks/eval/promotion.py``, a ``promotions`` row) → report the promoted model on **test**.
+engine that writes the same rows whichever model is promoted) → train the configured methods in
+order on this night's exports and a window of earlier nights' (each from the last one's model,
+the first from the incumbent) → evaluate the candidate and the incumbent on the **valid**
+partition → promote the candidate only when the paired bootstrap 95 % interval of the chosen
+metric's delta lies above zero (``tasks/eval/promotion.py``, a ``promotions`` row) → report the
+promoted model on **test**.
 
 Composition only. Every stage is one the project already has, and each skips what exists, so a
 night that died resumes where it stopped: the build's shards are cached under its night's run
@@ -73,7 +74,7 @@ def evaluated(wh: Warehouse, config: NightlyConfig, model: str, partition: str) 
     return done or evaluate_model(wh, eval_config)
 
 
-def decided(wh: Warehouse, config: NightlyConfig, night: str, candidate, incumbent: str, built: dict) -> dict:
+def decided(wh: Warehouse, config: NightlyConfig, night: str, candidate, incumbent: str, build_run: str) -> dict:
     """The night's decision: the candidate and the incumbent evaluated on valid, then promoted or
     kept on the interval rule (a ``promotions`` row)."""
     runs = {
@@ -92,7 +93,7 @@ def decided(wh: Warehouse, config: NightlyConfig, night: str, candidate, incumbe
         runs[candidate],
         runs[incumbent],
         promotion,
-        built["run_id"],
+        build_run,
     )
 
 
@@ -115,7 +116,9 @@ def nightly(config: NightlyConfig, night: str | None = None) -> dict:
     earlier = earlier_nights(root, config.build.name, built["run_id"], config.window)
     trained = _train(root, config, built["run_id"], earlier, incumbent)
     candidate = trained[-1]["model_id"] if trained else None
-    decision = night_decision(root, config.name, night) or decided(wh, config, night, candidate, incumbent, built)
+    decision = night_decision(root, config.name, night) or decided(
+        wh, config, night, candidate, incumbent, built["run_id"]
+    )
     report = evaluated(wh, config, decision["promoted"], "test")
     refresh_catalog(wh)
     return {
