@@ -27,13 +27,15 @@ def median_seconds(fn: Callable[[], object], repeats: int = 5) -> float:
     return statistics.median(times)
 
 
-def timed_command(command: list[str], log: Path, cwd: Path | None = None) -> dict:
-    """Run ``command`` with its output in ``log``; its wall, user and system seconds, system share,
-    minor page faults and peak resident memory (``os.wait4``: this process tree alone).
-    Exits naming the log where the command fails."""
+def timed_command(command: list[str], log: Path, cwd: Path | None = None, env: dict | None = None) -> dict:
+    """Run ``command`` with its output in ``log`` (``env`` added to this process's environment);
+    its wall, user and system seconds, system share, minor page faults and peak resident memory
+    (``os.wait4``: this process tree alone). Exits naming the log where the command fails."""
     start = time.perf_counter()
     with log.open("w") as out:
-        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
+        child = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env={**os.environ, **(env or {})}
+        )
         _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - start
     if status != 0:

@@ -7,7 +7,8 @@ call is answered from a cache. It runs twice as ``ragfactory build`` processes:
 
 - **old**: the transformers engine as it was before its CPU work (``OLD_OPTIONS``: transformers'
   growing KV cache, a copy of the keys and values per query head, every prompt prefilled from its
-  first token, torch's intra-op threads on every core);
+  first token, torch's intra-op threads on every core), and glibc's allocator as it was tuned
+  then (``OLD_ALLOCATOR``: every block of 1 MiB or more a fresh mapping);
 - **new**: the engine's defaults (``TransformersSettings``).
 
 Each is measured by ``os.wait4`` on its own process tree: wall, user and system seconds, minor
@@ -42,6 +43,9 @@ OLD_OPTIONS = {
     "prefix_reuse": False,
     "threads": len(os.sched_getaffinity(0)),
 }
+# glibc as every command tuned it before its allocator work: each block of 1 MiB or more mapped
+# alone and faulted in afresh at every step, the heap's top trimmed at glibc's default 128 KiB
+OLD_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(1 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 10)}
 ENGINE_LINE = re.compile(r"'prompt_tokens': (\d+), 'prefilled_tokens': (\d+)")
 
 
@@ -57,12 +61,12 @@ def night_config(root: Path, questions: int, options: dict | None) -> dict:
     return config
 
 
-def timed_build(config: dict, folder: Path) -> dict:
+def timed_build(config: dict, folder: Path, env: dict | None = None) -> dict:
     """One ``ragfactory build`` process: its wall, CPU, faults, peak memory and engine tokens."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     command = [str(Path(sys.executable).parent / "ragfactory"), "build", "--config", str(folder / "config.yaml")]
-    figures = timed_command(command, folder / "build.log", cwd=REPO)
+    figures = timed_command(command, folder / "build.log", cwd=REPO, env=env)
     counts = [tuple(map(int, m)) for m in ENGINE_LINE.findall((folder / "build.log").read_text(errors="replace"))]
     return figures | {"prompt_tokens": sum(p for p, _ in counts), "prefilled_tokens": sum(c for _, c in counts)}
 
@@ -85,7 +89,8 @@ def main(args: argparse.Namespace) -> None:
     runs = {"new": None, "old": OLD_OPTIONS}
     results = {}
     for name in args.only or list(runs):
-        results[name] = timed_build(night_config(out / name / "wh", args.questions, runs[name]), out / name)
+        env = OLD_ALLOCATOR if name == "old" else None
+        results[name] = timed_build(night_config(out / name / "wh", args.questions, runs[name]), out / name, env)
     rows = [{"engine": name, **figures} for name, figures in results.items()]
     for row in rows:
         row["prefill_ratio"] = (

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragfactory.memory import tune_allocator
+from ragfactory.memory import release_free_memory, tune_allocator
 from ragfactory.tasks.llm.decode_memory import (
     decode_chunks,
     kv_bytes_per_token,
@@ -150,7 +150,7 @@ class TransformersBackend:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
-        tune_allocator()  # freed KV blocks leave the process instead of fragmenting its heap
+        tune_allocator()  # a step reuses the pages the step before it freed; each call gives them back
         self._threads = engine_threads(self.settings.threads)  # before any call of ours sets it
         tokenizer = AutoTokenizer.from_pretrained(self.model_ref)
         dtype = getattr(torch, self.dtype)
@@ -190,6 +190,7 @@ class TransformersBackend:
                 self._prefiller.start_call([r.prompt for r in rows])
                 for chunk in decode_chunks(order, self.settings.max_batch_size, slots):
                     self._decode(chunk)
+            release_free_memory()  # the call's freed activations leave; its steps reused them
         answers: list[list[Completion | None]] = [[None] * r.sampling.n for r in requests]
         for row in rows:
             answers[row.request_index][row.sample_index] = self._completion(row)
@@ -228,6 +229,7 @@ class TransformersBackend:
         generators = [torch.Generator(device=self.device).manual_seed(r.seed) for r in rows]
         self._start_matchers(rows)
         logits, mask, cache = self._prefiller.prefill(rows)
+        release_free_memory()  # prefill's activations leave before the decode's KV buffers are made
         if self.settings.kv_buffers:
             cache = reserve_cache(cache, max(r.max_tokens for r in rows))
         active = list(range(len(rows)))
