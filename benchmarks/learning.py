@@ -21,6 +21,13 @@ Methods measured:
   DPO on the same pairs with chosen and rejected swapped.
 - ``mcts-dpo-sft``: the same pairs and DPO with the chosen step's NLL added to its loss (TRL's
   ``loss_type: [sigmoid, sft]``). Control: the same training on the pairs swapped.
+- ``decex-sft``: DecEx-RAG's search (§2.1–2.2) with the world's teacher engine as its policy
+  (``tasks/search/decex/teacher.py``), SFT on the steps of each question's best chain (§2.3),
+  evaluated in the ``decex`` mode (DecEx's step loop: the rollout prompt with the steps so far).
+  Controls: as ``r3-sft``'s, the kept chain with a pruned wrong final answer (``pruned``) or the
+  kept steps scrambled across questions.
+- ``decex-dpo-sft``: DPO with the chosen step's NLL on DecEx's sibling pairs (a search over a
+  guess, the right final answer over a wrong one), in the same mode. Control: the pairs swapped.
 
 Every stage runs as a user runs it (``ragfactory world``, ``build``, ``train``, ``evaluate``), in
 a warehouse of its own; the CPU seconds and the peak resident memory of each are the children's
@@ -90,6 +97,23 @@ METHODS = {
 # step's opening and the mass moves to an opening no pair holds (docs/world.md); the NLL term says
 # what to write instead. Its control, the pairs swapped, trains the NLL of the wrong steps.
 METHODS["mcts-dpo-sft"] = {**METHODS["mcts-dpo"], "trl": [*METHODS["mcts-dpo"]["trl"], "loss_type=[sigmoid,sft]"]}
+# DecEx with the world's teacher as its policy, for every decision and rollout alike. At temperature
+# 0.5 it errs on half its final answers, so a state's termination votes hold right and wrong
+# answers to pair, and its rollouts (DecEx samples them at the search's temperature: there is no
+# greedy one) value a searched sub-query at about 0.5 and a self-answer at 0 (a guess: the teacher
+# knows no invented fact), so every retrieval decision searches and pairs the search over each of
+# the k = 3 guesses. Five termination votes, not the paper's k = 3: at 0.5 three votes leave one
+# question in eight without a right answer to keep, five one in 32. EM values the rollouts, as the
+# evaluation scores. The rest are the paper's (4 rollouts a branch, 4 iterations, 3 documents):
+# a chain's three hops fit T_max = 4, and its rollout from the first sub-question fits 4 turns.
+DECEX = {"temperature": 0.5, "termination_samples": 5, "metric": "em"}
+# Four turns of at most 66 tokens (a step's lines and its search, or the final answer) for a
+# chain's three searches and its answer, one turn to spare.
+DECEX_MODE = ["decex", "--max-rounds", "5", "--max-tokens", "96"]
+METHODS["decex-sft"] = {"strategy": "decex", "settings": DECEX, "teacher": "world:decex-teacher", "method": "sft",
+                        "trl": [], "mode": DECEX_MODE, "control": None}  # fmt: skip
+METHODS["decex-dpo-sft"] = {**METHODS["decex-sft"], "method": "dpo", "trl": METHODS["mcts-dpo-sft"]["trl"],
+                            "control": "swapped"}  # fmt: skip
 
 
 def build(root: Path, world: Path, method: dict, train: int, stages: dict) -> str:
@@ -130,13 +154,13 @@ def _first(root: Path, sql: str, params: dict) -> str | None:
 
 
 def pruned_rows(root: Path, run_id: str) -> Path:
-    """The control's SFT rows: one pruned attempt a question whose final answer is wrong (the same
-    queries as a kept one), written as the exporter writes kept ones, into a parquet file."""
+    """The control's SFT rows: a question's steps with a wrong final answer (the same queries as a
+    kept chain), written as the exporter writes kept ones, into a parquet file: R3's first pruned
+    attempt whose answer is wrong, or DecEx's best chain closed by a pruned wrong answer of its
+    last state. A question with neither is left out."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ragfactory.tasks.rewards.answer import exact_match
-    from ragfactory.tasks.search.r3.exports import r3_sft_examples
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse
 
@@ -146,6 +170,17 @@ def pruned_rows(root: Path, run_id: str) -> Path:
     gold = {q["question_id"]: q["golden_answers"] for q in questions}
     for node in nodes:
         node["parsed"] = json.loads(node["parsed"]) if isinstance(node["parsed"], str) else node["parsed"]
+    pruned = _decex_pruned if nodes and nodes[0]["strategy"] == "decex" else _r3_pruned
+    rows = pruned(nodes, questions, gold)
+    path = root / "control-pruned.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def _r3_pruned(nodes: list[dict], questions: list[dict], gold: dict) -> list[dict]:
+    from ragfactory.tasks.rewards.answer import exact_match
+    from ragfactory.tasks.search.r3.exports import r3_sft_examples
+
     wrong = {}  # question -> its first attempt whose final answer is wrong
     for node in sorted(nodes, key=lambda n: n["path"]):
         if node["kind"] == "answer" and not exact_match(node["parsed"].get("content"), gold[node["question_id"]]):
@@ -153,10 +188,27 @@ def pruned_rows(root: Path, run_id: str) -> Path:
     for node in nodes:
         if node["kind"] != "question":
             node["is_selected"] = node["parsed"].get("attempt") == wrong.get(node["question_id"], -1)
-    rows = r3_sft_examples(nodes, questions)
-    path = root / "control-pruned.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return path
+    return r3_sft_examples(nodes, questions)
+
+
+def _decex_pruned(nodes: list[dict], questions: list[dict], gold: dict) -> list[dict]:
+    from ragfactory.tasks.export.sft import SftConfig
+    from ragfactory.tasks.rewards.answer import exact_match
+    from ragfactory.tasks.search.decex.exports import sft_examples
+
+    closing = {n["parent_id"] for n in nodes if n["kind"] == "answer" and n["is_selected"]}
+    wrong = {}  # the state a kept answer closes -> its first answer that is wrong
+    for node in sorted(nodes, key=lambda n: n["path"]):
+        if node["kind"] == "answer" and node["parent_id"] in closing:
+            if not exact_match(node["parsed"]["answer"], gold[node["question_id"]]):
+                wrong.setdefault(node["parent_id"], node["node_id"])
+    for node in nodes:
+        if node["kind"] == "answer" and node["parent_id"] in wrong:
+            node["is_selected"] = node["node_id"] == wrong[node["parent_id"]]
+    picked = set(wrong.values())
+    kept = {n["question_id"] for n in nodes if n["node_id"] in picked}
+    # a wrong answer scores 0: min_reward 0 exports it, as the kept chain's right one is
+    return sft_examples([n for n in nodes if n["question_id"] in kept], questions, SftConfig(min_reward=0.0))
 
 
 def evaluate(root: Path, model: str, method: dict, test: int, stages: dict, name: str) -> dict:

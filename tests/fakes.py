@@ -294,3 +294,16 @@ def world_rows(folder, split: str) -> list[dict]:
     import json
 
     return [json.loads(line) for line in (folder / f"{split}.jsonl").read_text().splitlines()]
+
+
+def small_world(folder):
+    """A world of 60 questions over 600 passages written to ``folder``, and a BM25 retriever of
+    its corpus: what the teacher tests read."""
+    import pyarrow as pa
+
+    from ragfactory.tasks.data.corpus import load_corpus
+    from ragfactory.tasks.data.world import WorldSpec, generate
+    from ragfactory.tasks.retrieval.bm25 import BM25Retriever
+
+    generate(WorldSpec(seed=0, questions=60, passages=600), folder)
+    return BM25Retriever.build(pa.Table.from_pylist(load_corpus(folder / "corpus.jsonl", "world").passages))

@@ -4,26 +4,21 @@ Reasoning and Grounding steps from what the prompt shows (and errs at temperatur
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 
-from ragfactory.tasks.data.corpus import load_corpus
-from ragfactory.tasks.data.world import WorldSpec, generate
 from ragfactory.tasks.eval.inference import InferenceConfig
 from ragfactory.tasks.llm.types import Message, Request, Sampling
-from ragfactory.tasks.retrieval.bm25 import BM25Retriever
 from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.mcts.evaluation import answer_agentic
 from ragfactory.tasks.search.mcts.steps import closed, grounding_input, parse_turn, reasoning_input
 from ragfactory.tasks.search.mcts.teacher import MctsTeacher, read_prompt
-from tests.fakes import world_rows, world_test_outcomes
+from tests.fakes import small_world, world_rows, world_test_outcomes
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     out = tmp_path_factory.mktemp("world")
-    generate(WorldSpec(seed=0, questions=60, passages=600), out)
-    retriever = BM25Retriever.build(pa.Table.from_pylist(load_corpus(out / "corpus.jsonl", "world").passages))
+    retriever = small_world(out)
     return out, MctsTeacher(out), retriever
 
 

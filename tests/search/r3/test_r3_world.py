@@ -6,26 +6,21 @@ from __future__ import annotations
 
 import asyncio
 
-import pyarrow as pa
 import pytest
 
-from ragfactory.tasks.data.corpus import load_corpus
-from ragfactory.tasks.data.world import WorldSpec, generate
 from ragfactory.tasks.eval.inference import EvalQuestion, InferenceConfig
 from ragfactory.tasks.llm.types import Message, Request, Sampling
-from ragfactory.tasks.retrieval.bm25 import BM25Retriever
 from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.r3.evaluation import MODES, answer_r3
 from ragfactory.tasks.search.r3.steps import Step, parse_step, step_prompt
 from ragfactory.tasks.search.r3.teacher import WorldTeacher, read_prompt
-from tests.fakes import DirectGenerator, world_rows, world_test_outcomes
+from tests.fakes import DirectGenerator, small_world, world_rows, world_test_outcomes
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     out = tmp_path_factory.mktemp("world")
-    generate(WorldSpec(seed=0, questions=60, passages=600), out)
-    retriever = BM25Retriever.build(pa.Table.from_pylist(load_corpus(out / "corpus.jsonl", "world").passages))
+    retriever = small_world(out)
     return out, WorldTeacher(out), retriever
 
 
