@@ -14,9 +14,10 @@ step. Two ways glibc's malloc can serve them, both bad for a night of engine cal
 the heap is not trimmed at every free (``M_TRIM_THRESHOLD``), so a step reuses the pages the step
 before it freed, already resident; two arenas, not one per thread, each with its own fragments.
 ``release_free_memory`` (glibc's ``malloc_trim(0)``) then gives every free page of every arena back
-to the system; engines call it at the end of each call and trainers after each step, so the
-resident size between calls is what is live, as with the mapped blocks, and the page faults are
-a call's, not a step's. Neither changes a result, only where memory comes from; both do nothing
+to the system; engines call it at the end of each call and between a chunk's prefill and its
+decode, so the resident size between calls is what is live, as with the mapped blocks, and the
+page faults are a call's, not a step's. Training keeps the mapped blocks (``heap_reuse=False``):
+there the heap's fragments within a step cost more memory than the faults cost time. Neither changes a result, only where memory comes from; both do nothing
 where the C library is not glibc. ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or
 ``MALLOC_ARENA_MAX`` in the environment win: glibc read them at start and they are left alone.
 """
@@ -38,6 +39,10 @@ M_ARENA_MAX = -8
 MMAP_THRESHOLD_BYTES = 256 << 20
 TRIM_THRESHOLD_BYTES = 512 << 20  # a free top of the heap up to this stays until release_free_memory
 ARENAS = 2
+# Training's blocks: a step's activations, gradients and moments interleave, and the heap's
+# fragments raised a DPO run's peak from 7.2 to 8.6 GB for 5 % of its wall time.
+MAPPED_ALONE_BYTES = 1 << 20
+GLIBC_TRIM_BYTES = 128 << 10
 
 
 @functools.cache
@@ -52,16 +57,17 @@ def _libc() -> ctypes.CDLL | None:
     return libc
 
 
-def tune_allocator() -> bool:
+def tune_allocator(heap_reuse: bool = True) -> bool:
     """Set glibc's mmap and trim thresholds and its arena count for this process; False where it
-    cannot."""
+    cannot. ``heap_reuse=False`` maps every block of 1 MiB or more alone (training: see below)."""
     libc = _libc()
     if libc is None:
         return False
+    mmap, trim = (MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES) if heap_reuse else (MAPPED_ALONE_BYTES, GLIBC_TRIM_BYTES)
     done = True
     for variable, parameter, value in (
-        ("MALLOC_MMAP_THRESHOLD_", M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES),
-        ("MALLOC_TRIM_THRESHOLD_", M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES),
+        ("MALLOC_MMAP_THRESHOLD_", M_MMAP_THRESHOLD, mmap),
+        ("MALLOC_TRIM_THRESHOLD_", M_TRIM_THRESHOLD, trim),
         ("MALLOC_ARENA_MAX", M_ARENA_MAX, ARENAS),
     ):
         if variable not in os.environ:

@@ -25,6 +25,8 @@ def rss_mb():
         return int(f.read().split()[1]) * 4096 / 1e6
 if sys.argv[1] == "tuned":
     assert tune_allocator()
+elif sys.argv[1] == "training":
+    assert tune_allocator(heap_reuse=False)
 size = 8 << 20
 libc.free(libc.malloc(2 * size))
 before, faults, pins = rss_mb(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt, []
@@ -65,9 +67,10 @@ def test_a_tuned_process_reuses_freed_blocks_and_releases_them():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
-def test_blocks_mapped_alone_fault_in_at_every_step():
-    # The control: the mmap threshold at 1 MiB (the environment wins over tuning) maps each block
-    # alone, so every step faults all its pages in again, and nothing stays resident.
-    faults, kept, released = steps("tuned", {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)})
+@pytest.mark.parametrize("mode,env", [("training", {}), ("tuned", {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)})])
+def test_blocks_mapped_alone_fault_in_at_every_step(mode, env):
+    # Training's tuning, and the environment's 1 MiB threshold winning over the engines' tuning,
+    # map each block alone: every step faults all its pages in again, and nothing stays resident.
+    faults, kept, released = steps(mode, env)
     assert faults >= 20 * PAGES
     assert kept < 20 and released < 20
