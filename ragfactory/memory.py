@@ -17,9 +17,10 @@ before it freed, already resident; two arenas, not one per thread, each with its
 to the system; engines call it at the end of each call and between a chunk's prefill and its
 decode, so the resident size between calls is what is live, as with the mapped blocks, and the
 page faults are a call's, not a step's. Training keeps the mapped blocks (``heap_reuse=False``):
-there the heap's fragments within a step cost more memory than the faults cost time. Neither changes a result, only where memory comes from; both do nothing
-where the C library is not glibc. ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or
-``MALLOC_ARENA_MAX`` in the environment win: glibc read them at start and they are left alone.
+there the heap's fragments within a step cost more memory than the faults cost time. Neither
+changes a result, only where memory comes from; both do nothing where the C library is not glibc.
+``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or ``MALLOC_ARENA_MAX`` in the environment
+win: glibc read them at start and they are left alone.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def tune_allocator(heap_reuse: bool = True) -> bool:
 
 def release_free_memory() -> None:
     """Give the heap's free pages back to the system (glibc's ``malloc_trim(0)``): the end of an
-    engine call or a training step, where what the next one needs is not yet allocated."""
+    engine call, or its prefill, where what comes next is not yet allocated."""
     libc = _libc()
     if libc is not None:
         libc.malloc_trim(0)
