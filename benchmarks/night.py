@@ -86,11 +86,11 @@ def rows_missing(a: Path, b: Path) -> dict:
 
 def main(args: argparse.Namespace) -> None:
     out = Path(args.out or tempfile.mkdtemp(prefix="night-"))
-    runs = {"new": None, "old": OLD_OPTIONS}
+    runs = {"new": (None, None), "old": (OLD_OPTIONS, OLD_ALLOCATOR)}  # (engine options, environment)
     results = {}
     for name in args.only or list(runs):
-        env = OLD_ALLOCATOR if name == "old" else None
-        results[name] = timed_build(night_config(out / name / "wh", args.questions, runs[name]), out / name, env)
+        options, env = runs[name]
+        results[name] = timed_build(night_config(out / name / "wh", args.questions, options), out / name, env)
     rows = [{"engine": name, **figures} for name, figures in results.items()]
     for row in rows:
         row["prefill_ratio"] = (
