@@ -11,7 +11,7 @@ answered from the call cache.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ragfactory.tasks.llm.seeds import derive_seed
@@ -19,6 +19,7 @@ from ragfactory.tasks.llm.types import Completion, Generator, Grammar, Message, 
 from ragfactory.tasks.prompts.loader import load_grammar
 from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.common import sample_n
+from ragfactory.tasks.search.parsing import Parsed
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,21 @@ async def ask(
 
     ``grammar`` names the prompt whose output grammar holds the answer's form.
     """
+    messages = ((Message("system", system),) if system is not None else ()) + (Message("user", user),)
+    return await ask_chat(generator, config, question_id, path, messages, stop, grammar)
+
+
+async def ask_chat(
+    generator: Generator,
+    config: InferenceConfig,
+    question_id: str,
+    path: str,
+    messages: Sequence[Message],
+    stop: tuple[str, ...] = (),
+    grammar: str | None = None,
+) -> Completion:
+    """One completion continuing the chat ``messages`` (``ask``'s, for a mode whose turns are a
+    chat's, as a search's state is)."""
     sampling = Sampling(
         temperature=config.temperature,
         max_tokens=config.max_tokens,
@@ -133,11 +149,38 @@ async def ask(
         seed=derive_seed(config.seed, question_id, path),
         grammar=output_grammar(grammar, config.max_tokens) if grammar else None,
     )
-    messages = ((Message("system", system),) if system is not None else ()) + (Message("user", user),)
     tags = (("question_id", question_id), ("path", path))
-    return (await sample_n(generator, Request(messages, sampling, "policy", tags)))[0]
+    return (await sample_n(generator, Request(tuple(messages), sampling, "policy", tags)))[0]
 
 
 def render_flashrag(hits: Sequence[Hit]) -> str:
     """Documents as FlashRAG's standard-RAG prompt numbers them."""
     return "\n".join(f"Doc {i}(Title: {hit.title}) {hit.text}" for i, hit in enumerate(hits, 1))
+
+
+async def step_loop(
+    config: InferenceConfig,
+    ask_turn: Callable[[int], Awaitable[Completion]],
+    read: Callable[[str], Parsed],
+    search: Callable[[str, Parsed], Awaitable[None]],
+    answer_field: str = "answer",
+) -> Outcome:
+    """The loop of a strategy's step mode: turn ``number`` is ``ask_turn(number)``'s completion,
+    ``read`` parses it; a format error ends the loop with no prediction (as a trajectory ends), an
+    ``answer`` action ends it with its ``answer_field``, and anything else is a search that
+    ``search(text, turn)`` retrieves for and adds to the state the next turn is asked from. At
+    most ``config.max_rounds`` turns."""
+    outcome = Outcome()
+    for number in range(config.max_rounds):
+        text = outcome.record(await ask_turn(number))
+        turn = read(text)
+        if turn.error:
+            outcome.errors.append(f"step {number + 1}: {turn.error}")
+            return outcome
+        if turn.get("action") == "answer":
+            outcome.prediction = turn.get(answer_field) or ""
+            return outcome
+        await search(text, turn)
+        outcome.n_retrievals += 1
+    outcome.errors.append(f"no final answer in {config.max_rounds} steps")
+    return outcome

@@ -18,13 +18,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ragfactory.tasks.eval.inference import EvalQuestion, InferenceConfig, Outcome, ask
+from ragfactory.tasks.eval.inference import EvalQuestion, InferenceConfig, Outcome, ask, step_loop
 from ragfactory.tasks.llm.types import Generator
 from ragfactory.tasks.retrieval.types import Hit, Retriever
 from ragfactory.tasks.search.common import retrieve
 from ragfactory.tasks.search.decex.config import STRATEGY
 from ragfactory.tasks.search.decex.history import Step, rollout_prompt
-from ragfactory.tasks.search.parsing import ROLLOUT_STOP, parse_rollout_turn
+from ragfactory.tasks.search.parsing import ROLLOUT_STOP, Parsed, parse_rollout_turn
 
 MODE = STRATEGY
 GRAMMAR = "decex_rollout"
@@ -38,24 +38,17 @@ async def answer_decex(
     """DecEx's step loop on one question; the outcome counts its turns and retrievals."""
     if retriever is None:
         raise ValueError("decex inference needs a retriever")
-    outcome, steps = Outcome(), []
-    for number in range(config.max_rounds):
+    steps: list[Step] = []
+
+    def ask_turn(number: int):
         prompt = rollout_prompt(question.question, steps)
-        path = f"{MODE}/{number}"
-        completion = await ask(generator, config, question.question_id, path, None, prompt, ROLLOUT_STOP, GRAMMAR)
-        text = outcome.record(completion)
-        turn = parse_rollout_turn(text)
-        if turn.error:
-            outcome.errors.append(f"step {number + 1}: {turn.error}")
-            return outcome
-        if turn.get("action") == "answer":
-            outcome.prediction = turn.get("answer") or ""
-            return outcome
+        return ask(generator, config, question.question_id, f"{MODE}/{number}", None, prompt, ROLLOUT_STOP, GRAMMAR)
+
+    async def search(text: str, turn: Parsed) -> None:
         hits = await retrieve(retriever, turn.get("query"), config.top_k)
-        outcome.n_retrievals += 1
         steps.extend(written_steps(text, turn.get("query"), hits))
-    outcome.errors.append(f"no final answer in {config.max_rounds} steps")
-    return outcome
+
+    return await step_loop(config, ask_turn, parse_rollout_turn, search)
 
 
 def written_steps(text: str, query: str, hits: Sequence[Hit]) -> list[Step]:

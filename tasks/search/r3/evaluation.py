@@ -11,9 +11,10 @@ a trajectory. At most ``max_rounds`` steps. ``MODES`` adds the loop to the evalu
 
 from __future__ import annotations
 
-from ragfactory.tasks.eval.inference import EvalQuestion, InferenceConfig, Outcome, ask
+from ragfactory.tasks.eval.inference import EvalQuestion, InferenceConfig, Outcome, ask, step_loop
 from ragfactory.tasks.llm.types import Generator
 from ragfactory.tasks.retrieval.types import Retriever
+from ragfactory.tasks.search.parsing import Parsed
 from ragfactory.tasks.search.r3.config import STRATEGY, R3Config
 from ragfactory.tasks.search.r3.expansion import retrieve_unseen
 from ragfactory.tasks.search.r3.steps import Step, parse_step, step_prompt
@@ -29,22 +30,18 @@ async def answer_r3(
     """R3's step loop on one question; the outcome counts its steps and retrievals."""
     if retriever is None:
         raise ValueError("r3 inference needs a retriever")
-    outcome, steps, seen = Outcome(), [], set()
-    for number in range(config.max_rounds):
+    steps: list[Step] = []
+    seen: set[str] = set()
+
+    def ask_turn(number: int):
         prompt = step_prompt(question.question, steps, DOC_CHARS)
-        completion = await ask(generator, config, question.question_id, f"{MODE}/{number}", None, prompt, (), GRAMMAR)
-        turn = parse_step(outcome.record(completion))
-        if turn.error:
-            outcome.errors.append(f"step {number + 1}: {turn.error}")
-            return outcome
-        if turn.get("action") == "answer":
-            outcome.prediction = turn.get("content") or ""
-            return outcome
+        return ask(generator, config, question.question_id, f"{MODE}/{number}", None, prompt, (), GRAMMAR)
+
+    async def search(text: str, turn: Parsed) -> None:
         fresh = await retrieve_unseen(retriever, turn.get("content"), config.top_k, seen)
-        outcome.n_retrievals += 1
         steps.append(Step(turn.get("analysis"), query=turn.get("content"), docs=tuple(fresh)))
-    outcome.errors.append(f"no final answer in {config.max_rounds} steps")
-    return outcome
+
+    return await step_loop(config, ask_turn, parse_step, search, answer_field="content")
 
 
 MODES = {MODE: answer_r3}
