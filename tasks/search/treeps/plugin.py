@@ -3,6 +3,8 @@
 Its trees train on sampled root-to-leaf trajectories with process advantages, GRPO and verl prompts,
 and stepwise process labels (TreePS-RAG, §2.3), with the exporters of ``exports.py`` (its SQL views
 are in ``views/``); those read node values, so the build's valuation stage values its trees.
+``evaluation.py`` adds the step loop those trajectories train as the ``treeps`` evaluation mode;
+``teacher.py`` registers the seeded world's teacher engine for its search (docs/world.md).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from ragfactory.tasks.search.strategy import ShardContext, Strategy
 from ragfactory.tasks.search.tree import TableRows
+from ragfactory.tasks.search.treeps import teacher  # noqa: F401  (registers the world teacher engine)
 from ragfactory.tasks.search.treeps.config import STRATEGY, TreePSConfig
 from ragfactory.tasks.search.treeps.expansion import expand_question
 from ragfactory.tasks.search.treeps.fates import explain
@@ -34,6 +37,7 @@ TREEPS = Strategy(
     description="TreePS-RAG parameters (paper defaults)",
     explain=explain,
     exports=f"{__package__}.exports",
+    evaluation=f"{__package__}.evaluation",
     views=Path(__file__).parent / "views",
     prompts=Path(__file__).parent / "prompts",
 )
