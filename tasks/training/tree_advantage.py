@@ -10,8 +10,10 @@ batch, minus β·KL to a reference:
     KL_t = exp(log π_ref - log π_θ) - (log π_ref - log π_θ) - 1   (k3, as GRPO estimates it)
 
 Offline, as this trainer runs it, the trajectories are a build's: π_old is the policy that
-grew the trees, taken to be the base model the training starts from (its log-probabilities
-are computed once, before the first step, and serve as π_ref too). At the first step ρ = 1
+grew the trees, taken to be the base model the training starts from; its log-probabilities
+serve as π_ref too. A frozen copy of the base scores each batch as it comes (the base with its
+adapter disabled, under LoRA), so a run of a few steps scores only the rows it trains;
+``precompute_old_logps`` scores every row in one pass before the first step instead. At the first step ρ = 1
 and the gradient is Σ A_t ∇log π_θ(y_t): a step with A > 0 gets likelier, one with A < 0
 less likely. The clip bounds how far later steps move from the build's policy.
 
@@ -26,14 +28,18 @@ A row that carries token ids (``prompt_token_ids``, ``completion_token_ids``, ``
 on exactly those ids, never re-tokenised: the tokens trained on are the tokens sampled, each
 step's sampled tokens carry its advantage and mask 1, template and observation tokens mask 0.
 A row without them (an export before schema 9, an engine that gave no ids, another tokenizer's
-ids) falls back to text, and the log says how many did. That fallback tokenises in pieces: the
-prompt (chat template, generation prompt), then each step's text and each gap between steps
-(the ``<information>`` observation and its separators) separately, as the expansion generated a
-step after its observation.
+ids) falls back to text, and the log says how many did. That fallback rebuilds the chat the
+expansion sent (``steps.py``: each step an assistant turn, each observation a user turn) from
+``response`` and its spans, through the tokenizer's chat template, so it trains the layout the
+spliced ids have and the strategy's evaluation mode runs, not the single-sequence ``response``
+itself; it tokenises in pieces: the prompt with the assistant's opening, then each step's text,
+and between steps the template's text around the observation, as an engine sampled each step
+after its prompt.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import torch
@@ -53,6 +59,14 @@ class TreeAdvantageConfig(_BaseConfig):
     epsilon: float = field(default=0.2, metadata={"help": "PPO clip range (verl's default)"})
     beta: float = field(default=0.001, metadata={"help": "KL coefficient (Table 5)"})
     max_length: int = field(default=1024, metadata={"help": "Tokens per row; whole steps past it are dropped"})
+    precompute_old_logps: bool = field(
+        default=False,
+        metadata={
+            "help": "π_old's log-probs of every row in one pass before the first step, instead of a frozen "
+            "copy of the base scoring each batch as it comes (a run that sees a few of a build's rows "
+            "would score them all)"
+        },
+    )
     remove_unused_columns: bool = field(default=False, metadata={"help": "The trainer reads its own columns"})
 
 
@@ -75,13 +89,39 @@ def step_pieces(row: dict) -> list[tuple[str, float | None]]:
     return pieces
 
 
+def chat_pieces(row: dict, tokenizer) -> list[tuple[str, float | None]]:
+    """The trajectory as the chat its expansion sent, in (text, advantage) pieces: the prompt
+    through the chat template with the assistant's opening, each step's text with its advantage,
+    and between two steps the template's text around the observation's user turn (None: text the
+    model did not write). The observation after the last step (a leaf cut at depth D) is left
+    out: nothing is trained after it."""
+    chat = [dict(message) for message in row["prompt"]]
+    done = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    pieces, steps = [(done, None)], step_pieces(row)
+    for at, (text, advantage) in enumerate(steps):
+        if advantage is not None:
+            pieces.append((text, advantage))
+            chat.append({"role": "assistant", "content": text})
+            done += text
+        elif at + 1 < len(steps):
+            chat.append({"role": "user", "content": text.removeprefix("\n\n").removesuffix("\n\n")})
+            rendered = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+            if not rendered.startswith(done):
+                raise ValueError(
+                    f"trajectory {row.get('trajectory_id')!r}: the tokenizer's chat template does not "
+                    "extend the chat turn by turn, so its steps cannot be trained from text"
+                )
+            pieces.append((rendered[len(done) :], None))
+            done = rendered
+    return pieces
+
+
 def tokenize_row(row: dict, tokenizer, max_length: int) -> dict | None:
-    """``input_ids``, per-token ``advantages`` and ``loss_mask`` of one trajectory; None when not
-    even its first step fits in ``max_length``."""
-    prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
-    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    advantages, mask = [0.0] * len(ids), [0] * len(ids)
-    for text, advantage in step_pieces(row):
+    """``input_ids``, per-token ``advantages`` and ``loss_mask`` of one trajectory, tokenised from
+    ``chat_pieces`` piece by piece (a step's tokens are those of its own text, as an engine samples
+    them after the template's opening); None when not even its first step fits in ``max_length``."""
+    ids, advantages, mask = [], [], []
+    for text, advantage in chat_pieces(row, tokenizer):
         piece = tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) + len(piece) > max_length:
             break
@@ -212,7 +252,11 @@ class TreeAdvantageTrainer(_BaseTrainer):
         logger=None,
     ):
         features = trajectory_features(list(train_dataset), processing_class, args.max_length, logger)
-        add_old_logps(model, features, processing_class.pad_token_id, args.per_device_train_batch_size)
+        reference = None
+        if args.precompute_old_logps:
+            add_old_logps(model, features, processing_class.pad_token_id, args.per_device_train_batch_size)
+        elif peft_config is None:  # with an adapter, the base is the model with it disabled
+            reference = copy.deepcopy(model).eval().requires_grad_(False)
         if peft_config is not None:
             from peft import get_peft_model
 
@@ -227,12 +271,28 @@ class TreeAdvantageTrainer(_BaseTrainer):
             callbacks=list(callbacks),
             data_collator=lambda rows: pad_batch(rows, processing_class.pad_token_id),
         )
+        self.reference = reference
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if "old_logps" not in inputs:
+            inputs["old_logps"] = self._old_logps(model, inputs)
         outputs = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
         logps = token_logps(outputs.logits, inputs["input_ids"])
         loss = tree_advantage_loss(logps, inputs, self.args.epsilon, self.args.beta)
         return (loss, outputs) if return_outputs else loss
+
+    @torch.no_grad()
+    def _old_logps(self, model, inputs) -> torch.Tensor:
+        """π_old's log-probabilities of a batch's tokens (0 at position 0): the frozen base's, or
+        the model's with its adapter disabled."""
+        ids, attention = inputs["input_ids"], inputs["attention_mask"]
+        if self.reference is None:
+            with self.accelerator.unwrap_model(model).disable_adapter():
+                logits = model(input_ids=ids, attention_mask=attention).logits
+        else:
+            logits = self.reference.to(ids.device)(input_ids=ids, attention_mask=attention).logits
+        logps = token_logps(logits, ids)
+        return torch.cat([torch.zeros_like(logps[:, :1]), logps], dim=1)
 
 
 @torch.no_grad()

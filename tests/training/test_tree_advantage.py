@@ -61,15 +61,35 @@ def test_overlapping_spans_name_the_trajectory_and_node():
 def test_step_tokens_carry_their_advantage_and_observations_are_masked(tokenizer):
     features = tokenize_row(row(0.5, -0.25), tokenizer, max_length=1024)
     prompt = tokenizer.apply_chat_template(row(0, 0)["prompt"], add_generation_prompt=True, tokenize=False)
-    n_prompt, n_search, n_obs, n_answer = (
-        len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in (prompt, SEARCH, OBSERVATION, ANSWER)
+    # the chat the expansion sent: the observation is a user turn between two assistant turns
+    # (SmolLM2's ChatML), not the single-sequence response's "\n\n" separators
+    between = (
+        "<|im_end|>\n<|im_start|>user\n"
+        "<information>Doc 1(Title: Jaws) Jaws is a 1975 film by Steven Spielberg.</information>"
+        "<|im_end|>\n<|im_start|>assistant\n"
     )
-    assert len(features["input_ids"]) == n_prompt + n_search + n_obs + n_answer
-    assert features["loss_mask"] == [0] * n_prompt + [1] * n_search + [0] * n_obs + [1] * n_answer
-    assert features["advantages"] == [0.0] * n_prompt + [0.5] * n_search + [0.0] * n_obs + [-0.25] * n_answer
+    n_prompt, n_search, n_between, n_answer = (
+        len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in (prompt, SEARCH, between, ANSWER)
+    )
+    assert len(features["input_ids"]) == n_prompt + n_search + n_between + n_answer
+    assert features["loss_mask"] == [0] * n_prompt + [1] * n_search + [0] * n_between + [1] * n_answer
+    assert features["advantages"] == [0.0] * n_prompt + [0.5] * n_search + [0.0] * n_between + [-0.25] * n_answer
     # the pieces are tokenised apart: the model's tokens are exactly those of its own text
-    start = n_prompt + n_search + n_obs
+    start = n_prompt + n_search + n_between
     assert tokenizer.decode(features["input_ids"][start:]) == ANSWER
+    # and the whole is the chat template's rendering of the trajectory's turns
+    chat = [*row(0, 0)["prompt"], {"role": "assistant", "content": SEARCH}]
+    chat += [{"role": "user", "content": OBSERVATION.strip("\n")}, {"role": "assistant", "content": ANSWER}]
+    whole = tokenizer.apply_chat_template(chat, tokenize=False)
+    assert tokenizer.decode(features["input_ids"]) == whole.removesuffix("<|im_end|>\n")
+
+
+def test_an_observation_after_the_last_step_is_left_out(tokenizer):
+    cut = row(1.0, 1.0)
+    cut["response"] = SEARCH + OBSERVATION
+    cut["step_spans"] = cut["step_spans"][:1]
+    features = tokenize_row(cut, tokenizer, max_length=1024)
+    assert tokenizer.decode(features["input_ids"]).endswith("<|im_start|>assistant\n" + SEARCH)
 
 
 def test_a_step_past_max_length_is_dropped_whole(tokenizer):
@@ -149,3 +169,20 @@ def test_one_step_raises_the_good_step_and_lowers_the_bad_one(tiny_model, tokeni
     after = step_logps(trained, features, search), step_logps(trained, features, answer)
     assert after[0] > before[0]
     assert after[1] < before[1]
+
+
+def test_the_frozen_base_scores_a_batch_as_the_pass_before_training_does(tiny_model, tokenizer, tmp_path, log):
+    rows = [row(1.0, -1.0), {**row(0.5, 0.5), "trajectory_id": "t2", "prompt": [{"role": "user", "content": "Jaws?"}]}]
+    trainers = {}
+    for precompute in (True, False):
+        trl = {"max_steps": 1, "per_device_train_batch_size": 2, "bf16": False, "precompute_old_logps": precompute}
+        ctx = MethodContext(rows, tiny_model, str(tmp_path / str(precompute)), trl, 10, 0, logger=log)
+        trainers[precompute] = build_trainer(ctx)
+    features = list(trainers[True].train_dataset)
+    assert "old_logps" not in trainers[False].train_dataset.column_names
+    batch = pad_batch(features, tokenizer.pad_token_id)
+    lazy = trainers[False]._old_logps(trainers[False].model, batch)
+    real = batch["attention_mask"].bool()
+    assert lazy.shape == batch["old_logps"].shape
+    assert torch.allclose(lazy[real], batch["old_logps"][real], atol=1e-5)
+    assert (lazy[:, 0] == 0).all() and lazy[real].min() < -1  # a random model's tokens are unlikely
