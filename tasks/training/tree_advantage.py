@@ -9,19 +9,28 @@ batch, minus β·KL to a reference:
     ρ_t  = π_θ(y_t | x, y_<t) / π_old(y_t | x, y_<t)
     KL_t = exp(log π_ref - log π_θ) - (log π_ref - log π_θ) - 1   (k3, as GRPO estimates it)
 
-Offline, as this trainer runs it, the trajectories are a build's: π_old is the policy that
-grew the trees, taken to be the base model the training starts from; its log-probabilities
-serve as π_ref too. A frozen copy of the base scores each batch as it comes (the base with its
-adapter disabled, under LoRA), so a run of a few steps scores only the rows it trains;
-``precompute_old_logps`` scores every row in one pass before the first step instead. At the first step ρ = 1
-and the gradient is Σ A_t ∇log π_θ(y_t): a step with A > 0 gets likelier, one with A < 0
-less likely. The clip bounds how far later steps move from the build's policy.
+Offline, as this trainer runs it, the trajectories are a build's and π_ref is the base model
+the training starts from. A frozen copy of the base scores each batch as it comes (the base with
+its adapter disabled, under LoRA), so a run of a few steps scores only the rows it trains;
+``precompute_base_logps`` scores every row in one pass before the first step instead. π_old is
+``old_policy``'s:
+
+- ``base`` (the default): the policy that grew the trees, taken to be the base. At the first step
+  ρ = 1 and the gradient is Σ A_t ∇log π_θ(y_t): a step with A > 0 gets likelier, one with A < 0
+  less likely; the clip then holds every token within [1 - ε, 1 + ε] of the base's probability
+  (its gradient stops there), as PPO's minibatches hold a policy near the one that sampled.
+- ``current``: the policy at the step that trains the row (its log-probs detached), as GRPO's
+  single iteration takes it: ρ = 1 at every step, the gradient is always Σ A_t ∇log π_θ(y_t),
+  and only the KL to the base holds the policy back. This is for trees another policy grew (a
+  larger model, the seeded world's teacher engine): a step the base finds unlikely is exactly
+  what it should learn, and the clip at the base would stop it at 1 + ε times an unlikely
+  probability.
 
 The paper trains online: every step regrows trees with the current policy and recomputes A(n).
 Here the trees are fixed (one build, many steps); regrowing them is a new build whose policy
 is ``latest:<name>`` of this lineage, then another ``tree-advantage`` run on its export. The
-blind spot: when the build's policy was not the base (another engine, another checkpoint),
-π_old is only close to the sampling policy, and ρ drifts from 1 by that gap.
+blind spot of ``base``: when the build's policy was not the base (another engine, another
+checkpoint), π_old is only close to the sampling policy, and ρ drifts from 1 by that gap.
 
 A row that carries token ids (``prompt_token_ids``, ``completion_token_ids``, ``loss_mask`` and
 ``step_token_spans``, spliced from the calls that sampled it: tasks/llm/splice.py) is trained
@@ -49,6 +58,7 @@ from trl.trainer.base_trainer import _BaseTrainer
 from ragfactory.tasks.llm.tokenizer_id import tokenizer_fingerprint
 from ragfactory.tasks.training.methods import MethodContext
 
+OLD_POLICIES = ("base", "current")
 IGNORED = ("prompt", "response", "step_spans", "observation_spans", "is_sampled")
 
 
@@ -59,14 +69,27 @@ class TreeAdvantageConfig(_BaseConfig):
     epsilon: float = field(default=0.2, metadata={"help": "PPO clip range (verl's default)"})
     beta: float = field(default=0.001, metadata={"help": "KL coefficient (Table 5)"})
     max_length: int = field(default=1024, metadata={"help": "Tokens per row; whole steps past it are dropped"})
-    precompute_old_logps: bool = field(
+    precompute_base_logps: bool = field(
         default=False,
         metadata={
-            "help": "π_old's log-probs of every row in one pass before the first step, instead of a frozen "
+            "help": "The base's log-probs of every row in one pass before the first step, instead of a frozen "
             "copy of the base scoring each batch as it comes (a run that sees a few of a build's rows "
             "would score them all)"
         },
     )
+    old_policy: str = field(
+        default="base",
+        metadata={
+            "help": "π_old of the ratio: base (the trees' own policy) or current (the policy at each step, "
+            "detached: for trees another policy grew)"
+        },
+    )
+
+    def __post_init__(self):
+        if self.old_policy not in OLD_POLICIES:
+            raise ValueError(f"TreeAdvantageConfig.old_policy must be one of {OLD_POLICIES}, got {self.old_policy!r}")
+        super().__post_init__()
+
     remove_unused_columns: bool = field(default=False, metadata={"help": "The trainer reads its own columns"})
 
 
@@ -222,14 +245,21 @@ def token_logps(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
     return logps.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
 
 
+def with_first(logps: torch.Tensor) -> torch.Tensor:
+    """``token_logps``' (batch, L-1) with a 0 for position 0, aligned with the input ids."""
+    return torch.cat([torch.zeros_like(logps[:, :1]), logps], dim=1)
+
+
 def tree_advantage_loss(logps: torch.Tensor, batch: dict, epsilon: float, beta: float) -> torch.Tensor:
-    """−J(θ) of Eq. 3 for a batch: ``logps`` from ``token_logps``; the batch's advantages, masks and
-    old log-probs are aligned with the tokens, so position t predicts token t+1."""
+    """−J(θ) of Eq. 3 for a batch: ``logps`` from ``token_logps``; the batch's advantages, masks,
+    π_old's log-probs (``old_logps``) and π_ref's (``ref_logps``, else π_old's) are aligned with
+    the tokens, so position t predicts token t+1."""
     advantages, mask = batch["advantages"][:, 1:], batch["loss_mask"][:, 1:]
     old = batch["old_logps"][:, 1:]
+    ref = batch.get("ref_logps", batch["old_logps"])[:, 1:]
     ratio = torch.exp(logps - old)
     surrogate = torch.minimum(ratio * advantages, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * advantages)
-    log_ref_ratio = old - logps
+    log_ref_ratio = ref - logps
     kl = torch.exp(log_ref_ratio) - log_ref_ratio - 1
     per_token = -(surrogate - beta * kl) * mask
     return per_token.sum() / mask.sum().clamp(min=1.0)
@@ -253,7 +283,7 @@ class TreeAdvantageTrainer(_BaseTrainer):
     ):
         features = trajectory_features(list(train_dataset), processing_class, args.max_length, logger)
         reference = None
-        if args.precompute_old_logps:
+        if args.precompute_base_logps:
             add_old_logps(model, features, processing_class.pad_token_id, args.per_device_train_batch_size)
         elif peft_config is None:  # with an adapter, the base is the model with it disabled
             reference = copy.deepcopy(model).eval().requires_grad_(False)
@@ -274,30 +304,31 @@ class TreeAdvantageTrainer(_BaseTrainer):
         self.reference = reference
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if "old_logps" not in inputs:
-            inputs["old_logps"] = self._old_logps(model, inputs)
+        base = inputs.pop("old_logps") if "old_logps" in inputs else self._base_logps(model, inputs)
         outputs = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
         logps = token_logps(outputs.logits, inputs["input_ids"])
-        loss = tree_advantage_loss(logps, inputs, self.args.epsilon, self.args.beta)
+        old = base if self.args.old_policy == "base" else with_first(logps.detach())
+        batch = {**inputs, "old_logps": old, "ref_logps": base}
+        loss = tree_advantage_loss(logps, batch, self.args.epsilon, self.args.beta)
         return (loss, outputs) if return_outputs else loss
 
     @torch.no_grad()
-    def _old_logps(self, model, inputs) -> torch.Tensor:
-        """π_old's log-probabilities of a batch's tokens (0 at position 0): the frozen base's, or
-        the model's with its adapter disabled."""
+    def _base_logps(self, model, inputs) -> torch.Tensor:
+        """The base's log-probabilities of a batch's tokens (0 at position 0): the frozen copy's,
+        or the model's with its adapter disabled."""
         ids, attention = inputs["input_ids"], inputs["attention_mask"]
         if self.reference is None:
             with self.accelerator.unwrap_model(model).disable_adapter():
                 logits = model(input_ids=ids, attention_mask=attention).logits
         else:
             logits = self.reference.to(ids.device)(input_ids=ids, attention_mask=attention).logits
-        logps = token_logps(logits, ids)
-        return torch.cat([torch.zeros_like(logps[:, :1]), logps], dim=1)
+        return with_first(token_logps(logits, ids))
 
 
 @torch.no_grad()
 def add_old_logps(model, features: list[dict], pad_id: int, batch_size: int) -> None:
-    """π_old's log-probability of every token (0 at position 0), written into each feature."""
+    """The base's log-probability of every token (0 at position 0), written into each feature
+    as ``old_logps`` (π_old under ``old_policy: base``, and π_ref)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device

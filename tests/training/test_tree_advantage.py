@@ -175,14 +175,42 @@ def test_the_frozen_base_scores_a_batch_as_the_pass_before_training_does(tiny_mo
     rows = [row(1.0, -1.0), {**row(0.5, 0.5), "trajectory_id": "t2", "prompt": [{"role": "user", "content": "Jaws?"}]}]
     trainers = {}
     for precompute in (True, False):
-        trl = {"max_steps": 1, "per_device_train_batch_size": 2, "bf16": False, "precompute_old_logps": precompute}
+        trl = {"max_steps": 1, "per_device_train_batch_size": 2, "bf16": False, "precompute_base_logps": precompute}
         ctx = MethodContext(rows, tiny_model, str(tmp_path / str(precompute)), trl, 10, 0, logger=log)
         trainers[precompute] = build_trainer(ctx)
     features = list(trainers[True].train_dataset)
     assert "old_logps" not in trainers[False].train_dataset.column_names
     batch = pad_batch(features, tokenizer.pad_token_id)
-    lazy = trainers[False]._old_logps(trainers[False].model, batch)
+    lazy = trainers[False]._base_logps(trainers[False].model, batch)
     real = batch["attention_mask"].bool()
     assert lazy.shape == batch["old_logps"].shape
     assert torch.allclose(lazy[real], batch["old_logps"][real], atol=1e-5)
     assert (lazy[:, 0] == 0).all() and lazy[real].min() < -1  # a random model's tokens are unlikely
+
+
+@pytest.mark.parametrize("old_policy", ["base", "current"])
+def test_old_policy_current_keeps_the_ratio_at_one_wherever_the_model_has_moved(tiny_model, tmp_path, log, old_policy):
+    trajectory = row(1.0, -0.5)
+    trl = {"max_steps": 1, "per_device_train_batch_size": 1, "bf16": False, "beta": 0.0, "old_policy": old_policy}
+    trainer = build_trainer(MethodContext([trajectory], tiny_model, str(tmp_path / "out"), trl, 10, 0, logger=log))
+    with torch.no_grad():  # the model moves away from the base its reference copy keeps
+        for parameter in trainer.model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    batch = pad_batch(list(trainer.train_dataset), trainer.processing_class.pad_token_id)
+    loss = trainer.compute_loss(trainer.model, batch).item()
+    mask, advantages = batch["loss_mask"][0, 1:], batch["advantages"][0, 1:]
+    # ρ = 1 on every token: −Σ A / Σ mask, the advantages' mean over the trained tokens
+    unclipped = -(advantages * mask).sum().item() / mask.sum().item()
+    if old_policy == "current":
+        assert loss == pytest.approx(unclipped, abs=1e-6)
+    else:  # the moved model's ratios to the base are not 1
+        assert abs(loss - unclipped) > 1e-3
+
+
+def test_an_unknown_old_policy_is_refused_naming_the_field():
+    from ragfactory.tasks.training.tree_advantage import TreeAdvantageConfig
+
+    with pytest.raises(
+        ValueError, match=r"TreeAdvantageConfig.old_policy must be one of \('base', 'current'\), got 'latest'"
+    ):
+        TreeAdvantageConfig(output_dir="/tmp/x", old_policy="latest")
