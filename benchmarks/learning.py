@@ -28,6 +28,13 @@ Methods measured:
   kept steps scrambled across questions.
 - ``decex-dpo-sft``: DPO with the chosen step's NLL on DecEx's sibling pairs (a search over a
   guess, the right final answer over a wrong one), in the same mode. Control: the pairs swapped.
+- ``treeps-tree-advantage``: TreePS-RAG's tree search (§2.1–2.2) with the world's teacher engine
+  as its policy (``tasks/search/treeps/teacher.py``: it guesses on half its samples), the
+  trajectories' tree advantages (Eq. 3) trained offline (``tasks/training/tree_advantage.py``),
+  evaluated in the ``treeps`` mode (the step chat the trees grow). Control: every advantage
+  negated (the rewards' sign flipped).
+- ``treeps-tree-advantage-current``: the same with π_old the policy at each step
+  (``old_policy: current``), not the base, as trees another policy grew call for.
 
 Every stage runs as a user runs it (``ragfactory world``, ``build``, ``train``, ``evaluate``), in
 a warehouse of its own; the CPU seconds and the peak resident memory of each are the children's
@@ -114,6 +121,20 @@ METHODS["decex-sft"] = {"strategy": "decex", "settings": DECEX, "teacher": "worl
                         "trl": [], "mode": DECEX_MODE, "control": None}  # fmt: skip
 METHODS["decex-dpo-sft"] = {**METHODS["decex-sft"], "method": "dpo", "trl": METHODS["mcts-dpo-sft"]["trl"],
                             "control": "swapped"}  # fmt: skip
+# TreePS-RAG with the world's teacher as its policy at temperature 0.5: half a state's children
+# guess at once, so a search's subtree is worth about 0.5 and a guess 0, and Eq. 3's advantages
+# are positive on searches and right answers, negative on guesses. The rest is the paper's tree
+# (N = 8, depth 4, 2 retained, 3 passages). Batches of 8 trajectories, as the other methods'.
+TREEPS = {"temperature": 0.5, "metric": "em"}
+METHODS["treeps-tree-advantage"] = {
+    "strategy": "treeps", "settings": TREEPS, "teacher": "world:treeps-teacher", "method": "tree-advantage",
+    "trl": ["per_device_train_batch_size=8"], "mode": ["treeps", "--max-rounds", "4", "--max-tokens", "64"],
+    "control": "negated"}  # fmt: skip
+# The same with π_old the policy at each step (``old_policy: current``, ρ = 1): the teacher grew the
+# trees, so the base finds its steps unlikely, and the clip at the base (the default) stops each
+# token at 1 + ε times the base's probability of it.
+METHODS["treeps-tree-advantage-current"] = {
+    **METHODS["treeps-tree-advantage"], "trl": [*METHODS["treeps-tree-advantage"]["trl"], "old_policy=current"]}  # fmt: skip
 
 
 def build(root: Path, world: Path, method: dict, train: int, stages: dict) -> str:
@@ -269,6 +290,25 @@ def scrambled_rows(root: Path, run_id: str) -> Path:
     return path
 
 
+def negated_rows(root: Path, run_id: str) -> Path:
+    """The tree-advantage control's trajectories: every step's advantage negated, so a right
+    step is pushed down as far as the labels push it up."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    sql = "select * from trajectories where run_id = $r order by trajectory_id"
+    rows = query(Warehouse(root / "wh"), sql, {"r": run_id}).to_pylist()
+    for row in rows:
+        row["advantages"] = [-a for a in row["advantages"]]
+        row["step_spans"] = [{**span, "advantage": -span["advantage"]} for span in row["step_spans"]]
+    path = root / "control-negated.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
 def table_row(label: str, c: dict) -> dict:
     """A line of the learning table from a comparison (model a against model b)."""
     return {"method": label, "n": c["n"], "em_base": c["em_b"], "em_trained": c["em_a"],
@@ -326,7 +366,8 @@ def control_rows(method: dict, args: argparse.Namespace):
     if args.control == "none":
         return None
     kind = method["control"] or args.control
-    return kind, {"pruned": pruned_rows, "scrambled": scrambled_rows, "swapped": swapped_rows}[kind]
+    controls = {"pruned": pruned_rows, "scrambled": scrambled_rows, "swapped": swapped_rows, "negated": negated_rows}
+    return kind, controls[kind]
 
 
 def measure(root: Path, name: str, args: argparse.Namespace, stages: dict) -> list[dict]:
