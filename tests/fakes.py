@@ -289,6 +289,24 @@ def world_test_outcomes(answer, backend, retriever, config, folder) -> list[tupl
     return list(zip(rows, asyncio.run(run_all())))
 
 
+def step_mode_on_world(answer, teacher, retriever, folder, config) -> None:
+    """Check a step mode (``step_loop``'s, ``tasks/eval/inference.py``) with a world teacher behind
+    it: every test question answered right, one search a hop then the answering step; a chain cut
+    at two steps ends after its two searches with no prediction."""
+    import asyncio
+
+    from ragfactory.tasks.eval.inference import EvalQuestion, InferenceConfig
+
+    done = world_test_outcomes(answer, teacher, retriever, config, folder)
+    assert [o.prediction for _, o in done] == [r["answer"] for r, _ in done]
+    assert [o.n_retrievals for _, o in done] == [len(r["question_decomposition"]) for r, _ in done]
+    assert all(o.n_steps == o.n_retrievals + 1 and not o.errors for _, o in done)
+    row = next(r for r in world_rows(folder, "test") if r["rung"] == "chain")
+    question = EvalQuestion("world:x", row["question"], (row["answer"],))
+    outcome = asyncio.run(answer(question, DirectGenerator(teacher), retriever, InferenceConfig(max_rounds=2)))
+    assert (outcome.prediction, outcome.errors, outcome.n_retrievals) == ("", ["no final answer in 2 steps"], 2)
+
+
 def world_rows(folder, split: str) -> list[dict]:
     """The question rows of one split file of the world in ``folder``."""
     import json
@@ -307,3 +325,11 @@ def small_world(folder):
 
     generate(WorldSpec(seed=0, questions=60, passages=600), folder)
     return BM25Retriever.build(pa.Table.from_pylist(load_corpus(folder / "corpus.jsonl", "world").passages))
+
+
+def teacher_world(tmp_path_factory, teacher_type) -> tuple:
+    """(folder, teacher, retriever): a ``small_world`` and a world teacher engine over it, what a
+    teacher test module shares."""
+    out = tmp_path_factory.mktemp("world")
+    retriever = small_world(out)
+    return out, teacher_type(out), retriever

@@ -31,7 +31,12 @@ from ragfactory.tasks.search.decex.steps import (
 from ragfactory.tasks.search.decex.teacher import TEACHER, DecExTeacher, Hop, read_hops, read_prompt
 from ragfactory.tasks.search.parsing import parse_rollout_turn
 from ragfactory.tasks.search.tree import group_trees
-from tests.fakes import DirectGenerator, ScriptedBackend, small_world, world_rows, world_test_outcomes
+from tests.fakes import (
+    ScriptedBackend,
+    step_mode_on_world,
+    teacher_world,
+    world_rows,
+)
 
 # benchmarks/learning.py's DecEx settings: the teacher errs on half its samples; five termination
 # votes leave a state's votes without a right answer once in 32
@@ -41,9 +46,7 @@ FIRST = "The question needs this fact first."
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    out = tmp_path_factory.mktemp("world")
-    retriever = small_world(out)
-    return out, DecExTeacher(out), retriever
+    return teacher_world(tmp_path_factory, DecExTeacher)
 
 
 def ask(teacher, prompt, temperature=0.0, seed=0, turns=(), held=None):
@@ -264,12 +267,5 @@ def test_the_decex_mode_sends_the_prompts_the_sft_rows_hold(built, world):
 
 def test_the_decex_mode_with_the_teacher_answers_every_test_question(world):
     out, teacher, retriever = world
-    done = world_test_outcomes(answer_decex, teacher, retriever, InferenceConfig(max_rounds=5, max_tokens=96), out)
-    assert [o.prediction for _, o in done] == [r["answer"] for r, _ in done]
-    # one search a hop, then the answer
-    assert [o.n_retrievals for _, o in done] == [len(r["question_decomposition"]) for r, _ in done]
-    assert all(o.n_steps == o.n_retrievals + 1 and not o.errors for _, o in done)
-    row = first_row(out, "chain", "test")
-    question = EvalQuestion("world:x", row["question"], (row["answer"],))
-    outcome = asyncio.run(answer_decex(question, DirectGenerator(teacher), retriever, InferenceConfig(max_rounds=2)))
-    assert (outcome.prediction, outcome.errors) == ("", ["no final answer in 2 steps"])
+    # one search a hop, then the answer; a chain cut at 2 turns ends with none
+    step_mode_on_world(answer_decex, teacher, retriever, out, InferenceConfig(max_rounds=5, max_tokens=96))

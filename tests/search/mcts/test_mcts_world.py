@@ -12,14 +12,12 @@ from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.mcts.evaluation import answer_agentic
 from ragfactory.tasks.search.mcts.steps import closed, grounding_input, parse_turn, reasoning_input
 from ragfactory.tasks.search.mcts.teacher import MctsTeacher, read_prompt
-from tests.fakes import small_world, world_rows, world_test_outcomes
+from tests.fakes import teacher_world, world_rows, world_test_outcomes
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    out = tmp_path_factory.mktemp("world")
-    retriever = small_world(out)
-    return out, MctsTeacher(out), retriever
+    return teacher_world(tmp_path_factory, MctsTeacher)
 
 
 def ask(teacher, user, temperature=0.0, seed=0):

@@ -4,24 +4,20 @@ only, and the ``r3`` evaluation mode runs R3's step loop (the teacher answers ev
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
-from ragfactory.tasks.eval.inference import EvalQuestion, InferenceConfig
+from ragfactory.tasks.eval.inference import InferenceConfig
 from ragfactory.tasks.llm.types import Message, Request, Sampling
 from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.r3.evaluation import MODES, answer_r3
 from ragfactory.tasks.search.r3.steps import Step, parse_step, step_prompt
 from ragfactory.tasks.search.r3.teacher import WorldTeacher, read_prompt
-from tests.fakes import DirectGenerator, small_world, world_rows, world_test_outcomes
+from tests.fakes import step_mode_on_world, teacher_world, world_rows
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    out = tmp_path_factory.mktemp("world")
-    retriever = small_world(out)
-    return out, WorldTeacher(out), retriever
+    return teacher_world(tmp_path_factory, WorldTeacher)
 
 
 def ask(teacher, question, steps, temperature=0.0, seed=0):
@@ -76,17 +72,5 @@ def test_the_teacher_refuses_a_prompt_that_is_not_an_r3_step(world):
 def test_the_r3_mode_runs_the_step_loop_the_teacher_answers_every_test_question(world):
     out, teacher, retriever = world
     assert MODES == {"r3": answer_r3}
-    done = world_test_outcomes(answer_r3, teacher, retriever, InferenceConfig(max_rounds=5, max_tokens=96), out)
-    assert [o.prediction for _, o in done] == [r["answer"] for r, _ in done]
-    # one retrieval and one step per hop, then the answering step
-    assert [o.n_retrievals for _, o in done] == [len(r["question_decomposition"]) for r, _ in done]
-    assert all(o.n_steps == o.n_retrievals + 1 and not o.errors for _, o in done)
-
-
-def test_the_r3_mode_ends_at_max_rounds_without_a_prediction(world):
-    out, teacher, retriever = world
-    row = next(r for r in world_rows(out, "test") if r["rung"] == "chain")
-    question = EvalQuestion("world:x", row["question"], (row["answer"],))
-    outcome = asyncio.run(answer_r3(question, DirectGenerator(teacher), retriever, InferenceConfig(max_rounds=2)))
-    assert outcome.prediction == "" and outcome.errors == ["no final answer in 2 steps"]
-    assert outcome.n_retrievals == 2
+    # one retrieval and one step per hop, then the answering step; a chain cut at 2 steps: none
+    step_mode_on_world(answer_r3, teacher, retriever, out, InferenceConfig(max_rounds=5, max_tokens=96))
