@@ -84,13 +84,12 @@ class TreeAdvantageConfig(_BaseConfig):
             "detached: for trees another policy grew)"
         },
     )
+    remove_unused_columns: bool = field(default=False, metadata={"help": "The trainer reads its own columns"})
 
     def __post_init__(self):
         if self.old_policy not in OLD_POLICIES:
             raise ValueError(f"TreeAdvantageConfig.old_policy must be one of {OLD_POLICIES}, got {self.old_policy!r}")
         super().__post_init__()
-
-    remove_unused_columns: bool = field(default=False, metadata={"help": "The trainer reads its own columns"})
 
 
 def step_pieces(row: dict) -> list[tuple[str, float | None]]:
