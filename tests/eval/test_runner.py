@@ -169,7 +169,7 @@ def test_max_in_flight_bounds_the_batch():
 
 def test_unknown_modes_are_refused_by_name():
     with pytest.raises(
-        ValueError, match=r"\['search'\].*known: \['agentic', 'decex', 'direct', 'r3', 'rag', 'treeps'\]"
+        ValueError, match=r"\['search'\].*known: \['agentic', 'apex', 'decex', 'direct', 'r3', 'rag', 'treeps'\]"
     ):
         check_modes(["direct", "search"])
 

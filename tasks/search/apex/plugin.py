@@ -3,7 +3,8 @@
 Each shard opens the SEPR plan scorer from ``search.apex.sepr`` (its embedding model is checked
 by preflight); the trees and plans train the executor on correct runs (SFT) and the planner on
 plans with their SEPR (GRPO) (APEX-Searcher, §2.3), with the exporters of ``exports.py``; its
-views (``views/``) show plans beside their scores.
+views (``views/``) show plans beside their scores; ``evaluation.py`` adds the ``apex`` evaluation
+mode, the plan-then-execute inference those exports train.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ APEX = Strategy(
     explain=explain,
     exports=f"{__package__}.exports",
     training=f"{__package__}.training",
+    evaluation=f"{__package__}.evaluation",
     views=Path(__file__).parent / "views",
     prompts=Path(__file__).parent / "prompts",
 )
