@@ -35,6 +35,11 @@ Methods measured:
   negated (the rewards' sign flipped).
 - ``treeps-tree-advantage-current``: the same with π_old the policy at each step
   (``old_policy: current``), not the base, as trees another policy grew call for.
+- ``apex-grpo``: APEX-Searcher's planner (§2.2): the embedded model's plans scored by SEPR
+  against the world's gold decompositions, GRPO on the planner prompts with SEPR as its reward
+  (TRL's trainer, generating online), evaluated in the ``apex`` mode (plan, then execute), with
+  each plan's SEPR F1 against the base's as well (``learning_plans``). Control: the reward
+  negated.
 
 Every stage runs as a user runs it (``ragfactory world``, ``build``, ``train``, ``evaluate``), in
 a warehouse of its own; the CPU seconds and the peak resident memory of each are the children's
@@ -50,7 +55,6 @@ are reused (so another control can be trained beside an earlier run's kept model
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import subprocess
 import sys
@@ -63,6 +67,13 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import report  # noqa: E402
+from benchmarks.learning_controls import (  # noqa: E402
+    negated_reward,
+    negated_rows,
+    pruned_rows,
+    scrambled_rows,
+    swapped_rows,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "ragfactory.cli"]
@@ -135,6 +146,20 @@ METHODS["treeps-tree-advantage"] = {
 # token at 1 + ε times the base's probability of it.
 METHODS["treeps-tree-advantage-current"] = {
     **METHODS["treeps-tree-advantage"], "trl": [*METHODS["treeps-tree-advantage"]["trl"], "old_policy=current"]}  # fmt: skip
+# APEX-Searcher's planner (§2.2): the embedded model samples two plans a train question (T = 1),
+# scored by SEPR against the world's gold decomposition, and executes none (the planner's GRPO
+# export is one prompt a question with its gold plan, whatever the samples were). GRPO then
+# generates online: 8 plans a prompt (the paper's G) of up to 64 tokens (three steps take ~40),
+# one prompt a step, rewarded by SEPR; no KL term (beta 0, TRL's default). Evaluated in the ``apex`` mode (plan, then execute; one hop a
+# sub-question, which the world's passages need), with each plan's SEPR scored as well (``plan_f1``),
+# since the base executes too. Control: the reward negated, so the worst plans are reinforced.
+APEX = {"n_plans": 2, "n_execute": 0, "execute_gold": False, "metric": "em"}
+METHODS["apex-grpo"] = {
+    "strategy": "apex", "settings": APEX, "teacher": None, "method": "grpo", "lr": 5e-5,
+    "args": ["--task", "plan", "--reward", "sepr"],
+    "trl": ["num_generations=8", "per_device_train_batch_size=8", "max_completion_length=64",
+            "activation_checkpointing=false"],
+    "mode": ["apex", "--max-rounds", "1", "--max-tokens", "64"], "control": "negated-reward", "plan_f1": True}  # fmt: skip
 
 
 def build(root: Path, world: Path, method: dict, train: int, stages: dict) -> str:
@@ -146,11 +171,12 @@ def build(root: Path, world: Path, method: dict, train: int, stages: dict) -> st
     config = yaml.safe_load((world / "build.yaml").read_text())
     config |= {
         "name": f"learning-{strategy}",
-        "llm": {"policy": {"backend": method["teacher"], "options": {"world": str(world)}}},
         "search": {"strategies": [strategy], "questions_per_dataset": train, "shard_size": 50,
                    strategy: method["settings"]},
         "export": {"decontamination": {"mode": "drop", "against": ["valid", "test"]}},
     }  # fmt: skip
+    if method["teacher"] is not None:  # else the embedded model, the world's default policy
+        config["llm"] = {"policy": {"backend": method["teacher"], "options": {"world": str(world)}}}
     path = root / f"build-{strategy}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     run(["build", "--config", str(path), "--root", str(root / "wh")], stages, f"build {strategy}")
@@ -174,64 +200,6 @@ def _first(root: Path, sql: str, params: dict) -> str | None:
     return values[0] if values else None
 
 
-def pruned_rows(root: Path, run_id: str) -> Path:
-    """The control's SFT rows: a question's steps with a wrong final answer (the same queries as a
-    kept chain), written as the exporter writes kept ones, into a parquet file: R3's first pruned
-    attempt whose answer is wrong, or DecEx's best chain closed by a pruned wrong answer of its
-    last state. A question with neither is left out."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from ragfactory.warehouse.catalog import query
-    from ragfactory.warehouse.store import Warehouse
-
-    wh = Warehouse(root / "wh")
-    nodes = query(wh, "select * from nodes where run_id = $r", {"r": run_id}).to_pylist()
-    questions = query(wh, "select question_id, question, golden_answers from questions").to_pylist()
-    gold = {q["question_id"]: q["golden_answers"] for q in questions}
-    for node in nodes:
-        node["parsed"] = json.loads(node["parsed"]) if isinstance(node["parsed"], str) else node["parsed"]
-    pruned = _decex_pruned if nodes and nodes[0]["strategy"] == "decex" else _r3_pruned
-    rows = pruned(nodes, questions, gold)
-    path = root / "control-pruned.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return path
-
-
-def _r3_pruned(nodes: list[dict], questions: list[dict], gold: dict) -> list[dict]:
-    from ragfactory.tasks.rewards.answer import exact_match
-    from ragfactory.tasks.search.r3.exports import r3_sft_examples
-
-    wrong = {}  # question -> its first attempt whose final answer is wrong
-    for node in sorted(nodes, key=lambda n: n["path"]):
-        if node["kind"] == "answer" and not exact_match(node["parsed"].get("content"), gold[node["question_id"]]):
-            wrong.setdefault(node["question_id"], node["parsed"]["attempt"])
-    for node in nodes:
-        if node["kind"] != "question":
-            node["is_selected"] = node["parsed"].get("attempt") == wrong.get(node["question_id"], -1)
-    return r3_sft_examples(nodes, questions)
-
-
-def _decex_pruned(nodes: list[dict], questions: list[dict], gold: dict) -> list[dict]:
-    from ragfactory.tasks.export.sft import SftConfig
-    from ragfactory.tasks.rewards.answer import exact_match
-    from ragfactory.tasks.search.decex.exports import sft_examples
-
-    closing = {n["parent_id"] for n in nodes if n["kind"] == "answer" and n["is_selected"]}
-    wrong = {}  # the state a kept answer closes -> its first answer that is wrong
-    for node in sorted(nodes, key=lambda n: n["path"]):
-        if node["kind"] == "answer" and node["parent_id"] in closing:
-            if not exact_match(node["parsed"]["answer"], gold[node["question_id"]]):
-                wrong.setdefault(node["parent_id"], node["node_id"])
-    for node in nodes:
-        if node["kind"] == "answer" and node["parent_id"] in wrong:
-            node["is_selected"] = node["node_id"] == wrong[node["parent_id"]]
-    picked = set(wrong.values())
-    kept = {n["question_id"] for n in nodes if n["node_id"] in picked}
-    # a wrong answer scores 0: min_reward 0 exports it, as the kept chain's right one is
-    return sft_examples([n for n in nodes if n["question_id"] in kept], questions, SftConfig(min_reward=0.0))
-
-
 def evaluate(root: Path, model: str, method: dict, test: int, stages: dict, name: str) -> dict:
     """``model`` against the embedded base on ``test`` world test questions in the method's mode."""
     args = ["evaluate", "--model", model, "--compare", "embedded", "--dataset", "world", "--mode", *method["mode"]]
@@ -243,70 +211,6 @@ def evaluate(root: Path, model: str, method: dict, test: int, stages: dict, name
 
     sql = "select * from eval_compare where model_a = $m order by created_at desc limit 1"
     return query(Warehouse(root / "wh"), sql, {"m": model}).to_pylist()[0]
-
-
-def swapped_rows(root: Path, run_id: str) -> Path:
-    """The DPO control's pairs: every exported pair with its chosen and rejected steps swapped."""
-    import pyarrow.parquet as pq
-
-    from ragfactory.warehouse.catalog import query
-    from ragfactory.warehouse.store import Warehouse
-
-    sql = "select * from preference_pairs where run_id = $r order by pair_id"
-    pairs = query(Warehouse(root / "wh"), sql, {"r": run_id})
-    chosen, rejected = pairs.column("chosen"), pairs.column("rejected")
-    pairs = pairs.set_column(pairs.schema.get_field_index("chosen"), "chosen", rejected)
-    pairs = pairs.set_column(pairs.schema.get_field_index("rejected"), "rejected", chosen)
-    path = root / "control-swapped.parquet"
-    pq.write_table(pairs, path)
-    return path
-
-
-def scrambled_rows(root: Path, run_id: str) -> Path:
-    """The scrambled control's SFT rows: every kept step's prompt with the completion another
-    question wrote at the same step (questions of as many steps, rotated by one), so no label
-    says anything about its own question."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from ragfactory.warehouse.catalog import query
-    from ragfactory.warehouse.store import Warehouse
-
-    sql = "select * from sft_examples where run_id = $r order by question_id, len(node_ids)"
-    rows = query(Warehouse(root / "wh"), sql, {"r": run_id}).to_pylist()
-    by_question: dict[str, list[dict]] = {}
-    for row in rows:
-        by_question.setdefault(row["question_id"], []).append(row)
-    by_length: dict[int, list[list[dict]]] = {}
-    for steps in by_question.values():
-        by_length.setdefault(len(steps), []).append(steps)
-    for group in by_length.values():
-        answers = [[step["messages"][-1]["content"] for step in steps] for steps in group]
-        for i, steps in enumerate(group):
-            for step, content in zip(steps, answers[(i + 1) % len(group)]):
-                step["messages"][-1] = {"role": "assistant", "content": content}
-    path = root / "control-scrambled.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return path
-
-
-def negated_rows(root: Path, run_id: str) -> Path:
-    """The tree-advantage control's trajectories: every step's advantage negated, so a right
-    step is pushed down as far as the labels push it up."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from ragfactory.warehouse.catalog import query
-    from ragfactory.warehouse.store import Warehouse
-
-    sql = "select * from trajectories where run_id = $r order by trajectory_id"
-    rows = query(Warehouse(root / "wh"), sql, {"r": run_id}).to_pylist()
-    for row in rows:
-        row["advantages"] = [-a for a in row["advantages"]]
-        row["step_spans"] = [{**span, "advantage": -span["advantage"]} for span in row["step_spans"]]
-    path = root / "control-negated.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return path
 
 
 def table_row(label: str, c: dict) -> dict:
@@ -329,6 +233,52 @@ def paired(root: Path, model_a: str, model_b: str) -> dict:
     return compare_rows(*rows, CompareConfig(), utc_now())[0]
 
 
+def plan_f1s(root: Path, model: str) -> dict[str, float]:
+    """Question id -> the SEPR F1 of the plan ``model`` wrote for it in the ``apex`` mode (its
+    first call) against the question's gold plan; 0 for a malformed plan."""
+    from ragfactory.tasks.rewards.sepr import load_plan_scorer
+    from ragfactory.tasks.search.apex.plan_format import gold_plan_texts, parse_plan
+    from ragfactory.tasks.search.apex.plan_rewrite import rewrite_steps
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    wh = Warehouse(root / "wh")
+    sql = """select e.question_id, c.text, q.gold_plan, q.metadata from evals e
+             join llm_calls c on c.call_id = e.llm_call_ids[1] join questions q on q.question_id = e.question_id
+             where e.model_id = $m and e.mode = 'apex' order by e.question_id"""
+    rows = query(wh, sql, {"m": model}).to_pylist()
+    plans = [parse_plan(row["text"]) for row in rows]
+    scored = [(i, plan.questions, rewrite_steps(gold_plan_texts(row)))
+              for i, (row, plan) in enumerate(zip(rows, plans)) if plan.error is None]  # fmt: skip
+    scorer = load_plan_scorer(cache_dir=wh.artifacts_dir("embeddings"))
+    f1 = [0.0] * len(rows)
+    for (i, _, _), match in zip(scored, scorer.score_many([(p, g) for _, p, g in scored])):
+        f1[i] = match.f1
+    return {row["question_id"]: value for row, value in zip(rows, f1)}
+
+
+def plan_rows(root: Path, models: dict[str, str]) -> list[dict]:
+    """Each trained model's plans against the base's (and the last model's, the control), as SEPR
+    F1 on the same test questions with the paired bootstrap interval of the delta."""
+    from ragfactory.tasks.eval.compare import paired_interval
+
+    base = plan_f1s(root, "embedded")
+    scores = {label: plan_f1s(root, model) for label, model in models.items()}
+    labels = list(scores)
+    pairs = [(label, "base", scores[label], base) for label in labels]
+    if len(labels) == 2:
+        pairs.append((labels[0], labels[1], scores[labels[0]], scores[labels[1]]))
+    rows = []
+    for a_label, b_label, a, b in pairs:
+        ids = sorted(set(a) & set(b))
+        a_f1, b_f1 = [a[q] for q in ids], [b[q] for q in ids]
+        low, high = paired_interval(a_f1, b_f1)
+        rows.append({"plans of": a_label, "against": b_label, "n": len(ids), "plan_f1": sum(a_f1) / len(ids),
+                     "against_f1": sum(b_f1) / len(ids), "delta": (sum(a_f1) - sum(b_f1)) / len(ids),
+                     "low": low, "high": high})  # fmt: skip
+    return rows
+
+
 def rung_scores(root: Path) -> list[dict]:
     """EM and retrievals a question per model, mode and rung of the world's test questions."""
     from ragfactory.warehouse.catalog import query
@@ -345,11 +295,12 @@ def train(root: Path, stages: dict, name: str, method: dict, args: argparse.Name
     ``root`` has already, when it has one)."""
     if (done := _model(root, name)) is not None:
         return done
-    lr = args.lr if method["method"] == "sft" else args.dpo_lr
+    lr = method.get("lr") or (args.lr if method["method"] == "sft" else args.dpo_lr)
     trl = [f"max_steps={args.steps}", f"learning_rate={lr}", *method["trl"], *args.trl]
     trl += [] if args.bf16 is None else [f"bf16={str(args.bf16).lower()}"]  # default: the trainer's choice
-    run(["train", "--method", method["method"], *source, *[a for t in trl for a in ("--trl", t)],
-               "--name", name, "--root", str(root / "wh")], stages, f"train {name}")  # fmt: skip
+    run(["train", "--method", method["method"], *method.get("args", []), *source,
+         *[a for t in trl for a in ("--trl", t)], "--name", name, "--root", str(root / "wh")],
+        stages, f"train {name}")  # fmt: skip
     return _model(root, name)
 
 
@@ -360,14 +311,16 @@ def _model(root: Path, name: str) -> str | None:
     return _first(root, sql, {"n": name})
 
 
-def control_rows(method: dict, args: argparse.Namespace):
-    """(kind, rows function) of the control a method trains beside it: its own, else the one
+def control_source(method: dict, args: argparse.Namespace, root: Path, run_id: str):
+    """(kind, train arguments) of the control a method trains beside it: its own, else the one
     ``--control`` names; None with ``--control none``."""
     if args.control == "none":
         return None
     kind = method["control"] or args.control
     controls = {"pruned": pruned_rows, "scrambled": scrambled_rows, "swapped": swapped_rows, "negated": negated_rows}
-    return kind, controls[kind]
+    if kind == "negated-reward":
+        return kind, negated_reward(root, run_id)
+    return kind, ["--parquet", str(controls[kind](root, run_id))]
 
 
 def measure(root: Path, name: str, args: argparse.Namespace, stages: dict) -> list[dict]:
@@ -375,14 +328,15 @@ def measure(root: Path, name: str, args: argparse.Namespace, stages: dict) -> li
     method = METHODS[name]
     run_id = build(root, root / "world", method, args.train, stages)
     models = {name: train(root, stages, f"world-{name}", method, args, ["--run-id", run_id])}
-    if (control := control_rows(method, args)) is not None:
-        kind, rows_of = control
-        source = ["--parquet", str(rows_of(root, run_id))]
+    if (control := control_source(method, args, root, run_id)) is not None:
+        kind, source = control
         models[f"{name} control ({kind})"] = train(root, stages, f"world-{name}-{kind}", method, args, source)
     rows = [table_row(label, evaluate(root, model, method, args.test, stages, f"evaluate {label}"))
             for label, model in models.items()]  # fmt: skip
     if control is not None:  # the labels' own share: trained against control, question by question
         rows.append(table_row(f"{name} vs control", paired(root, *models.values())))
+    if method.get("plan_f1"):
+        report("learning_plans", plan_rows(root, models))
     return rows
 
 

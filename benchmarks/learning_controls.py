@@ -1,0 +1,141 @@
+"""The controls of ``benchmarks/learning.py``: each method's export with its labels scrambled.
+
+A control trains as its method does on rows whose labels say nothing about their questions, so
+it must not show the method's gain: DPO pairs swapped, SFT on pruned chains (the kept queries, a
+wrong final answer) or on kept steps given another question's completions, tree advantages
+negated, a GRPO reward weighted -1. Each function reads the build's export from the run's
+warehouse (``ROOT/wh``) and returns what ``ragfactory train`` then reads: a parquet file of rows
+written into ``ROOT``, or the train arguments themselves.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def pruned_rows(root: Path, run_id: str) -> Path:
+    """The control's SFT rows: a question's steps with a wrong final answer (the same queries as a
+    kept chain), written as the exporter writes kept ones, into a parquet file: R3's first pruned
+    attempt whose answer is wrong, or DecEx's best chain closed by a pruned wrong answer of its
+    last state. A question with neither is left out."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    wh = Warehouse(root / "wh")
+    nodes = query(wh, "select * from nodes where run_id = $r", {"r": run_id}).to_pylist()
+    questions = query(wh, "select question_id, question, golden_answers from questions").to_pylist()
+    gold = {q["question_id"]: q["golden_answers"] for q in questions}
+    for node in nodes:
+        node["parsed"] = json.loads(node["parsed"]) if isinstance(node["parsed"], str) else node["parsed"]
+    pruned = _decex_pruned if nodes and nodes[0]["strategy"] == "decex" else _r3_pruned
+    rows = pruned(nodes, questions, gold)
+    path = root / "control-pruned.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def _r3_pruned(nodes: list[dict], questions: list[dict], gold: dict) -> list[dict]:
+    from ragfactory.tasks.rewards.answer import exact_match
+    from ragfactory.tasks.search.r3.exports import r3_sft_examples
+
+    wrong = {}  # question -> its first attempt whose final answer is wrong
+    for node in sorted(nodes, key=lambda n: n["path"]):
+        if node["kind"] == "answer" and not exact_match(node["parsed"].get("content"), gold[node["question_id"]]):
+            wrong.setdefault(node["question_id"], node["parsed"]["attempt"])
+    for node in nodes:
+        if node["kind"] != "question":
+            node["is_selected"] = node["parsed"].get("attempt") == wrong.get(node["question_id"], -1)
+    return r3_sft_examples(nodes, questions)
+
+
+def _decex_pruned(nodes: list[dict], questions: list[dict], gold: dict) -> list[dict]:
+    from ragfactory.tasks.export.sft import SftConfig
+    from ragfactory.tasks.rewards.answer import exact_match
+    from ragfactory.tasks.search.decex.exports import sft_examples
+
+    closing = {n["parent_id"] for n in nodes if n["kind"] == "answer" and n["is_selected"]}
+    wrong = {}  # the state a kept answer closes -> its first answer that is wrong
+    for node in sorted(nodes, key=lambda n: n["path"]):
+        if node["kind"] == "answer" and node["parent_id"] in closing:
+            if not exact_match(node["parsed"]["answer"], gold[node["question_id"]]):
+                wrong.setdefault(node["parent_id"], node["node_id"])
+    for node in nodes:
+        if node["kind"] == "answer" and node["parent_id"] in wrong:
+            node["is_selected"] = node["node_id"] == wrong[node["parent_id"]]
+    picked = set(wrong.values())
+    kept = {n["question_id"] for n in nodes if n["node_id"] in picked}
+    # a wrong answer scores 0: min_reward 0 exports it, as the kept chain's right one is
+    return sft_examples([n for n in nodes if n["question_id"] in kept], questions, SftConfig(min_reward=0.0))
+
+
+def swapped_rows(root: Path, run_id: str) -> Path:
+    """The DPO control's pairs: every exported pair with its chosen and rejected steps swapped."""
+    import pyarrow.parquet as pq
+
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    sql = "select * from preference_pairs where run_id = $r order by pair_id"
+    pairs = query(Warehouse(root / "wh"), sql, {"r": run_id})
+    chosen, rejected = pairs.column("chosen"), pairs.column("rejected")
+    pairs = pairs.set_column(pairs.schema.get_field_index("chosen"), "chosen", rejected)
+    pairs = pairs.set_column(pairs.schema.get_field_index("rejected"), "rejected", chosen)
+    path = root / "control-swapped.parquet"
+    pq.write_table(pairs, path)
+    return path
+
+
+def scrambled_rows(root: Path, run_id: str) -> Path:
+    """The scrambled control's SFT rows: every kept step's prompt with the completion another
+    question wrote at the same step (questions of as many steps, rotated by one), so no label
+    says anything about its own question."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    sql = "select * from sft_examples where run_id = $r order by question_id, len(node_ids)"
+    rows = query(Warehouse(root / "wh"), sql, {"r": run_id}).to_pylist()
+    by_question: dict[str, list[dict]] = {}
+    for row in rows:
+        by_question.setdefault(row["question_id"], []).append(row)
+    by_length: dict[int, list[list[dict]]] = {}
+    for steps in by_question.values():
+        by_length.setdefault(len(steps), []).append(steps)
+    for group in by_length.values():
+        answers = [[step["messages"][-1]["content"] for step in steps] for steps in group]
+        for i, steps in enumerate(group):
+            for step, content in zip(steps, answers[(i + 1) % len(group)]):
+                step["messages"][-1] = {"role": "assistant", "content": content}
+    path = root / "control-scrambled.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def negated_rows(root: Path, run_id: str) -> Path:
+    """The tree-advantage control's trajectories: every step's advantage negated, so a right
+    step is pushed down as far as the labels push it up."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    sql = "select * from trajectories where run_id = $r order by trajectory_id"
+    rows = query(Warehouse(root / "wh"), sql, {"r": run_id}).to_pylist()
+    for row in rows:
+        row["advantages"] = [-a for a in row["advantages"]]
+        row["step_spans"] = [{**span, "advantage": -span["advantage"]} for span in row["step_spans"]]
+    path = root / "control-negated.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def negated_reward(root: Path, run_id: str) -> list[str]:
+    """The GRPO control's source: the same prompts, every reward weighted -1."""
+    return ["--run-id", run_id, "--trl", "reward_weights=[-1.0]"]
