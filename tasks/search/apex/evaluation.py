@@ -36,7 +36,6 @@ def apex_config(config: InferenceConfig) -> ApexConfig:
     hops a sub-question."""
     return ApexConfig(
         n_plans=1,
-        plan_temperature=max(config.temperature, 1e-6),  # ApexConfig allows 0 only for one plan
         max_hops=min(config.max_rounds, BUILD.max_hops),
         top_k=config.top_k,
         exec_temperature=config.temperature,
