@@ -150,9 +150,10 @@ METHODS["treeps-tree-advantage-current"] = {
 # scored by SEPR against the world's gold decomposition, and executes none (the planner's GRPO
 # export is one prompt a question with its gold plan, whatever the samples were). GRPO then
 # generates online: 8 plans a prompt (the paper's G) of up to 64 tokens (three steps take ~40),
-# one prompt a step, rewarded by SEPR; no KL term (beta 0, TRL's default). Evaluated in the ``apex`` mode (plan, then execute; one hop a
-# sub-question, which the world's passages need), with each plan's SEPR scored as well (``plan_f1``),
-# since the base executes too. Control: the reward negated, so the worst plans are reinforced.
+# one prompt a step, rewarded by SEPR; no KL term (beta 0, TRL's default). Evaluated in the
+# ``apex`` mode (plan, then execute; one hop a sub-question, which the world's passages need), with
+# each plan's SEPR scored as well (``plan_f1``), since the base executes too. Control: the reward
+# negated, so the worst plans are reinforced.
 APEX = {"n_plans": 2, "n_execute": 0, "execute_gold": False, "metric": "em"}
 METHODS["apex-grpo"] = {
     "strategy": "apex", "settings": APEX, "teacher": None, "method": "grpo", "lr": 5e-5,
@@ -233,10 +234,9 @@ def paired(root: Path, model_a: str, model_b: str) -> dict:
     return compare_rows(*rows, CompareConfig(), utc_now())[0]
 
 
-def plan_f1s(root: Path, model: str) -> dict[str, float]:
-    """Question id -> the SEPR F1 of the plan ``model`` wrote for it in the ``apex`` mode (its
-    first call) against the question's gold plan; 0 for a malformed plan."""
-    from ragfactory.tasks.rewards.sepr import load_plan_scorer
+def plan_f1s(root: Path, model: str, scorer) -> dict[str, float]:
+    """Question id -> the SEPR F1 (``scorer``'s) of the plan ``model`` wrote for it in the
+    ``apex`` mode (its first call) against the question's gold plan; 0 for a malformed plan."""
     from ragfactory.tasks.search.apex.plan_format import gold_plan_texts, parse_plan
     from ragfactory.tasks.search.apex.plan_rewrite import rewrite_steps
     from ragfactory.warehouse.catalog import query
@@ -250,7 +250,6 @@ def plan_f1s(root: Path, model: str) -> dict[str, float]:
     plans = [parse_plan(row["text"]) for row in rows]
     scored = [(i, plan.questions, rewrite_steps(gold_plan_texts(row)))
               for i, (row, plan) in enumerate(zip(rows, plans)) if plan.error is None]  # fmt: skip
-    scorer = load_plan_scorer(cache_dir=wh.artifacts_dir("embeddings"))
     f1 = [0.0] * len(rows)
     for (i, _, _), match in zip(scored, scorer.score_many([(p, g) for _, p, g in scored])):
         f1[i] = match.f1
@@ -261,9 +260,12 @@ def plan_rows(root: Path, models: dict[str, str]) -> list[dict]:
     """Each trained model's plans against the base's (and the last model's, the control), as SEPR
     F1 on the same test questions with the paired bootstrap interval of the delta."""
     from ragfactory.tasks.eval.compare import paired_interval
+    from ragfactory.tasks.rewards.sepr import load_plan_scorer
+    from ragfactory.warehouse.store import Warehouse
 
-    base = plan_f1s(root, "embedded")
-    scores = {label: plan_f1s(root, model) for label, model in models.items()}
+    scorer = load_plan_scorer(cache_dir=Warehouse(root / "wh").artifacts_dir("embeddings"))  # one encoder load
+    base = plan_f1s(root, "embedded", scorer)
+    scores = {label: plan_f1s(root, model, scorer) for label, model in models.items()}
     labels = list(scores)
     pairs = [(label, "base", scores[label], base) for label in labels]
     if len(labels) == 2:
