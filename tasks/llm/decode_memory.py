@@ -45,8 +45,9 @@ def decode_chunks(rows: list[Any], max_rows: int, slots: int) -> list[list[Any]]
     return chunks + [chunk] if chunk else chunks
 
 
-def joined_cache(caches: list):
-    """The first of several ``DynamicCache`` objects of equal width, holding all of their rows.
+def joined_cache(caches: list, order=None):
+    """The first of several ``DynamicCache`` objects of equal width, holding all of their rows
+    (in the order of the index tensor ``order`` over the parts' rows, if given).
 
     Joined a layer at a time, each part dropped once copied, so the join holds the whole cache
     plus one layer's parts (building a new cache from the tensors would copy every layer again).
@@ -54,12 +55,14 @@ def joined_cache(caches: list):
     import torch
 
     first = caches[0]
-    if len(caches) == 1:
+    if len(caches) == 1 and order is None:
         return first
     for i, layer in enumerate(first.layers):
         parts = [cache.layers[i] for cache in caches]
-        layer.keys = torch.cat([part.keys for part in parts])
-        layer.values = torch.cat([part.values for part in parts])
+        keys, values = torch.cat([part.keys for part in parts]), torch.cat([part.values for part in parts])
         for part in parts[1:]:
             part.keys = part.values = None
+        if order is not None:
+            keys, values = keys.index_select(0, order), values.index_select(0, order)
+        layer.keys, layer.values = keys, values
     return first

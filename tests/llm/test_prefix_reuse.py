@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ragfactory.tasks.llm.prefill import _cuts
 from ragfactory.tasks.llm.prefix_store import PrefixStore, block_hashes, branch_points, levels
 from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
 from ragfactory.tasks.llm.types import Request
@@ -68,6 +69,28 @@ def test_branch_points_are_the_shared_block_prefixes_in_rounds():
     assert points == [tuple(root), tuple(left[:48])]  # right's pair is one prompt, identical
     assert levels(points) == [[tuple(root)], [tuple(left[:48])]]
     assert branch_points([root, root + [1]], block=16) == [tuple(root[:16])]  # a prompt's last token stays
+
+
+@pytest.mark.parametrize(
+    "new,held,max_tokens,expected",
+    [
+        # one pass of all five: 5 x 410 x (1 + 410/3100) + 16 = 2,337; the three short rows apart:
+        # 3 x 12 x (1 + 12/3100) + 16 = 52.1, and 2 x 410 x (1 + 410/3100) + 16 = 944.5
+        ([10, 10, 12, 400, 410], [0] * 5, 4096, [(0, 3), (3, 5)]),
+        ([100, 100, 100], [0] * 3, 200, [(0, 2), (2, 3)]),  # at most 200 padded tokens a pass
+        # together 2 x 5 x (1 + 3005/3100) + 16 = 35.7 beats apart, 21.0 + 25.8 = 46.9
+        ([5, 5], [0, 3000], 4096, [(0, 2)]),
+        ([7], [0], 4096, [(0, 1)]),
+    ],
+)
+def test_rows_are_cut_into_passes_at_the_least_padded_work(new, held, max_tokens, expected):
+    assert _cuts(new, held, max_tokens, slots=10**6) == expected
+
+
+def test_a_pass_holds_at_most_the_slots_of_keys_and_values():
+    # 2 rows x (1,000 held + 10 new) = 2,020 slots > 2,000: the two rows go through apart
+    assert _cuts([10, 10], [1000, 1000], 4096, slots=2000) == [(0, 1), (1, 2)]
+    assert _cuts([10, 10], [1000, 1000], 4096, slots=2020) == [(0, 2)]
 
 
 # ---- the engine, reuse on and off ----------------------------------------------------------
