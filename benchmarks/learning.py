@@ -67,13 +67,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import report  # noqa: E402
-from benchmarks.learning_controls import (  # noqa: E402
-    negated_reward,
-    negated_rows,
-    pruned_rows,
-    scrambled_rows,
-    swapped_rows,
-)
+from benchmarks.learning_controls import CONTROLS  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "ragfactory.cli"]
@@ -319,10 +313,7 @@ def control_source(method: dict, args: argparse.Namespace, root: Path, run_id: s
     if args.control == "none":
         return None
     kind = method["control"] or args.control
-    controls = {"pruned": pruned_rows, "scrambled": scrambled_rows, "swapped": swapped_rows, "negated": negated_rows}
-    if kind == "negated-reward":
-        return kind, negated_reward(root, run_id)
-    return kind, ["--parquet", str(controls[kind](root, run_id))]
+    return kind, CONTROLS[kind](root, run_id)
 
 
 def measure(root: Path, name: str, args: argparse.Namespace, stages: dict) -> list[dict]:

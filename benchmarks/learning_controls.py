@@ -4,8 +4,8 @@ A control trains as its method does on rows whose labels say nothing about their
 it must not show the method's gain: DPO pairs swapped, SFT on pruned chains (the kept queries, a
 wrong final answer) or on kept steps given another question's completions, tree advantages
 negated, a GRPO reward weighted -1. Each function reads the build's export from the run's
-warehouse (``ROOT/wh``) and returns what ``ragfactory train`` then reads: a parquet file of rows
-written into ``ROOT``, or the train arguments themselves.
+warehouse (``ROOT/wh``); ``CONTROLS`` gives each control's ``ragfactory train`` arguments: a
+parquet file of rows written into ``ROOT``, or the run's own export with other settings.
 """
 
 from __future__ import annotations
@@ -139,3 +139,18 @@ def negated_rows(root: Path, run_id: str) -> Path:
 def negated_reward(root: Path, run_id: str) -> list[str]:
     """The GRPO control's source: the same prompts, every reward weighted -1."""
     return ["--run-id", run_id, "--trl", "reward_weights=[-1.0]"]
+
+
+def _parquet(rows):
+    """The train arguments of a control whose rows ``rows`` writes into a parquet file."""
+    return lambda root, run_id: ["--parquet", str(rows(root, run_id))]
+
+
+# control name -> (ROOT, the build's run id) -> the control's ``ragfactory train`` arguments
+CONTROLS = {
+    "pruned": _parquet(pruned_rows),
+    "scrambled": _parquet(scrambled_rows),
+    "swapped": _parquet(swapped_rows),
+    "negated": _parquet(negated_rows),
+    "negated-reward": negated_reward,
+}
