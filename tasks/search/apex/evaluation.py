@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from ragfactory.tasks.eval.inference import EvalQuestion, InferenceConfig, Outcome
 from ragfactory.tasks.llm.seeds import derive_seed
-from ragfactory.tasks.llm.types import Generator, Message, Request, Sampling
+from ragfactory.tasks.llm.types import Generator
 from ragfactory.tasks.retrieval.types import Retriever
 from ragfactory.tasks.search.apex.config import STRATEGY, ApexConfig
 from ragfactory.tasks.search.apex.execute import CALLS, Execution, execute_plan
-from ragfactory.tasks.search.apex.plan_format import PLAN_STOP, parse_plan, planner_prompt
-from ragfactory.tasks.search.common import request_tags, sample_n
+from ragfactory.tasks.search.apex.expansion import plan_request
+from ragfactory.tasks.search.apex.plan_format import parse_plan
+from ragfactory.tasks.search.common import sample_n
 from ragfactory.tasks.search.tree import Node, QuestionTree
 
 MODE = STRATEGY
@@ -53,15 +54,8 @@ async def answer_apex(
     tree = QuestionTree(f"eval-{MODE}", question.question_id, STRATEGY)
     root = tree.add_root(question.question)
     path = f"{MODE}/plan"
-    sampling = Sampling(
-        temperature=config.temperature,
-        max_tokens=apex.plan_max_tokens,
-        stop=PLAN_STOP,
-        seed=derive_seed(config.seed, question.question_id, path),
-        grammar=apex.plan_grammar,
-    )
-    prompt = planner_prompt(question.question, apex.max_steps)
-    request = Request((Message("user", prompt),), sampling, "policy", request_tags(question.question_id, path))
+    seed = derive_seed(config.seed, question.question_id, path)
+    request = plan_request(question.question, question.question_id, path, apex, 1, config.temperature, seed)
     [completion] = await sample_n(generator, request)
     plan = parse_plan(completion.text, apex.max_steps)
     node = tree.add_child(root, "p0", "plan", completion.text, llm_call_id=completion.call_id or None)

@@ -103,22 +103,30 @@ async def run_apex_question(
     return ApexResult(nodes=tree.node_rows(), rollouts=tree.rollout_rows(), plans=plans, plan_scores=scores)
 
 
+def plan_request(question: str, question_id: str, path: str, config: ApexConfig, n: int, temperature: float, seed: int):
+    """The planner's request for ``question``: ``n`` plans at ``temperature``, each held to the
+    plan grammar within ``config.plan_max_tokens`` and stopped at ``</plan>``: a build's G
+    samples, or an evaluation's one greedy plan (``evaluation.py``)."""
+    sampling = Sampling(
+        n=n,
+        temperature=temperature,
+        max_tokens=config.plan_max_tokens,
+        stop=PLAN_STOP,
+        seed=seed,
+        grammar=config.plan_grammar,
+    )
+    prompt = planner_prompt(question, config.max_steps)
+    return Request((Message("user", prompt),), sampling, config.planner_role, request_tags(question_id, path))
+
+
 async def _sample_plans(
     tree: QuestionTree, root: Node, question: str, generator: Generator, config: ApexConfig, seed_of: SeedOf
 ) -> list[_Plan]:
     """G planner samples as one request, each a ``plan`` node."""
     path = f"{root.path}/p"
-    sampling = Sampling(
-        n=config.n_plans,
-        temperature=config.plan_temperature,
-        max_tokens=config.plan_max_tokens,
-        stop=PLAN_STOP,
-        seed=seed_of(path),
-        grammar=config.plan_grammar,
+    request = plan_request(
+        question, tree.question_id, path, config, config.n_plans, config.plan_temperature, seed_of(path)
     )
-    prompt = planner_prompt(question, config.max_steps)
-    tags = request_tags(tree.question_id, path)
-    request = Request((Message("user", prompt),), sampling, config.planner_role, tags)
     completions: list[Completion] = await sample_n(generator, request)
     plans = []
     for i, completion in enumerate(completions):
