@@ -52,17 +52,23 @@ def joined_cache(caches: list, order=None):
     Joined a layer at a time, each part dropped once copied, so the join holds the whole cache
     plus one layer's parts (building a new cache from the tensors would copy every layer again).
     """
-    import torch
 
     first = caches[0]
     if len(caches) == 1 and order is None:
         return first
     for i, layer in enumerate(first.layers):
         parts = [cache.layers[i] for cache in caches]
-        keys, values = torch.cat([part.keys for part in parts]), torch.cat([part.values for part in parts])
+        keys, values = _joined([part.keys for part in parts], order), _joined([part.values for part in parts], order)
         for part in parts[1:]:
             part.keys = part.values = None
-        if order is not None:
-            keys, values = keys.index_select(0, order), values.index_select(0, order)
         layer.keys, layer.values = keys, values
     return first
+
+
+def _joined(tensors: list, order):
+    """``tensors`` joined along the batch, rows in ``order`` if given: one copy (a lone part is
+    only reordered)."""
+    import torch
+
+    joined = torch.cat(tensors) if len(tensors) > 1 else tensors[0]
+    return joined if order is None else joined.index_select(0, order)

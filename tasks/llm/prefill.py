@@ -164,10 +164,12 @@ class Prefiller:
             self._keep(seqs, cache, width)
             parts.append((logits, cache))
             order += rows
-        back = torch.empty(len(order), dtype=torch.long)
-        back[torch.tensor(order)] = torch.arange(len(order))  # pass order -> the prompts' order
-        back = back.to(self.device)
-        logits, cache = torch.cat([p[0] for p in parts])[back], joined_cache([p[1] for p in parts], back)
+        logits = torch.cat([p[0] for p in parts])
+        back = None  # the passes' rows back to the prompts' order, where the passes moved them
+        if order != sorted(order):
+            back = torch.tensor(order).argsort().to(self.device)
+            logits = logits[back]
+        cache = joined_cache([p[1] for p in parts], back)
         del parts
         return logits, cache
 
@@ -180,9 +182,9 @@ class Prefiller:
         whole prefill's pass holds at most that many) and holds at most ``kv_cache_mb`` of
         stored and new keys and values."""
         hits = [self.store.lookup(s, len(s) - 1) for s in seqs]
-        order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i]) - hits[i][0], hits[i][0]))
-        new = [len(seqs[i]) - hits[i][0] for i in order]
-        held = [hits[i][0] for i in order]
+        fresh = [len(s) - h for s, (h, _) in zip(seqs, hits)]
+        order = sorted(range(len(seqs)), key=lambda i: (fresh[i], hits[i][0]))
+        new, held = [fresh[i] for i in order], [hits[i][0] for i in order]
         for start, end in _cuts(new, held, self.prefill_tokens, self.slots):
             rows = order[start:end]
             yield [seqs[i] for i in rows], [hits[i] for i in rows], rows
@@ -270,10 +272,9 @@ def _cuts(new: list[int], held: list[int], max_tokens: int, slots: int) -> list[
     """
     best, cut = [0.0] + [float("inf")] * len(new), [0] * (len(new) + 1)
     for end in range(1, len(new) + 1):
-        longest = 0
+        longest, width = 0, new[end - 1]  # rows are sorted: the last is the longest
         for start in range(end - 1, -1, -1):
             longest, rows = max(longest, held[start]), end - start
-            width = new[end - 1]
             if rows > 1 and (rows * width > max_tokens or rows * (longest + width) > slots):
                 break
             cost = best[start] + rows * width * (1 + (longest + width) / PAIRS_PER_TOKEN) + PASS_TOKENS

@@ -103,7 +103,9 @@ async def run_apex_question(
     return ApexResult(nodes=tree.node_rows(), rollouts=tree.rollout_rows(), plans=plans, plan_scores=scores)
 
 
-def plan_request(question: str, question_id: str, path: str, config: ApexConfig, n: int, temperature: float, seed: int):
+def plan_request(
+    question: str, question_id: str, path: str, config: ApexConfig, n: int, temperature: float, seed: int
+) -> Request:
     """The planner's request for ``question``: ``n`` plans at ``temperature``, each held to the
     plan grammar within ``config.plan_max_tokens`` and stopped at ``</plan>``: a build's G
     samples, or an evaluation's one greedy plan (``evaluation.py``)."""
