@@ -25,7 +25,8 @@ the same alone as in a batch and the coalescer's gather wait (50 ms a call) woul
 null build's time. The tokenizer and its compiled grammars are still loaded once per process.
 
 Token ids (docs/tokens.md): the prompt's are the tokenizer's ids of role-prefixed lines (the
-null engine renders no chat template), the completion's the walk's tokens; log-probabilities
+null engine renders no chat template; lines it tokenized for an earlier prompt are not tokenized
+again, ``prompt_tokens.py``), the completion's the walk's tokens; log-probabilities
 are null, as there is no distribution.
 
 The fingerprint (``null/<tokenizer>/<digest>``) differs from every real model's, so a null
@@ -43,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ragfactory.tasks.llm.prompt_tokens import LineTokens
 from ragfactory.tasks.llm.types import Completion, Grammar, Request
 
 NULL_VERSION = "null-v1"  # bump when the walk changes what it emits
@@ -91,7 +93,7 @@ class NullBackend:
             )
         digest = hashlib.sha256(json.dumps(request.messages_json(), sort_keys=True).encode()).digest()
         prompt = "".join(f"{m.role}: {m.content}\n" for m in request.messages) + "assistant: "
-        prompt_ids = tuple(self._masks.tokenizer.tokenize_str(prompt))
+        prompt_ids = self._walker.prompt_ids(prompt)
         stop = tuple(s for s in sampling.stop if s)
         return [
             self._walker.sample(
@@ -117,22 +119,27 @@ def _walker(tokenizer_dir: Path, settings: NullSettings) -> _Walker:
         if key not in _WALKERS:
             from transformers import AutoTokenizer
 
+            from ragfactory.tasks.llm.prompt_tokens import cuts_lines
             from ragfactory.tasks.llm.structured import GrammarMasks
             from ragfactory.tasks.llm.tokenizer_id import tokenizer_fingerprint
 
             tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-            _WALKERS[key] = _Walker(GrammarMasks(tokenizer), settings, tokenizer_fingerprint(tokenizer))
+            masks = GrammarMasks(tokenizer)
+            _WALKERS[key] = _Walker(masks, settings, tokenizer_fingerprint(tokenizer), cuts_lines(tokenizer))
         return _WALKERS[key]
 
 
 class _Walker:
     """Random walks over one tokenizer's vocabulary, constrained or free."""
 
-    def __init__(self, masks, settings: NullSettings, tokenizer_id: str | None = None):
+    def __init__(self, masks, settings: NullSettings, tokenizer_id: str | None = None, by_lines: bool = False):
         self.masks = masks
         self.settings = settings
         self.tokenizer_id = tokenizer_id
         tokenizer = masks.tokenizer
+        # a prompt's ids: its lines' (each tokenized once per process) where the tokenizer allows
+        whole = tokenizer.tokenize_str
+        self.prompt_ids = LineTokens(whole) if by_lines else lambda text: tuple(whole(text))
         self.eos = tokenizer.eos_token
         self.normal = [t for t in range(masks.vocab_size) if not tokenizer.is_special_token(t)]
         # one token per closing character: the grammar accepts any tokenization of a literal

@@ -34,10 +34,18 @@ STRATEGIES_PACKAGE = "ragfactory.tasks.search"
 def prompt_folders() -> list[Traversable]:
     """This package's folder, every shipped strategy folder's ``prompts/`` (by folder name), then
     those plugged strategies registered (``ragfactory/plugins.py``) that are not among them."""
+    shipped, known = _shipped_folders()
+    return [*shipped, *(folder for folder in plugins.prompt_folders() if str(folder) not in known)]
+
+
+@lru_cache(maxsize=1)
+def _shipped_folders() -> tuple[tuple[Traversable, ...], frozenset[str]]:
+    """The installed package's prompt folders, listed once per process: every prompt a build
+    renders looks its name up, and listing the strategies' folders each time cost a directory
+    check per strategy per prompt."""
     strategies = sorted(resources.files(STRATEGIES_PACKAGE).iterdir(), key=lambda p: p.name)
-    shipped = [resources.files(PACKAGE), *(p / "prompts" for p in strategies if (p / "prompts").is_dir())]
-    known = {str(folder) for folder in shipped}
-    return shipped + [folder for folder in plugins.prompt_folders() if str(folder) not in known]
+    shipped = (resources.files(PACKAGE), *(p / "prompts" for p in strategies if (p / "prompts").is_dir()))
+    return shipped, frozenset(str(folder) for folder in shipped)
 
 
 def prompt_files() -> dict[str, Traversable]:
