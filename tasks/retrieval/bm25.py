@@ -36,6 +36,7 @@ from ragfactory.tasks.retrieval.bm25_build import (
     SCORE_DTYPE,
     VOCAB_FILE,
     BuildLimits,
+    Stems,
     build_bm25_files,
 )
 from ragfactory.tasks.retrieval.index_store import (
@@ -51,6 +52,7 @@ from ragfactory.tasks.retrieval.index_store import (
 from ragfactory.tasks.retrieval.types import Hit, check_k
 
 PARAMS_FILE = "bm25_params.json"
+QUERY_STEMS = 200_000  # query words whose stem a loaded index remembers: ~25 MB at most
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ class BM25Retriever:
         self.passages = read_passages(folder)
         self.params = params
         self.stemmer, self.stemmer_name = load_stemmer(params.stemmer)
+        self._stems = Stems(self.stemmer, QUERY_STEMS)  # a build's queries repeat their words
         # a stemmer keeps the word it works on in itself: concurrent shards' searches take turns
         self._stemming = threading.Lock()
         self.is_loaded = False
@@ -166,7 +169,7 @@ class BM25Retriever:
             tokens = bm25s.tokenize(
                 list(queries),
                 stopwords=self.params.stopwords,
-                stemmer=self.stemmer,
+                stemmer=self._stems if self.stemmer is not None else None,
                 return_ids=False,
                 show_progress=False,
             )

@@ -40,6 +40,27 @@ SCORE_DTYPE, INT_DTYPE = np.float32, np.int32  # bm25s's defaults: the same floa
 SPARSE_METHODS = ("lucene", "robertson", "atire")
 
 
+class Stems:
+    """Words to their stems through ``stemmer`` (``stemWords``; None keeps words as they are),
+    each word stemmed once while at most ``limit`` are kept: a passage batch or a query repeats
+    words the ones before it stemmed, and the pure-Python Snowball stemmer was the costliest
+    step of both. A callable bm25s's ``tokenize`` takes as its stemmer."""
+
+    def __init__(self, stemmer: Any, limit: int):
+        self.stemmer, self.limit = stemmer, limit
+        self._stems: dict[str, str] = {}
+
+    def __call__(self, words: list[str]) -> list[str]:
+        if self.stemmer is None:
+            return words
+        if len(self._stems) > self.limit:
+            self._stems.clear()  # bounded: rare words come back seldom
+        new = [w for w in words if w not in self._stems]
+        if new:
+            self._stems.update(zip(new, self.stemmer.stemWords(new)))
+        return [self._stems[w] for w in words]
+
+
 @dataclass(frozen=True)
 class BuildLimits:
     group_entries: int = 10_000_000  # entries sorted at once when writing columns: ~120 MB
@@ -59,7 +80,7 @@ class Counter:
     def __init__(self, work: Path, params: Any, stemmer: Any, limits: BuildLimits = BuildLimits()):
         self.work, self.params, self.stemmer, self.limits = work, params, stemmer, limits
         self.vocab: dict[str, int] = {}  # token -> id in order of first sight
-        self.stems: dict[str, str] = {}  # word -> stem, so a word is stemmed once, not per batch
+        self.stems = Stems(stemmer, limits.stem_cache)  # a word is stemmed once, not per batch
         self.df = np.zeros(0, dtype=np.int64)
         self.n_docs, self.total_len, self.n_batches = 0, 0, 0
 
@@ -69,23 +90,13 @@ class Counter:
             self.count(batch)
             yield batch
 
-    def _stem(self, words: list[str]) -> list[str]:
-        if self.stemmer is None:
-            return words
-        if len(self.stems) > self.limits.stem_cache:
-            self.stems.clear()  # bounded: rare words come back seldom
-        new = [w for w in words if w not in self.stems]
-        if new:
-            self.stems.update(zip(new, self.stemmer.stemWords(new)))
-        return [self.stems[w] for w in words]
-
     def count(self, batch: pa.Table) -> None:
         # Split and drop stopwords as bm25s.tokenize does, then stem each word as it would.
         tokens = bm25s.tokenize(
             passage_texts(batch), stopwords=self.params.stopwords, stemmer=None, return_ids=True, show_progress=False
         )
         local_to_global = np.empty(len(tokens.vocab), dtype=np.int64)
-        for word, stem in zip(tokens.vocab, self._stem(list(tokens.vocab))):
+        for word, stem in zip(tokens.vocab, self.stems(list(tokens.vocab))):
             local_to_global[tokens.vocab[word]] = self.vocab.setdefault(stem, len(self.vocab))
         lengths = np.fromiter(map(len, tokens.ids), dtype=np.int64, count=len(tokens.ids))
         flat = np.fromiter(chain.from_iterable(tokens.ids), dtype=np.int64, count=int(lengths.sum()))

@@ -8,7 +8,7 @@ import pyarrow.compute as pc
 import pytest
 
 from ragfactory.tasks.retrieval.bm25 import BM25Params, BM25Retriever, bm25_settings, load_stemmer
-from ragfactory.tasks.retrieval.bm25_build import BuildLimits, token_groups
+from ragfactory.tasks.retrieval.bm25_build import BuildLimits, Stems, token_groups
 from ragfactory.tasks.retrieval.index_store import TablePassages, content_key
 
 
@@ -179,3 +179,35 @@ def test_rows_are_taken_from_their_own_batches():
     taken = take_rows(chunked, np.array([5, 0, 2, 3]))
     assert taken["passage_id"] == ["22", "00", "10", "20"]
     assert taken["text"] == ["f", "a", "c", "d"]
+
+
+def test_a_word_is_stemmed_once_while_the_kept_stems_fit():
+    asked: list[list[str]] = []
+
+    class Stemmer:
+        def stemWords(self, words):  # noqa: N802 (the Snowball stemmers' own name)
+            asked.append(list(words))
+            return [w.rstrip("s") for w in words]
+
+    stems = Stems(Stemmer(), limit=3)
+    assert stems(["cats", "dogs", "cats"]) == ["cat", "dog", "cat"]
+    assert stems(["dogs", "birds"]) == ["dog", "bird"]
+    assert asked == [["cats", "dogs", "cats"], ["birds"]]
+    stems(["cows"])  # 3 kept: one more still fits the limit's check
+    stems(["dogs"])  # 4 kept, past the limit: forgotten first, so asked again
+    assert asked[-2:] == [["cows"], ["dogs"]]
+    assert Stems(None, limit=3)(["cats"]) == ["cats"]
+
+
+def test_queries_stem_through_the_kept_stems_as_the_stemmer_would():
+    # Stemmed: d0 "Running runs fast" -> run run fast (3 tokens), d1 "Cats cat" -> cat cat (2);
+    # average length 2.5, df 1 each of N = 2: idf ln 2 = 0.693147. tf part 2 / (1.5 * (0.25 +
+    # 0.75 * len / 2.5) + 2): d0 2 / 3.725 -> 0.372160, d1 2 / 3.275 -> 0.423296.
+    index = BM25Retriever.build(table(["runs fast", "cat"], ["Running", "Cats"]))
+    for _ in range(2):  # the second time from the kept stems
+        hits = index.search(["running cats", "cat running"], k=2)
+        assert [[(h.passage_id, round(h.score, 6)) for h in q] for q in hits] == [
+            [("d1", 0.423296), ("d0", 0.37216)]
+        ] * 2
+    stemmer, _ = load_stemmer("english")
+    assert index._stems(["running", "cats"]) == stemmer.stemWords(["running", "cats"]) == ["run", "cat"]
