@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from array import array
 from collections.abc import Callable
 
 # a newline between two visible ASCII characters: no GPT-2 pre-token crosses it
@@ -52,11 +53,12 @@ def cuts_lines(tokenizer) -> bool:
 
 class LineTokens:
     """``tokenize`` (text to ids) applied line by line, each line's ids kept for the next prompt
-    that repeats it; thread-safe, bounded by ``max_chars`` characters of kept lines."""
+    that repeats it; thread-safe, bounded by ``max_chars`` characters of kept lines (their ids
+    kept as 4-byte integers: about 2 bytes a character in all, 16 MB at the default bound)."""
 
-    def __init__(self, tokenize: Callable[[str], list[int]], max_chars: int = 1 << 24):
+    def __init__(self, tokenize: Callable[[str], list[int]], max_chars: int = 1 << 23):
         self.tokenize, self.max_chars = tokenize, max_chars
-        self._lines: dict[str, tuple[int, ...]] = {}
+        self._lines: dict[str, array] = {}
         self._chars = 0
         self._lock = threading.Lock()
 
@@ -66,12 +68,12 @@ class LineTokens:
             with self._lock:
                 known = self._lines.get(line)
             if known is None:
-                known = tuple(self.tokenize(line))
+                known = array("i", self.tokenize(line))
                 self._keep(line, known)
             ids += known
         return tuple(ids)
 
-    def _keep(self, line: str, ids: tuple[int, ...]) -> None:
+    def _keep(self, line: str, ids: array) -> None:
         with self._lock:
             if self._chars + len(line) > self.max_chars:
                 self._lines.clear()  # bounded: a build's lines come back within a few prompts
