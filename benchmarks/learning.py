@@ -199,7 +199,7 @@ def evaluate(root: Path, model: str, method: dict, test: int, stages: dict, name
     """``model`` against the embedded base on ``test`` world test questions in the method's mode."""
     args = ["evaluate", "--model", model, "--compare", "embedded", "--dataset", "world", "--mode", *method["mode"]]
     args += ["--limit", str(test), "--source", "corpus"]
-    args += ["--engine-option", "kv_cache_mb=1024"]  # a decode chunk holds ~20 step prompts, not ~5
+    args += ["--engine-option", "kv_cache_mb=1024"]  # the running batch holds ~20 step prompts, not ~5
     run([*args, "--root", str(root / "wh")], stages, name)
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse

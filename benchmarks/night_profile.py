@@ -5,7 +5,7 @@ under py-spy (``record --format raw --subprocesses --nonblocking --full-filename
 thread of the build and of the processes it starts, Prefect's server among them, idle threads left
 out), and each sampled stack goes to one phase: the innermost frame that a rule of ``RULES``
 matches decides. Prefill is ``tasks/llm/prefill.py`` (and the prefix store beside it), decode the
-model steps after it (``_decode`` of ``tasks/llm/transformers_backend.py``, the row bookkeeping in
+model steps after it (``tasks/llm/running_batch.py``, the row bookkeeping in the backend's
 ``_advance`` included), grammar masks ``tasks/llm/structured.py`` and llguidance, sampling
 ``tasks/llm/sampling.py``, tokenisation the tokenizer and chat template (an engine's prompts and
 texts, stop-string checks), then the strategies' Python (``tasks/search/``), retrieval
@@ -80,7 +80,7 @@ RULES = [
     ),
     ("sampling", ("tasks/llm/sampling.py",), ()),
     ("prefill", ("tasks/llm/prefill", "tasks/llm/prefix"), ()),
-    ("decode", (), ("_decode", "_advance")),
+    ("decode", ("tasks/llm/running_batch",), ("_decode", "_advance")),
     ("strategy Python", ("tasks/search/",), ()),
     ("retrieval", ("tasks/retrieval/",), ()),
     ("warehouse", ("/warehouse/", "/pyarrow/", "/duckdb/"), ()),

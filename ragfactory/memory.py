@@ -14,8 +14,8 @@ step. Two ways glibc's malloc can serve them, both bad for a night of engine cal
 the heap is not trimmed at every free (``M_TRIM_THRESHOLD``), so a step reuses the pages the step
 before it freed, already resident; two arenas, not one per thread, each with its own fragments.
 ``release_free_memory`` (glibc's ``malloc_trim(0)``) then gives every free page of every arena back
-to the system; engines call it at the end of each call and between a chunk's prefill and its
-decode, so the resident size between calls is what is live, as with the mapped blocks, and the
+to the system; engines call it at the end of each call and after a running batch's larger
+prefills (``tasks/llm/running_batch.py``), so the resident size between calls is what is live, as with the mapped blocks, and the
 page faults are a call's, not a step's. Training keeps the mapped blocks (``heap_reuse=False``):
 there the heap's fragments within a step cost more memory than the faults cost time. Neither
 changes a result, only where memory comes from; both do nothing where the C library is not glibc.

@@ -1,12 +1,12 @@
-"""What one decode chunk of a local engine may hold: KV bytes per token, chunks within a budget.
+"""What a local engine's running batch may hold: KV bytes per token, token slots in a budget.
 
-A static-batch engine (``tasks/llm/transformers_backend.py``) decodes rows in chunks. A chunk's
-KV cache is ``rows x padded width x bytes per token``, where the padded width is the chunk's
-longest prompt plus its longest ``max_tokens``: left padding gives every row the longest prompt's
-width, and every row keeps its slots until the chunk ends. Bounding the row count alone lets one
-batch of long prompts take gigabytes; these functions bound the product, so an engine call of any
-size holds one chunk's memory. Pure functions over plain numbers, rows that carry ``prompt``
-(token ids) and ``max_tokens``, and a model config with the usual transformers attribute names.
+The transformers engine's running batch (``tasks/llm/running_batch.py``) holds a KV cache of
+``rows x padded width x bytes per token``, where the padded width is its widest row plus the
+longest ``max_tokens`` still to come: left padding gives every row the widest one's width, and
+every row keeps its slots until it finishes. Bounding the row count alone lets a batch of long
+prompts take gigabytes; the batch bounds the product by ``kv_token_slots``, so calls of any size
+hold one batch's memory. Pure functions over plain numbers and a model config with the usual
+transformers attribute names; ``joined_cache`` joins prefill passes' caches.
 """
 
 from __future__ import annotations
@@ -26,23 +26,6 @@ def kv_bytes_per_token(config: Any, dtype: str) -> int:
 def kv_token_slots(kv_cache_mb: float, bytes_per_token: int) -> int:
     """How many tokens (rows x padded width) a KV cache of ``kv_cache_mb`` MiB holds."""
     return max(1, int(kv_cache_mb * (1 << 20)) // bytes_per_token)
-
-
-def decode_chunks(rows: list[Any], max_rows: int, slots: int) -> list[list[Any]]:
-    """Consecutive runs of ``rows`` (sorted by prompt length) that fit ``max_rows`` rows and
-    ``slots`` KV tokens, a chunk's every row counted at the chunk's padded width: its longest
-    prompt plus its longest ``max_tokens``. A row wider than ``slots`` forms a chunk alone."""
-    chunks: list[list[Any]] = []
-    chunk: list[Any] = []
-    prompt = new = 0
-    for row in rows:
-        wider, longer = max(prompt, len(row.prompt)), max(new, row.max_tokens)
-        if chunk and (len(chunk) == max_rows or (len(chunk) + 1) * (wider + longer) > slots):
-            chunks.append(chunk)
-            chunk, wider, longer = [], len(row.prompt), row.max_tokens
-        chunk.append(row)
-        prompt, new = wider, longer
-    return chunks + [chunk] if chunk else chunks
 
 
 def joined_cache(caches: list, order=None):

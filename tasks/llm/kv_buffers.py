@@ -1,4 +1,4 @@
-"""A decode chunk's KV cache in buffers reserved once, written in place at every step.
+"""The running batch's KV cache in buffers reserved once, written in place at every step.
 
 transformers' ``DynamicLayer`` grows its keys and values by ``torch.cat`` at every decode step:
 each step allocates the whole cache of every layer again and copies it over. On CPU, with the
@@ -60,9 +60,17 @@ class ReservedLayer(DynamicLayer):
         self._expose()
         return self.keys, self.values
 
-    def batch_select_indices(self, indices) -> None:
-        """Keep the rows ``indices`` (finished rows leave the chunk): one copy, room kept."""
-        self._keys, self._values = self._keys[indices], self._values[indices]
+    def adopt(self, keys, values, filled: int) -> None:
+        """Hold ``keys`` and ``values`` (buffers already laid out) with ``filled`` slots in use."""
+        self.is_initialized, self.device = True, keys.device
+        self._keys, self._values, self._filled = keys, values, filled
+        self._expose()
+
+    def batch_select_indices(self, indices, first: int = 0) -> None:
+        """Keep the rows ``indices`` (finished rows leave the batch) and the slots from ``first``
+        on (leading slots that only finished rows used): one copy, room kept."""
+        self._keys, self._values = self._keys[indices, :, first:], self._values[indices, :, first:]
+        self._filled -= first
         self._expose()
 
     def get_seq_length(self) -> int:
@@ -80,6 +88,56 @@ def reserve_cache(cache, room: int):
         layers.append(reserved)
     cache.layers = layers
     return cache
+
+
+def merged_cache(running, arriving, room: int, reserved: bool = True):
+    """One cache of ``running``'s rows then ``arriving``'s (``running`` None: an empty batch):
+    each row's slots right-aligned to the wider cache's width, its left padding zeros (finite,
+    so a masked slot weighs nothing), ``room`` slots reserved after them (none and transformers'
+    growing layers where not ``reserved``). Merged a layer at a time, each part released once
+    copied: the merge holds the caches plus one layer's copy."""
+    room = room if reserved else 0
+    if running is None:
+        return reserve_cache(arriving, room) if reserved else arriving
+    width = max(running.get_seq_length(), arriving.get_seq_length())
+    for i, layer in enumerate(running.layers):
+        parts = (layer, arriving.layers[i])
+        keys, values = (_aligned([getattr(p, name) for p in parts], width, room) for name in ("keys", "values"))
+        for part in parts:
+            part.keys = part.values = None
+            if isinstance(part, ReservedLayer):
+                part._keys = part._values = None
+        merged = ReservedLayer() if reserved else DynamicLayer()
+        if reserved:
+            merged.adopt(keys, values, width)
+        else:
+            merged.is_initialized, merged.device, merged.keys, merged.values = True, keys.device, keys, values
+        running.layers[i] = merged
+    return running
+
+
+def select_rows(cache, indices, first: int = 0) -> None:
+    """Keep the rows ``indices`` of every layer, and its slots from ``first`` on."""
+    for layer in cache.layers:
+        if isinstance(layer, ReservedLayer):
+            layer.batch_select_indices(indices, first)
+        else:
+            layer.keys, layer.values = layer.keys[indices, :, first:], layer.values[indices, :, first:]
+
+
+def _aligned(parts: list, width: int, room: int):
+    """``parts`` (rows x heads x slots x dim) stacked along the rows, each right-aligned in
+    ``width`` slots, zeros before it, ``room`` empty slots after."""
+    first = parts[0]
+    rows = sum(p.shape[0] for p in parts)
+    out = first.new_empty((rows, first.shape[1], width + room, first.shape[3]))
+    start = 0
+    for part in parts:
+        end, pad = start + part.shape[0], width - part.shape[-2]
+        out[start:end, :, :pad].zero_()
+        out[start:end, :, pad:width].copy_(part)
+        start = end
+    return out
 
 
 @contextlib.contextmanager

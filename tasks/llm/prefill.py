@@ -1,4 +1,4 @@
-"""Prefill of one decode chunk of the transformers engine: every prompt whole, or after its stored prefix.
+"""Prefill of the rows joining the transformers engine's running batch: every prompt whole, or after its stored prefix.
 
 ``Prefiller.prefill`` returns what the decode loop (``tasks/llm/transformers_backend.py``) starts
 from: each row's last-position logits, its attention mask and a ``DynamicCache`` of the chunk's

@@ -246,7 +246,7 @@ class Scheduler:
         requests = self._count(entries)
         answers = self.retry.call(generate_checked, self.backend, requests, sleep=self.sleep)
         check_answers(self.backend, requests, answers)
-        self._count_prefill(entries, answers)
+        self._count_prefill(entries, requests, answers)
         return answers
 
     def _count(self, entries: list[Entry]) -> list[Request]:
@@ -257,13 +257,15 @@ class Scheduler:
             self.stats.merged += len({id(e.owner) for e in entries}) > 1
         return [e.request for e in entries]
 
-    def _count_prefill(self, entries: list[Entry], answers: list[list[Completion]]) -> None:
+    def _count_prefill(self, entries: list[Entry], requests: list[Request], answers: list[list[Completion]]) -> None:
         """An engine call's prompt tokens, and the tokens its prefill computed where the engine
-        counts them (``prefill_counts``): the engine's in total, each shard's by its prompt share."""
+        counts them (``computed_tokens(requests)`` of that call, else ``prefill_counts``' latest):
+        the engine's in total, each shard's by its prompt share."""
+        own = getattr(self.backend, "computed_tokens", None)
         counts = getattr(self.backend, "prefill_counts", None)
         prompts = {id(e): sum(c.prompt_tokens for c in a) for e, a in zip(entries, answers)}
         total = sum(prompts.values())
-        computed = counts.last_computed_tokens if counts is not None else 0
+        computed = own(requests) if own is not None else counts.last_computed_tokens if counts is not None else 0
         with _STATS:
             self.stats.prompt_tokens += total
             self.stats.prefilled_tokens += computed
@@ -298,7 +300,7 @@ class Scheduler:
             requests = self._count(entries)
             answers = await self.retry.acall(self.backend.agenerate_batch, requests)  # type: ignore[attr-defined]
             check_answers(self.backend, requests, answers)
-            self._count_prefill(entries, answers)
+            self._count_prefill(entries, requests, answers)
             outcome = answers
         except Exception as exc:
             outcome = exc

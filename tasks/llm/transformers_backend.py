@@ -1,7 +1,9 @@
 """The embedded engine: batched chat generation with transformers on CPU or one GPU.
 
-docs/architecture.md, "Core contracts": a Backend. Prompts are rendered with the model's chat
-template, left-padded into one batch and decoded by a compact loop over a ``DynamicCache``: each row
+docs/architecture.md, "Core contracts": a Backend, or with ``continuous`` a ContinuousBackend. Prompts
+are rendered with the model's chat template and decoded by one thread's running batch
+(``tasks/llm/running_batch.py``): rows join it as room frees, from the call that brought them or
+any later one, and each call is answered as its own rows finish. Each row
 samples with its own ``torch.Generator`` seeded from the request seed plus the sample index (``n``
 samples become ``n`` rows), so a row's random draws never depend on its batch-mates.
 ``generate(do_sample=True)`` would share one global RNG across the batch and break that. Temperature
@@ -9,10 +11,10 @@ samples become ``n`` rows), so a row's random draws never depend on its batch-ma
 every row has its own ``max_tokens`` and stop strings (checked on the decoded tail, cut from the
 text, OpenAI-style); finished rows leave the batch so long answers do not hold short ones back.
 
-Memory is bounded per decode chunk, not only by its row count: rows join a chunk while its KV
+Memory is bounded by the running batch, not only by its row count: rows join it while its KV
 cache (rows x padded width x bytes per token) fits ``kv_cache_mb``, and its prefill goes through
-the model in groups of ``prefill_tokens`` padded tokens (``tasks/llm/decode_memory.py``), so an
-engine call of any size holds one chunk's memory. Prefill is ``tasks/llm/prefill.py``: every
+the model in groups of ``prefill_tokens`` padded tokens (``tasks/llm/decode_memory.py``), so
+calls of any size hold one batch's memory. Prefill is ``tasks/llm/prefill.py``: every
 prompt from its first token, or, with ``prefix_reuse``, shared prefixes once and stored ones not
 again (docs/engine.md, "Prefix reuse"); ``prefill_counts`` says how many prompt tokens it computed.
 
@@ -33,6 +35,7 @@ and the decode-loop version; the device is left out, as CPU and GPU compute the 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import inspect
@@ -40,20 +43,19 @@ import json
 import logging
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragfactory.memory import release_free_memory, tune_allocator
-from ragfactory.tasks.llm.decode_memory import (
-    decode_chunks,
-    kv_bytes_per_token,
-    kv_token_slots,
-)
+from ragfactory.memory import tune_allocator
+from ragfactory.tasks.llm.decode_memory import kv_bytes_per_token, kv_token_slots
 from ragfactory.tasks.llm.device import cpu_threads, engine_threads
-from ragfactory.tasks.llm.kv_buffers import grouped_query_attention, reserve_cache
+from ragfactory.tasks.llm.kv_buffers import grouped_query_attention
 from ragfactory.tasks.llm.prefill import PrefillCounts, Prefiller
-from ragfactory.tasks.llm.sampling import sample_tokens, sampled_logprobs
+from ragfactory.tasks.llm.running_batch import DecodeLoop
+from ragfactory.tasks.llm.sampling import sample_tokens
 from ragfactory.tasks.llm.tokenizer_id import tokenizer_fingerprint
 from ragfactory.tasks.llm.types import Completion, Grammar, Request
 
@@ -70,7 +72,7 @@ class TransformersSettings:
     device: str | None = None  # None: cuda when available, else cpu
     dtype: str = "auto"  # auto: float32 on CPU (bf16 matmuls are slow there), bfloat16 on GPU
     max_batch_size: int = 32  # rows per forward pass; ~33 tok/s at 32 rows on 2 CPU cores
-    # One decode chunk's KV cache: ~5 rows of a 1,000-token prompt for SmolLM2-135M in float32 (46 KB
+    # The running batch's KV cache: ~5 rows of a 1,000-token prompt for SmolLM2-135M in float32 (46 KB
     # a token). It holds `make demo` under 2 GB (1,886 MiB; 2,466 MiB at 1,024) with the same rows; a
     # decode step costs about as much for 8 rows as for 32 on CPU, so raise it where memory allows.
     kv_cache_mb: float = 256.0
@@ -81,7 +83,7 @@ class TransformersSettings:
     # attends to the whole prompt in every layer, off elsewhere; true: required (an error where it
     # cannot be); false: every prompt prefilled from its first token.
     prefix_reuse: bool | None = None
-    # Each decode chunk's KV in buffers reserved once and written in place (tasks/llm/kv_buffers.py):
+    # The running batch's KV in buffers reserved once and written in place (tasks/llm/kv_buffers.py):
     # no per-step copy of the cache and its page faults, the same numbers bit for bit; off:
     # transformers' cache that grows by concatenation.
     kv_buffers: bool = True
@@ -90,6 +92,13 @@ class TransformersSettings:
     gqa_attention: bool = True
     # torch's intra-op threads during an engine call on CPU; None: half torch's (docs/engine.md)
     threads: int | None = None
+    # intra-op threads of prefill on CPU (large products that share cores well); None: torch's
+    prefill_threads: int | None = None
+    # Take requests as questions issue them (a ``ContinuousBackend``): each call is answered when
+    # its own rows finish, while later calls' rows join the running batch (tasks/llm/running_batch.py).
+    # Off by default: on CPU the engine's thread is the bottleneck either way (a hold-out night took
+    # 447 s continuous, 437 s lock-step; docs/engine.md), and lock-step calls fix which rows ride together.
+    continuous: bool = False
 
     def __post_init__(self):
         if not self.kv_cache_mb > 0 or self.prefill_tokens < 1:
@@ -117,6 +126,8 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)  # of each sampled token (sampling.py)
     finish_reason: str = ""
     latency_s: float = 0.0
+    started: float = 0.0  # when it joined the running batch
+    call: Any = None  # the engine call it belongs to (tasks/llm/running_batch.py)
 
 
 class TransformersBackend:
@@ -130,6 +141,7 @@ class TransformersBackend:
         self.fingerprint = checkpoint_fingerprint(self.model_ref, self.dtype)
         self._model = None
         self._threads = 1  # intra-op threads of its calls on CPU, set at load (``engine_threads``)
+        self._prefill_threads = 1  # and of their prefill
         self._tokenizer = None
         self.tokenizer_fingerprint: str | None = None  # computed at load, with the tokenizer
         self._eos_ids: frozenset[int] = frozenset()
@@ -137,7 +149,10 @@ class TransformersBackend:
         self._masks = None  # GrammarMasks, built with the first constrained row
         self._cache_arg = "cache"  # the name forward() gives the KV cache, read at load
         self._prefiller: Prefiller | None = None  # made at load, with the model
-        self._lock = threading.Lock()  # one model, called from batcher threads of several roles
+        self._lock = threading.Lock()  # loads and tokenizes once at a time, from any thread
+        self.continuous = settings.continuous  # scheduled as a ContinuousBackend (types.py)
+        self._decoder = DecodeLoop(self)  # the one thread that runs the model
+        self._computed: OrderedDict[int, int] = OrderedDict()  # recent calls' prefilled tokens
 
     def __repr__(self) -> str:
         return f"TransformersBackend({self.model_ref!r}, device={self.device!r}, dtype={self.dtype!r})"
@@ -146,12 +161,18 @@ class TransformersBackend:
         """Load tokenizer and model now (otherwise the first batch does)."""
         if self._model is not None:
             return
+        with self._lock:
+            if self._model is None:
+                self._load()
+
+    def _load(self) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         tune_allocator()  # a step reuses the pages the step before it freed; each call gives them back
         self._threads = engine_threads(self.settings.threads)  # before any call of ours sets it
+        self._prefill_threads = self.settings.prefill_threads or torch.get_num_threads()
         tokenizer = AutoTokenizer.from_pretrained(self.model_ref)
         dtype = getattr(torch, self.dtype)
         bar = hf_logging.is_progress_bar_enabled()
@@ -176,27 +197,64 @@ class TransformersBackend:
         self._prefiller = Prefiller(self._model, self._cache_arg, self._pad_id, self.device, self.settings, token_bytes)
 
     def generate_batch(self, requests: list[Request]) -> list[list[Completion]]:
+        answers, computed = self._decoder.submit(requests).result()
+        self._counted(requests, answers, computed)
+        return answers
+
+    async def agenerate_batch(self, requests: list[Request]) -> list[list[Completion]]:
+        """The same, awaited: the call's rows join the running batch at once (``continuous``)."""
+        answers, computed = await asyncio.wrap_future(self._decoder.submit(requests))
+        self._counted(requests, answers, computed)
+        return answers
+
+    def computed_tokens(self, requests: list[Request]) -> int:
+        """The prompt tokens prefill computed for the call of ``requests`` (this very list), once."""
+        with self._lock:
+            return self._computed.pop(id(requests), 0)
+
+    def _counted(self, requests: list[Request], answers: list[list[Completion]], computed: int) -> None:
+        with self._lock:
+            self._computed[id(requests)] = computed
+            while len(self._computed) > 1024:  # a caller that never asks
+                self._computed.popitem(last=False)
+        counts = self._prefiller.counts  # the latest answered call's, for a caller that waited on it
+        counts.last_prompt_tokens = sum(c.prompt_tokens for a in answers for c in a)
+        counts.last_computed_tokens = computed
+
+    def start_call(self, requests: list[Request]) -> list[_Row]:
+        """An engine call's rows (its prompts encoded), its shared prefixes prefilled (on the decoder)."""
+        rows = [row for i, request in enumerate(requests) for row in _rows(i, request, self)]
+        with self.prefilling():
+            self._prefiller.start_call([r.prompt for r in rows])
+        return rows
+
+    def prefilling(self):
+        """The threads prefill computes on (the decoder's thread, within ``computing``)."""
+        return cpu_threads(self._prefill_threads) if self.device == "cpu" else contextlib.nullcontext()
+
+    def answers(self, requests: list[Request], rows: list[_Row]) -> list[list[Completion]]:
+        """The call's completions, per request in sample order."""
+        answers: list[list[Completion | None]] = [[None] * r.sampling.n for r in requests]
+        for row in rows:
+            answers[row.request_index][row.sample_index] = self._completion(row)
+        return answers  # type: ignore[return-value]
+
+    @contextlib.contextmanager
+    def computing(self) -> Iterator[None]:
+        """How the decoder's thread runs the model: no autograd, the engine's CPU threads and
+        attention."""
         import torch
 
         cpu = self.device == "cpu"
         gqa = grouped_query_attention(self.settings.gqa_attention and cpu)
-        with self._lock, torch.inference_mode(), gqa:
-            self.load()
-            rows = [row for i, request in enumerate(requests) for row in _rows(i, request, self)]
-            # Similar prompt lengths share a forward pass: less padding, same per-row results.
-            order = sorted(rows, key=lambda r: len(r.prompt))
-            slots = kv_token_slots(self.settings.kv_cache_mb, self.kv_token_bytes)
-            with cpu_threads(self._threads) if cpu else contextlib.nullcontext():
-                self._prefiller.start_call([r.prompt for r in rows])
-                for chunk in decode_chunks(order, self.settings.max_batch_size, slots):
-                    self._decode(chunk)
-            release_free_memory()  # the call's freed activations leave; its steps reused them
-        answers: list[list[Completion | None]] = [[None] * r.sampling.n for r in requests]
-        for row in rows:
-            answers[row.request_index][row.sample_index] = self._completion(row)
-        counts = self._prefiller.counts
-        _log.debug("prefill: %d prompt tokens, %d computed", counts.last_prompt_tokens, counts.last_computed_tokens)
-        return answers  # type: ignore[return-value]
+        threads = cpu_threads(self._threads) if cpu else contextlib.nullcontext()
+        with torch.inference_mode(), gqa, threads:
+            yield
+
+    @property
+    def kv_slots(self) -> int:
+        """Tokens (rows x padded width) the running batch's KV cache may hold."""
+        return kv_token_slots(self.settings.kv_cache_mb, self.kv_token_bytes)
 
     @property
     def prefill_counts(self) -> PrefillCounts:
@@ -219,45 +277,8 @@ class TransformersBackend:
             text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         else:  # a base model: plain role-prefixed lines
             text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def _decode(self, rows: list[_Row]) -> None:
-        """Decode one chunk of rows to completion; finished rows leave the batch."""
-        import torch
-
-        started = time.perf_counter()
-        generators = [torch.Generator(device=self.device).manual_seed(r.seed) for r in rows]
-        self._start_matchers(rows)
-        logits, mask, cache = self._prefiller.prefill(rows)
-        release_free_memory()  # prefill's activations leave before the decode's KV buffers are made
-        if self.settings.kv_buffers:
-            cache = reserve_cache(cache, max(r.max_tokens for r in rows))
-        active = list(range(len(rows)))
-        while True:
-            live = [rows[i] for i in active]
-            self._mask(logits, live)
-            scores, temperatures, top_ps = logits.float(), [r.temperature for r in live], [r.top_p for r in live]
-            tokens = sample_tokens(scores, temperatures, top_ps, [generators[i] for i in active])
-            logprobs = sampled_logprobs(scores, tokens, temperatures, top_ps).tolist()
-            done = [
-                self._advance(row, int(token), logprob, started) for row, token, logprob in zip(live, tokens, logprobs)
-            ]
-            keep = [k for k, finished in enumerate(done) if not finished]
-            if not keep:
-                return
-            if len(keep) < len(active):
-                index = torch.tensor(keep, device=self.device)
-                cache.batch_select_indices(index)
-                mask, tokens = mask[index], tokens[index]
-                active = [active[k] for k in keep]
-            mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)
-            logits = self._model(
-                input_ids=tokens[:, None],
-                attention_mask=mask,
-                position_ids=mask.sum(-1, keepdim=True) - 1,
-                use_cache=True,
-                **{self._cache_arg: cache},
-            ).logits[:, -1, :]
+        with self._lock:
+            return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _start_matchers(self, rows: list[_Row]) -> None:
         if any(r.grammar is not None for r in rows) and self._masks is None:
