@@ -9,7 +9,7 @@ call is answered from a cache. It runs twice as ``ragfactory build`` processes:
   growing KV cache, a copy of the keys and values per query head, every prompt prefilled from its
   first token, torch's intra-op threads on every core), and glibc's allocator as it was tuned
   then (``OLD_ALLOCATOR``: every block of 1 MiB or more a fresh mapping);
-- **new**: the engine's defaults (``TransformersSettings``).
+- **new**: the engine's defaults (``TransformersSettings``), or ``--options``.
 
 Each is measured by ``os.wait4`` on its own process tree: wall, user and system seconds, minor
 page faults, peak resident memory. The prompt tokens of the engine calls and those prefill
@@ -17,13 +17,14 @@ actually computed come from the shards' engine lines in the build's log. The two
 ``llm_calls`` (call id and completion token ids) and ``nodes`` (question, strategy, text) are
 compared: "identical" means no row of one is missing from the other.
 
-Run: .venv/bin/python benchmarks/night.py [--questions 4] [--only new] [--out DIR]
+Run: .venv/bin/python benchmarks/night.py [--questions 4] [--only new] [--options JSON] [--out DIR]
 Writes benchmarks/results/night.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -86,7 +87,8 @@ def rows_missing(a: Path, b: Path) -> dict:
 
 def main(args: argparse.Namespace) -> None:
     out = Path(args.out or tempfile.mkdtemp(prefix="night-"))
-    runs = {"new": (None, None), "old": (OLD_OPTIONS, OLD_ALLOCATOR)}  # (engine options, environment)
+    new = json.loads(args.options) if args.options else None
+    runs = {"new": (new, None), "old": (OLD_OPTIONS, OLD_ALLOCATOR)}  # (engine options, environment)
     results = {}
     for name in args.only or list(runs):
         options, env = runs[name]
@@ -111,4 +113,5 @@ if __name__ == "__main__":
     parser.add_argument("--questions", type=int, default=4, help="train questions of each dataset per strategy")
     parser.add_argument("--only", nargs="*", choices=["new", "old"], help="run only these engines")
     parser.add_argument("--out", default=None, help="folder for the runs (default: a temporary one)")
+    parser.add_argument("--options", default=None, help='the new engine\'s options, as JSON: {"continuous": false}')
     main(parser.parse_args())
