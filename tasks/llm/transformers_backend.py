@@ -51,7 +51,7 @@ from typing import Any
 
 from ragfactory.memory import tune_allocator
 from ragfactory.tasks.llm.decode_memory import kv_bytes_per_token, kv_token_slots
-from ragfactory.tasks.llm.device import cpu_threads, engine_threads
+from ragfactory.tasks.llm.device import cpu_threads, default_device, engine_threads
 from ragfactory.tasks.llm.kv_buffers import grouped_query_attention
 from ragfactory.tasks.llm.prefill import PrefillCounts, Prefiller
 from ragfactory.tasks.llm.running_batch import DecodeLoop
@@ -94,10 +94,8 @@ class TransformersSettings:
     threads: int | None = None
     # intra-op threads of prefill on CPU (large products that share cores well); None: torch's
     prefill_threads: int | None = None
-    # Take requests as questions issue them (a ``ContinuousBackend``): each call is answered when
-    # its own rows finish, while later calls' rows join the running batch (tasks/llm/running_batch.py).
-    # Off by default: on CPU the engine's thread is the bottleneck either way (a hold-out night took
-    # 447 s continuous, 437 s lock-step; docs/engine.md), and lock-step calls fix which rows ride together.
+    # Take requests as questions issue them (a ContinuousBackend; tasks/llm/running_batch.py). Off: on
+    # CPU it was no faster, and lock-step calls fix which rows ride together (docs/engine.md).
     continuous: bool = False
 
     def __post_init__(self):
@@ -136,7 +134,7 @@ class TransformersBackend:
     def __init__(self, model: str | Path, settings: TransformersSettings = TransformersSettings()):
         self.model_ref = str(model)
         self.settings = settings
-        self.device = settings.device or _default_device()
+        self.device = settings.device or default_device()
         self.dtype = _resolve_dtype(settings.dtype, self.device)
         self.fingerprint = checkpoint_fingerprint(self.model_ref, self.dtype)
         self._model = None
@@ -391,12 +389,6 @@ def _local_folder(model_ref: str) -> Path | None:
         return Path(snapshot_download(model_ref, local_files_only=True))
     except Exception:  # not a hub id, or not in the local cache
         return None
-
-
-def _default_device() -> str:
-    from ragfactory.tasks.llm.device import default_device
-
-    return default_device()
 
 
 def _resolve_dtype(dtype: str, device: str) -> str:
