@@ -18,8 +18,9 @@ calls of any size hold one batch's memory. Prefill is ``tasks/llm/prefill.py``: 
 prompt from its first token, or, with ``prefix_reuse``, shared prefixes once and stored ones not
 again (docs/engine.md, "Prefix reuse"); ``prefill_counts`` says how many prompt tokens it computed.
 
-What cannot be promised: batched float math (padding, another batch width) can change logits in
-the last bits, so a row's text equals the same row decoded alone only up to numerical ties. For
+What cannot be promised: batched float math (padding, another batch width, prefill on two
+threads) can change logits in the last bits, so a row's text equals the same row decoded alone
+only up to numerical ties. For
 greedy decoding that means exactly equal but for near-tied logits; a sampled row shares its
 random stream, so it diverges only where such a tie flips a token.
 
