@@ -93,7 +93,7 @@ class TransformersSettings:
     gqa_attention: bool = True
     # torch's intra-op threads during an engine call on CPU; None: half torch's (docs/engine.md)
     threads: int | None = None
-    # intra-op threads of prefill on CPU (large products that share cores well); None: torch's
+    # intra-op threads of prefill on CPU; None: torch's (half the time quiet, 1.3x busy: docs/engine.md)
     prefill_threads: int | None = None
     # Take requests as questions issue them (a ContinuousBackend; tasks/llm/running_batch.py). Off: on
     # CPU it was no faster, and lock-step calls fix which rows ride together (docs/engine.md).
