@@ -16,8 +16,9 @@ before it freed, already resident; two arenas, not one per thread, each with its
 ``release_free_memory`` (glibc's ``malloc_trim(0)``) then gives every free page of every arena back
 to the system; engines call it at the end of each call and after a running batch's larger
 prefills (``tasks/llm/running_batch.py``), so the resident size between calls is what is live,
-as with the mapped blocks, and the page faults are a call's, not a step's. Training keeps the mapped blocks (``heap_reuse=False``):
-there the heap's fragments within a step cost more memory than the faults cost time. Neither
+as with the mapped blocks, and the page faults are a call's, not a step's. Training keeps the
+mapped blocks (``heap_reuse=False``): there the heap's fragments within a step cost more memory
+than the faults cost time. Neither
 changes a result, only where memory comes from; both do nothing where the C library is not glibc.
 ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or ``MALLOC_ARENA_MAX`` in the environment
 win: glibc read them at start and they are left alone.

@@ -74,8 +74,9 @@ class RunningBatch:
             width, room = wider, longer
         return taken
 
-    def admit(self, rows: list) -> None:
-        """Prefill ``rows`` and merge them into the batch, their logits ready to sample."""
+    def admit(self, rows: list) -> int:
+        """Prefill ``rows`` and merge them into the batch, their logits ready to sample; the
+        prompt tokens the prefill computed."""
         import torch
 
         engine, now = self.engine, time.perf_counter()
@@ -86,7 +87,8 @@ class RunningBatch:
         before = counts.computed_tokens
         with engine.prefilling():
             logits, mask, cache = engine._prefiller.prefill(rows)
-        if not self.rows or counts.computed_tokens - before >= engine.settings.prefill_tokens // 16:
+        computed = counts.computed_tokens - before
+        if not self.rows or computed >= engine.settings.prefill_tokens // 16:
             release_free_memory()  # a large prefill's activations leave; a small one's pages are reused
             # (docs/engine.md, "The running batch": every prefill 6 % kernel time, none 3.0 GB)
         room = max(r.max_tokens - len(r.tokens) for r in self.rows + rows)
@@ -97,6 +99,7 @@ class RunningBatch:
         self._logits = logits if self._logits is None else torch.cat([self._logits, logits])
         self.rows += rows
         self._generators += [torch.Generator(device=engine.device).manual_seed(r.seed) for r in rows]
+        return computed
 
     def step(self) -> list:
         """Sample one token for every row; the rows that finished leave and are returned, the
@@ -190,10 +193,7 @@ class DecodeLoop:
                     _log.debug("decode step failed", exc_info=True)
                     failed = {id(r.call): r.call for r in batch.rows + self._taken}
                     batch.clear()
-                    kept = [r for r in waiting if id(r.call) not in failed]
-                    waiting.clear()
-                    waiting.extend(kept)
-                    for call in failed.values():
+                    for call in failed.values():  # their waiting rows leave at the next turn
                         if not call.future.done():
                             call.future.set_exception(exc)
 
@@ -213,15 +213,13 @@ class DecodeLoop:
             waiting.extend(sorted(call.rows, key=lambda r: len(r.prompt)))
             if not call.rows:
                 self._answer(call)
-        if any(row.call.future.done() for row in waiting):  # calls whose callers gave up
+        if any(row.call.future.done() for row in waiting):  # calls that failed or were given up
             kept = [row for row in waiting if not row.call.future.done()]
             waiting.clear()
             waiting.extend(kept)
         self._taken = batch.take(waiting)
         if self._taken:
-            before = counts.computed_tokens
-            batch.admit(self._taken)
-            share = (counts.computed_tokens - before) / sum(len(r.prompt) for r in self._taken)
+            share = batch.admit(self._taken) / sum(len(r.prompt) for r in self._taken)
             for row in self._taken:
                 row.call.computed += share * len(row.prompt)
         self._taken = []

@@ -1,11 +1,11 @@
 """The embedded engine: batched chat generation with transformers on CPU or one GPU.
 
-docs/architecture.md, "Core contracts": a Backend, or with ``continuous`` a ContinuousBackend. Prompts
-are rendered with the model's chat template and decoded by one thread's running batch
+docs/architecture.md, "Core contracts": a Backend, or with ``continuous`` a ContinuousBackend.
+Prompts are rendered with the model's chat template and decoded by one thread's running batch
 (``tasks/llm/running_batch.py``): rows join it as room frees, from the call that brought them or
-any later one, and each call is answered as its own rows finish. Each row
-samples with its own ``torch.Generator`` seeded from the request seed plus the sample index (``n``
-samples become ``n`` rows), so a row's random draws never depend on its batch-mates.
+any later one, and each call is answered as its own rows finish. Each row samples with its own
+``torch.Generator`` seeded from the request seed plus the sample index (``n`` samples become
+``n`` rows), so a row's random draws never depend on its batch-mates.
 ``generate(do_sample=True)`` would share one global RNG across the batch and break that. Temperature
 0 is greedy; ``top_p`` keeps the smallest head of the sorted distribution whose mass reaches it;
 every row has its own ``max_tokens`` and stop strings (checked on the decoded tail, cut from the
@@ -20,9 +20,9 @@ again (docs/engine.md, "Prefix reuse"); ``prefill_counts`` says how many prompt 
 
 What cannot be promised: batched float math (padding, another batch width, prefill on two
 threads) can change logits in the last bits, so a row's text equals the same row decoded alone
-only up to numerical ties. For
-greedy decoding that means exactly equal but for near-tied logits; a sampled row shares its
-random stream, so it diverges only where such a tie flips a token.
+only up to numerical ties. For greedy decoding that means exactly equal but for near-tied
+logits; a sampled row shares its random stream, so it diverges only where such a tie flips a
+token.
 
 Every completion carries its prompt's and its sampled token ids, each sampled token's
 log-probability under the distribution it was drawn from (``sampling.py``) and the tokenizer's
