@@ -42,6 +42,7 @@ OLD_OPTIONS = {
     "kv_buffers": False,
     "gqa_attention": False,
     "prefix_reuse": False,
+    "shared_prefixes": False,
     "threads": len(os.sched_getaffinity(0)),
 }
 # glibc as every command tuned it before its allocator work: each block of 1 MiB or more mapped

@@ -76,10 +76,13 @@ class Prefiller:
         self.prefill_tokens = settings.prefill_tokens
         self.slots = kv_token_slots(settings.kv_cache_mb, token_bytes)
         self.counts = PrefillCounts()
-        reuse = getattr(settings, "prefix_reuse", False)
-        if reuse and not _full_attention(model.config):
-            raise ValueError("prefix_reuse needs a model whose every layer attends to the whole prompt")
-        reuse = _full_attention(model.config) if reuse is None else reuse
+        full = _full_attention(model.config)
+        reuse, shared = getattr(settings, "prefix_reuse", False), getattr(settings, "shared_prefixes", False)
+        for name, value in (("prefix_reuse", reuse), ("shared_prefixes", shared)):
+            if value and not full:
+                raise ValueError(f"{name} needs a model whose every layer attends to the whole prompt")
+        reuse = full if reuse is None else reuse
+        self.shared_decode = bool(shared)  # tasks/llm/shared_kv.py
         self.store = PrefixStore(int(settings.kv_cache_mb * (1 << 20)), token_bytes) if reuse else None
 
     def start_call(self, prompts: list[list[int]]) -> None:
@@ -104,6 +107,15 @@ class Prefiller:
         go through in groups of ``prefill_tokens`` padded tokens, each padded to the chunk's
         width, and the groups' caches are joined along the batch.
         """
+        logits, mask, cache, index = self.prefill_distinct(rows)
+        if len(mask) < len(rows):
+            cache.batch_select_indices(index)
+            logits, mask = logits[index], mask[index]
+        return logits, mask, cache
+
+    def prefill_distinct(self, rows: list):
+        """``prefill`` with one row of logits, mask and cache per distinct prompt, in order of
+        first appearance, and each row's index among them."""
         import torch
 
         distinct: dict[tuple[int, ...], int] = {}
@@ -118,11 +130,7 @@ class Prefiller:
             logits, cache = self._whole(prompts, mask)
         else:
             logits, cache = self._reusing(prompts, width)
-        if len(prompts) < len(rows):
-            rows_of = torch.tensor(index, device=self.device)
-            cache.batch_select_indices(rows_of)
-            logits, mask = logits[rows_of], mask[rows_of]
-        return logits, mask, cache
+        return logits, mask, cache, torch.tensor(index, device=self.device)
 
     def _whole(self, prompts: list[tuple[int, ...]], mask):
         """Every prompt from its first token, left-padded, ``prefill_tokens`` padded tokens a pass."""

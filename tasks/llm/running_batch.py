@@ -38,6 +38,8 @@ from typing import Any
 from ragfactory.memory import release_free_memory
 from ragfactory.tasks.llm.kv_buffers import merged_cache, select_rows
 from ragfactory.tasks.llm.sampling import sample_tokens, sampled_logprobs
+from ragfactory.tasks.llm.shared_kv import NAME as SHARED_ATTENTION
+from ragfactory.tasks.llm.shared_kv import SharedCache, register
 
 _log = logging.getLogger(__name__)
 
@@ -86,20 +88,30 @@ class RunningBatch:
         counts = engine._prefiller.counts
         before = counts.computed_tokens
         with engine.prefilling():
-            logits, mask, cache = engine._prefiller.prefill(rows)
+            logits, mask, cache = self._prefill(rows)
         computed = counts.computed_tokens - before
         if not self.rows or computed >= engine.settings.prefill_tokens // 16:
             release_free_memory()  # a large prefill's activations leave; a small one's pages are reused
             # (docs/engine.md, "The running batch": every prefill 6 % kernel time, none 3.0 GB)
-        room = max(r.max_tokens - len(r.tokens) for r in self.rows + rows)
-        self._cache = merged_cache(self._cache, cache, room, engine.settings.kv_buffers)
-        width = self._cache.get_seq_length()
-        masks = [m for m in (self._mask, mask) if m is not None]
-        self._mask = torch.cat([torch.nn.functional.pad(m, (width - m.shape[1], 0)) for m in masks])
+        self._join(rows, logits, mask, cache)
         self._logits = logits if self._logits is None else torch.cat([self._logits, logits])
         self.rows += rows
         self._generators += [torch.Generator(device=engine.device).manual_seed(r.seed) for r in rows]
         return computed
+
+    def _prefill(self, rows: list):
+        """Each row's last-position logits, the left-padded mask and the KV cache of its prompt."""
+        return self.engine._prefiller.prefill(rows)
+
+    def _join(self, rows: list, logits, mask, cache) -> None:
+        """Merge the prefilled ``rows``' cache and mask into the batch's."""
+        import torch
+
+        room = max(r.max_tokens - len(r.tokens) for r in self.rows + rows)
+        self._cache = merged_cache(self._cache, cache, room, self.engine.settings.kv_buffers)
+        width = self._cache.get_seq_length()
+        masks = [m for m in (self._mask, mask) if m is not None]
+        self._mask = torch.cat([torch.nn.functional.pad(m, (width - m.shape[1], 0)) for m in masks])
 
     def step(self) -> list:
         """Sample one token for every row; the rows that finished leave and are returned, the
@@ -117,23 +129,123 @@ class RunningBatch:
         if not keep:
             self.clear()
             return finished
-        mask = self._mask
         if finished:
             index = torch.tensor(keep, device=engine.device)
-            mask, tokens = mask[index], tokens[index]
-            first = int(mask.any(dim=0).nonzero()[0])  # slots before it held finished rows only
-            select_rows(self._cache, index, first)
-            mask = mask[:, first:]
+            tokens = tokens[index]
+            self._keep(index)
             self.rows, self._generators = [rows[k] for k in keep], [self._generators[k] for k in keep]
-        self._mask = mask = torch.cat([mask, mask.new_ones((len(keep), 1))], dim=-1)
-        self._logits = engine._model(
+        self._logits = self._forward(tokens)
+        return finished
+
+    def _keep(self, index) -> None:
+        """Keep the rows ``index`` of the cache and mask, and the slots they use."""
+        mask = self._mask[index]
+        first = int(mask.any(dim=0).nonzero()[0])  # slots before it held finished rows only
+        select_rows(self._cache, index, first)
+        self._mask = mask[:, first:]
+
+    def _forward(self, tokens):
+        """The next-token logits of every row after ``tokens``."""
+        import torch
+
+        engine, mask = self.engine, self._mask
+        self._mask = mask = torch.cat([mask, mask.new_ones((len(tokens), 1))], dim=-1)
+        return engine._model(
             input_ids=tokens[:, None],
             attention_mask=mask,
             position_ids=mask.sum(-1, keepdim=True) - 1,
             use_cache=True,
             **{engine._cache_arg: self._cache},
         ).logits[:, -1, :]
-        return finished
+
+
+class SharedRunningBatch(RunningBatch):
+    """A running batch whose rows of one prompt hold its keys and values once
+    (``tasks/llm/shared_kv.py``): the budget counts each distinct prompt once and each row's
+    generated slots."""
+
+    def __init__(self, engine: Any, slots: int, max_rows: int):
+        super().__init__(engine, slots, max_rows)
+        register()
+        self._groups: dict[tuple, int] = {}  # prompt -> its group
+        self._row_groups: list[int] = []
+
+    def clear(self) -> None:
+        super().clear()
+        self._groups, self._row_groups = {}, []
+
+    def take(self, waiting: deque) -> list:
+        """Rows from the head of ``waiting`` while groups x widest prompt + rows x (filled + longest
+        remaining) slots fit."""
+        prompts = set(self._groups)
+        width = max(map(len, prompts), default=0)
+        filled = self._cache.layers[0].filled if self.rows else 0
+        room = max((r.max_tokens - len(r.tokens) for r in self.rows), default=0)
+        taken: list = []
+        while waiting:
+            row = waiting[0]
+            count, groups = len(self.rows) + len(taken) + 1, len(prompts | {tuple(row.prompt)})
+            wider, longer = max(width, len(row.prompt)), max(room, row.max_tokens)
+            if count > 1 and (count > self.max_rows or groups * wider + count * (filled + longer) > self.slots):
+                break
+            taken.append(waiting.popleft())
+            prompts.add(tuple(row.prompt))
+            width, room = wider, longer
+        return taken
+
+    def _prefill(self, rows: list):
+        """Each row's logits, each row's distinct prompt (in place of a mask: the groups hold
+        theirs) and the cache of the distinct prompts."""
+        logits, _, cache, index = self.engine._prefiller.prefill_distinct(rows)
+        return logits[index], index, cache
+
+    def _join(self, rows: list, logits, index, cache) -> None:
+        if self._cache is None:
+            self._cache = SharedCache(len(cache.layers))
+        lengths: dict[int, int] = {}
+        for row, distinct in zip(rows, index.tolist()):
+            key = tuple(row.prompt)
+            if key not in self._groups:
+                self._groups[key] = len(self._groups)
+                lengths[distinct] = len(row.prompt)
+            self._row_groups.append(self._groups[key])
+        room = max(r.max_tokens - len(r.tokens) for r in self.rows + rows)
+        self._cache.join(cache, lengths, len(rows), room)
+        self._cache.set_rows(self._row_groups, len(self._groups))
+
+    def _keep(self, index) -> None:
+        import torch
+
+        rows = [self._row_groups[k] for k in index.tolist()]
+        used = sorted(set(rows))
+        groups = None
+        if len(used) < len(self._groups):
+            groups = torch.tensor(used, device=index.device)
+            renumber = {old: new for new, old in enumerate(used)}
+            self._groups = {key: renumber[g] for key, g in self._groups.items() if g in renumber}
+            rows = [renumber[g] for g in rows]
+        self._cache.keep(index, groups)
+        self._row_groups = rows
+        self._cache.set_rows(rows, len(self._groups))
+
+    def _forward(self, tokens):
+        import torch
+
+        engine, cache = self.engine, self._cache
+        cache.step_mask()
+        positions = torch.tensor([[len(r.prompt) + len(r.tokens) - 1] for r in self.rows], device=engine.device)
+        config = engine._model.config
+        implementation, config._attn_implementation = config._attn_implementation, SHARED_ATTENTION
+        try:
+            return engine._model(
+                input_ids=tokens[:, None],
+                attention_mask=torch.ones((len(tokens), 1, 1, 1), dtype=torch.bool, device=engine.device),
+                position_ids=positions,
+                use_cache=True,
+                **{engine._cache_arg: cache},
+            ).logits[:, -1, :]
+        finally:
+            config._attn_implementation = implementation
 
 
 @dataclass(eq=False)
@@ -178,7 +290,8 @@ class DecodeLoop:
             for call in calls:
                 call.future.set_exception(exc)
             return
-        batch, waiting = RunningBatch(engine, engine.kv_slots, engine.settings.max_batch_size), deque()
+        kind = SharedRunningBatch if engine._prefiller.shared_decode else RunningBatch
+        batch, waiting = kind(engine, engine.kv_slots, engine.settings.max_batch_size), deque()
         with engine.computing():
             while True:
                 with self._cond:

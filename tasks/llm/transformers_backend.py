@@ -73,20 +73,17 @@ class TransformersSettings:
     device: str | None = None  # None: cuda when available, else cpu
     dtype: str = "auto"  # auto: float32 on CPU (bf16 matmuls are slow there), bfloat16 on GPU
     max_batch_size: int = 32  # rows per forward pass; ~33 tok/s at 32 rows on 2 CPU cores
-    # The running batch's KV cache: ~5 rows of a 1,000-token prompt for SmolLM2-135M in float32 (46 KB
-    # a token). It holds `make demo` under 2 GB (1,886 MiB; 2,466 MiB at 1,024) with the same rows; a
-    # decode step costs about as much for 8 rows as for 32 on CPU, so raise it where memory allows.
+    # The running batch's KV: ~5 rows of a 1,000-token prompt for SmolLM2-135M in float32 (46 KB a token);
+    # a CPU decode step costs about as much for 8 rows as for 32, so raise it where memory allows.
     kv_cache_mb: float = 256.0
     prefill_tokens: int = 4096  # padded prompt tokens per prefill pass: bounds the attention scores
     stop_tail_tokens: int = 8  # extra tokens decoded beyond the longest stop string's length
     # Prefill prompts' shared prefixes once and keep prefixes for later calls (tasks/llm/prefill.py):
-    # the same tokens up to float ties, not bit for bit (docs/engine.md). None: on where the model
-    # attends to the whole prompt in every layer, off elsewhere; true: required (an error where it
-    # cannot be); false: every prompt prefilled from its first token.
+    # the same tokens up to float ties (docs/engine.md). None: on where the model attends to the whole
+    # prompt in every layer; true: required (an error where it cannot be); false: all prefilled.
     prefix_reuse: bool | None = None
-    # The running batch's KV in buffers reserved once and written in place (tasks/llm/kv_buffers.py):
-    # no per-step copy of the cache and its page faults, the same numbers bit for bit; off:
-    # transformers' cache that grows by concatenation.
+    # The plain running batch's KV in buffers reserved once, written in place (tasks/llm/kv_buffers.py):
+    # no per-step copy and its page faults, bit for bit; off: transformers' growing cache.
     kv_buffers: bool = True
     # SDPA on the model's own KV heads on CPU (no copy per query head): about 3x less decode CPU
     # with kv_buffers, the same tokens but log-probs within ~2e-5, not bit for bit (docs/engine.md).
@@ -95,9 +92,12 @@ class TransformersSettings:
     threads: int | None = None
     # intra-op threads of prefill on CPU; None: torch's (half the time quiet, 1.3x busy: docs/engine.md)
     prefill_threads: int | None = None
-    # Take requests as questions issue them (a ContinuousBackend; tasks/llm/running_batch.py). Off: on
-    # CPU it was no faster, and lock-step calls fix which rows ride together (docs/engine.md).
+    # Take requests as questions issue them (a ContinuousBackend; tasks/llm/running_batch.py); off: no
+    # faster on CPU, and lock-step calls fix which rows ride together (docs/engine.md).
     continuous: bool = False
+    # Rows of one prompt hold its keys and values once in decode (tasks/llm/shared_kv.py): 8 samples of
+    # a prompt 2.6x faster, but a row's last bits depend on its group's size (docs/engine.md).
+    shared_prefixes: bool = False
 
     def __post_init__(self):
         if not self.kv_cache_mb > 0 or self.prefill_tokens < 1:

@@ -80,7 +80,7 @@ def _same_completions(model, requests, tolerance: float = 0.0, **options) -> Non
 
     # the defaults that move floats, off; one prefill thread: on two, the same prefill gave logits
     # 1.5e-5 apart in the two engines (each engine alike with itself), before any cache was read
-    exact = {"gqa_attention": False, "prefix_reuse": False, "prefill_threads": 1}
+    exact = {"gqa_attention": False, "prefix_reuse": False, "prefill_threads": 1, "shared_prefixes": False}
     grown = TransformersBackend(model, TransformersSettings(device="cpu", kv_buffers=False, **exact))
     reserved = TransformersBackend(model, TransformersSettings(device="cpu", **(exact | options)))
     for row_grown, row_reserved in zip(grown.generate_batch(requests), reserved.generate_batch(requests), strict=True):
