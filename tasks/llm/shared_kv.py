@@ -120,7 +120,8 @@ class SharedCache:
         """Keep the rows ``rows`` (a tensor of indices) and the groups ``groups`` (None: all), and
         the slots they use: one copy of the suffixes, and of the prefixes when a group leaves."""
         suffix_mask = self.suffix_mask[rows]
-        first = int(suffix_mask[:, : self.layers[0].filled].any(dim=0).nonzero()[0])
+        used = suffix_mask[:, : self.layers[0].filled].any(dim=0).nonzero()
+        first = int(used[0]) if len(used) else self.layers[0].filled  # none: rows that just joined
         self.suffix_mask = suffix_mask[:, first:]
         lead = 0
         if groups is not None:

@@ -129,10 +129,11 @@ def test_rows_that_join_a_running_batch_decode_as_a_roomy_batch_decodes_them(tin
     _same(roomy.generate_batch(requests), tight.generate_batch(requests))
 
 
-def test_a_call_is_answered_when_its_own_rows_finish_and_rows_of_later_calls_join(tiny_model):
+@pytest.mark.parametrize("shared_prefixes", [False, True])
+def test_a_call_is_answered_when_its_own_rows_finish_and_rows_of_later_calls_join(tiny_model, shared_prefixes):
     """A long call runs; a short one asked after it joins the running batch, is answered first,
-    and both give what each gives alone."""
-    engine = TransformersBackend(tiny_model, TransformersSettings(device="cpu"))
+    and both give what each gives alone (with ``shared_prefixes`` too: tasks/llm/shared_kv.py)."""
+    engine = TransformersBackend(tiny_model, TransformersSettings(device="cpu", shared_prefixes=shared_prefixes))
     long = [Request.chat([{"role": "user", "content": "Tell a long story."}], max_tokens=300, temperature=0.8, seed=1)]
     short = [Request.chat([{"role": "user", "content": "Name a colour."}], max_tokens=3, temperature=0.8, seed=2)]
     alone = engine.generate_batch(long), engine.generate_batch(short)

@@ -40,6 +40,23 @@ def test_attention_joins_a_groups_prefix_and_each_rows_suffix_as_one_softmax():
     assert out.flatten().tolist() == pytest.approx([15.8421, 14.0656, 22.7386], abs=1e-4)
 
 
+def test_rows_that_leave_take_their_group_and_the_slots_only_they_used():
+    """Rows 0 and 1 of group 0 and row 2 of group 1, two slots filled: row 0 used both, row 1
+    only the second, row 2 (joined this step) none. Keeping rows 1 and 2 drops the first slot;
+    keeping row 2 alone drops group 0, the prefix slot only it used, and both suffix slots."""
+    cache = SharedCache(1)
+    layer = SharedLayer(cache, _t([[1.0, 2.0], [0.0, 3.0]]), _t([[10.0, 20.0], [0.0, 30.0]]), filled=2, room=1)
+    layer.suffix_keys = layer.suffix_values = _t([[4.0, 5.0, 0.0], [0.0, 6.0, 0.0], [0.0, 0.0, 0.0]])
+    cache.layers = [layer]
+    cache.prefix_mask = torch.tensor([[True, True], [False, True]])
+    cache.suffix_mask = torch.tensor([[True, True, False], [False, True, False], [False, False, False]])
+    cache.keep(torch.tensor([1, 2]), None)
+    assert layer.filled == 1 and layer.suffix_keys[:, 0, :, 0].tolist() == [[6.0, 0.0], [0.0, 0.0]]
+    cache.keep(torch.tensor([1]), torch.tensor([1]))
+    assert layer.filled == 0 and layer.suffix_keys.shape[2] == 1
+    assert layer.prefix_keys[:, 0, :, 0].tolist() == [[3.0]] and cache.prefix_mask.tolist() == [[True]]
+
+
 def _batch(slots: int, running: list, filled: int) -> SharedRunningBatch:
     batch = SharedRunningBatch(engine=None, slots=slots, max_rows=8)
     batch.rows = running
