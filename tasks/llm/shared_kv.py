@@ -61,6 +61,7 @@ class SharedCache:
         self.count = layers
         self.prefix_mask = self.suffix_mask = None  # groups x width, rows x slots (bool)
         self.grouped = self.slot_of_row = None  # the rows' places in the grouped layout
+        self.device = None  # the keys' and values' (set by the first join)
 
     def set_rows(self, row_groups: list[int], groups: int) -> None:
         """Each row's group (``row_groups[r]``): the gather indices between rows and groups."""
@@ -75,7 +76,7 @@ class SharedCache:
         for g, rows in enumerate(members):
             for i, row in enumerate(rows):
                 grouped[g, i], slot[row] = row, g * width + i
-        self.grouped, self.slot_of_row = grouped, torch.tensor(slot, dtype=torch.long)
+        self.grouped, self.slot_of_row = grouped.to(self.device), torch.tensor(slot, device=self.device)
 
     def join(self, arriving, lengths: dict[int, int], rows: int, room: int) -> None:
         """Add the prompts ``lengths`` names (``arriving``'s row -> prompt length; ``arriving`` a
@@ -85,6 +86,7 @@ class SharedCache:
         import torch
 
         picks, have = list(lengths), bool(self.layers)
+        self.device = arriving.layers[0].keys.device
         old = self.prefix_mask.shape[0] if have else 0
         width = max([self.prefix_mask.shape[1] if self.layers else 0, *lengths.values()])
         filled = self.layers[0].filled if self.layers else 0
@@ -105,13 +107,14 @@ class SharedCache:
                 self.layers.append(layer)
             layer.prefix_keys, layer.prefix_values, layer.room = keys, values, room
             layer.suffix_keys, layer.suffix_values = suffix
-        mask = torch.zeros((old + len(picks), width), dtype=torch.bool)
+        mask = torch.zeros((old + len(picks), width), dtype=torch.bool, device=self.device)
         if have:
             mask[:old, width - self.prefix_mask.shape[1] :] = self.prefix_mask
         for k, pick in enumerate(picks):
             mask[old + k, width - lengths[pick] :] = True
         self.prefix_mask = mask
-        suffix_mask = torch.zeros((rows + (len(self.suffix_mask) if have else 0), filled + room), dtype=torch.bool)
+        count = rows + (len(self.suffix_mask) if have else 0)
+        suffix_mask = torch.zeros((count, filled + room), dtype=torch.bool, device=self.device)
         if have:
             suffix_mask[: len(self.suffix_mask), :filled] = self.suffix_mask[:, :filled]
         self.suffix_mask = suffix_mask
