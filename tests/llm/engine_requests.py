@@ -1,9 +1,13 @@
 """Requests shaped like a search tree's, shared by the engine's comparison tests (prefix reuse,
-KV buffers): one long instruction, two levels of history, greedy and sampled rows, and a stranger."""
+KV buffers, shared prefixes): one long instruction, two levels of history, greedy and sampled
+rows, and a stranger; and the comparison two engines that move floats are held to."""
 
 from __future__ import annotations
 
 from ragfactory.tasks.llm.types import Request
+
+# two engines that move floats (other batch widths, prefix reuse, shared prefixes) within it
+LOGPROB_TOL = 1e-3
 
 SYSTEM = "You answer questions by searching. " + " ".join(f"Rule {i}: check fact {i} twice." for i in range(24))
 
@@ -25,3 +29,12 @@ def tree_requests(grammar=None) -> list[Request]:
             requests.append(Request.chat(child, **held, **sampled))
     requests.append(Request.chat([{"role": "user", "content": "Name a colour."}], max_tokens=6, temperature=0.7))
     return requests
+
+
+def assert_same_completions(off, on) -> None:
+    """The same token ids, texts and finish reasons per row, log-probs within ``LOGPROB_TOL``."""
+    for row_off, row_on in zip(off, on, strict=True):
+        for a, b in zip(row_off, row_on, strict=True):
+            assert a.completion_token_ids == b.completion_token_ids, (a.text, b.text)
+            assert a.text == b.text and a.finish_reason == b.finish_reason
+            assert max(abs(x - y) for x, y in zip(a.completion_logprobs, b.completion_logprobs)) <= LOGPROB_TOL

@@ -21,9 +21,7 @@ from ragfactory.tasks.llm.prefill import _cuts
 from ragfactory.tasks.llm.prefix_store import PrefixStore, block_hashes, branch_points, levels
 from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
 from ragfactory.tasks.llm.types import Request
-from tests.llm.engine_requests import tree_requests
-
-LOGPROB_TOL = 1e-3
+from tests.llm.engine_requests import assert_same_completions, tree_requests
 
 
 def kv(length: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -94,14 +92,6 @@ def test_a_pass_holds_at_most_the_slots_of_keys_and_values():
 
 
 # ---- the engine, reuse on and off ----------------------------------------------------------
-
-
-def assert_same_completions(off, on) -> None:
-    for row_off, row_on in zip(off, on, strict=True):
-        for a, b in zip(row_off, row_on, strict=True):
-            assert a.completion_token_ids == b.completion_token_ids, (a.text, b.text)
-            assert a.text == b.text and a.finish_reason == b.finish_reason
-            assert max(abs(x - y) for x, y in zip(a.completion_logprobs, b.completion_logprobs)) <= LOGPROB_TOL
 
 
 def engines(model, **options) -> tuple[TransformersBackend, TransformersBackend]:

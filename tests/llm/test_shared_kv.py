@@ -12,9 +12,7 @@ import torch
 
 from ragfactory.tasks.llm.running_batch import SharedRunningBatch
 from ragfactory.tasks.llm.shared_kv import SharedCache, SharedLayer, shared_attention
-from tests.llm.engine_requests import tree_requests
-from tests.llm.test_prefix_reuse import assert_same_completions
-from tests.llm.test_running_batch import _row
+from tests.llm.engine_requests import assert_same_completions, tree_requests
 
 
 def _t(values: list[list[float]]) -> torch.Tensor:
@@ -57,6 +55,11 @@ def test_rows_that_leave_take_their_group_and_the_slots_only_they_used():
     assert layer.prefix_keys[:, 0, :, 0].tolist() == [[3.0]] and cache.prefix_mask.tolist() == [[True]]
 
 
+def _row(prompt: int, max_tokens: int, tokens: int = 0, token: int = 0) -> SimpleNamespace:
+    """A row of a ``prompt``-token prompt (all ``token``) with ``tokens`` generated so far."""
+    return SimpleNamespace(prompt=[token] * prompt, max_tokens=max_tokens, tokens=[0] * tokens)
+
+
 def _batch(slots: int, running: list, filled: int) -> SharedRunningBatch:
     batch = SharedRunningBatch(engine=None, slots=slots, max_rows=8)
     batch.rows = running
@@ -72,7 +75,7 @@ def test_the_budget_counts_each_prompt_once_and_each_rows_slots():
     running = [_row(30, 10, tokens=4), _row(30, 8, tokens=6)]
     assert len(_batch(60, running, filled=4).take(deque([_row(30, 5)]))) == 1
     assert _batch(59, running, filled=4).take(deque([_row(30, 5)])) == []
-    other = SimpleNamespace(prompt=[1] * 20, max_tokens=5, tokens=[])
+    other = _row(20, 5, token=1)
     assert len(_batch(90, running, filled=4).take(deque([other]))) == 1
     assert _batch(89, running, filled=4).take(deque([other])) == []
 
