@@ -82,7 +82,6 @@ class Prefiller:
             if value and not full:
                 raise ValueError(f"{name} needs a model whose every layer attends to the whole prompt")
         reuse = full if reuse is None else reuse
-        self.shared_decode = bool(shared)  # tasks/llm/shared_kv.py
         self.store = PrefixStore(int(settings.kv_cache_mb * (1 << 20)), token_bytes) if reuse else None
 
     def start_call(self, prompts: list[list[int]]) -> None:

@@ -290,7 +290,7 @@ class DecodeLoop:
             for call in calls:
                 call.future.set_exception(exc)
             return
-        kind = SharedRunningBatch if engine._prefiller.shared_decode else RunningBatch
+        kind = SharedRunningBatch if engine.settings.shared_prefixes else RunningBatch
         batch, waiting = kind(engine, engine.kv_slots, engine.settings.max_batch_size), deque()
         with engine.computing():
             while True:

@@ -88,8 +88,8 @@ class SharedCache:
         picks, have = list(lengths), bool(self.layers)
         self.device = arriving.layers[0].keys.device
         old = self.prefix_mask.shape[0] if have else 0
-        width = max([self.prefix_mask.shape[1] if self.layers else 0, *lengths.values()])
-        filled = self.layers[0].filled if self.layers else 0
+        width = max([self.prefix_mask.shape[1] if have else 0, *lengths.values()])
+        filled = self.layers[0].filled if have else 0
         for i in range(self.count):
             source = arriving.layers[i]
             layer = self.layers[i] if have else None
@@ -143,7 +143,6 @@ class SharedCache:
 
     def step_mask(self) -> None:
         """Every row attends to the slot this step writes."""
-
         filled = self.layers[0].filled
         if filled == self.suffix_mask.shape[1]:
             self.suffix_mask = _widened(self.suffix_mask, max(1, self.layers[0].room), dim=1)
