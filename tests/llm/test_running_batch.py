@@ -16,9 +16,9 @@ from ragfactory.tasks.llm.kv_buffers import ReservedLayer, merged_cache, select_
 from ragfactory.tasks.llm.running_batch import RunningBatch
 from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
 from ragfactory.tasks.llm.types import Request
-from tests.llm.engine_requests import tree_requests
+from tests.llm.engine_requests import assert_same_completions, tree_requests
 
-LOGPROB_TOL = 1e-4  # as the prefix-reuse tests: other batch widths move floats, not tokens
+LOGPROB_TOL = 1e-4  # tighter than the shared 1e-3: other batch widths move floats, not tokens
 
 
 def _cache(rows: list[list[float]]) -> DynamicCache:
@@ -110,15 +110,6 @@ def test_a_running_batch_counts_its_filled_width_and_its_rows_remaining_tokens()
     assert batch.take(deque([_row(20, 5)])) == []
 
 
-def _same(expected, got) -> None:
-    for row_a, row_b in zip(expected, got, strict=True):
-        for a, b in zip(row_a, row_b, strict=True):
-            assert a.completion_token_ids == b.completion_token_ids, (a.text, b.text)
-            assert (a.text, a.finish_reason) == (b.text, b.finish_reason)
-            drift = [abs(x - y) for x, y in zip(a.completion_logprobs, b.completion_logprobs, strict=True)]
-            assert max(drift, default=0.0) <= LOGPROB_TOL
-
-
 def test_rows_that_join_a_running_batch_decode_as_a_roomy_batch_decodes_them(tiny_model):
     """A KV budget of about two rows: most rows join the batch while others decode, at other
     widths; the same ids as a budget that holds the whole call, log-probs within the tolerance."""
@@ -126,7 +117,7 @@ def test_rows_that_join_a_running_batch_decode_as_a_roomy_batch_decodes_them(tin
     tight = TransformersBackend(tiny_model, TransformersSettings(device="cpu", prefix_reuse=False, kv_cache_mb=0.1))
     requests = tree_requests()
     assert tight.kv_slots < 2.5 * max(len(tight.encode_prompt(r)) + r.sampling.max_tokens for r in requests)
-    _same(roomy.generate_batch(requests), tight.generate_batch(requests))
+    assert_same_completions(roomy.generate_batch(requests), tight.generate_batch(requests), LOGPROB_TOL)
 
 
 @pytest.mark.parametrize("shared_prefixes", [False, True])
@@ -148,8 +139,8 @@ def test_a_call_is_answered_when_its_own_rows_finish_and_rows_of_later_calls_joi
         return await first, await second
 
     together = asyncio.run(both())
-    _same(alone[0], together[0])
-    _same(alone[1], together[1])
+    assert_same_completions(alone[0], together[0], LOGPROB_TOL)
+    assert_same_completions(alone[1], together[1], LOGPROB_TOL)
 
 
 def test_a_bad_request_fails_its_own_call_and_the_engine_goes_on(tiny_model):
