@@ -43,6 +43,7 @@ OLD_OPTIONS = {
     "gqa_attention": False,
     "prefix_reuse": False,
     "shared_prefixes": False,
+    "unpadded_kv": False,
     "threads": len(os.sched_getaffinity(0)),
 }
 # glibc as every command tuned it before its allocator work: each block of 1 MiB or more mapped

@@ -78,9 +78,12 @@ class Prefiller:
         self.counts = PrefillCounts()
         full = _full_attention(model.config)
         reuse, shared = getattr(settings, "prefix_reuse", False), getattr(settings, "shared_prefixes", False)
-        for name, value in (("prefix_reuse", reuse), ("shared_prefixes", shared)):
+        unpadded = getattr(settings, "unpadded_kv", False)
+        for name, value in (("prefix_reuse", reuse), ("shared_prefixes", shared), ("unpadded_kv", unpadded)):
             if value and not full:
                 raise ValueError(f"{name} needs a model whose every layer attends to the whole prompt")
+        if shared and unpadded:
+            raise ValueError("shared_prefixes and unpadded_kv are two layouts of the decode cache: set one")
         reuse = full if reuse is None else reuse
         self.store = PrefixStore(int(settings.kv_cache_mb * (1 << 20)), token_bytes) if reuse else None
 

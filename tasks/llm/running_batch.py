@@ -38,8 +38,6 @@ from typing import Any
 from ragfactory.memory import release_free_memory
 from ragfactory.tasks.llm.kv_buffers import merged_cache, select_rows
 from ragfactory.tasks.llm.sampling import sample_tokens, sampled_logprobs
-from ragfactory.tasks.llm.shared_kv import NAME as SHARED_ATTENTION
-from ragfactory.tasks.llm.shared_kv import SharedCache, register
 
 _log = logging.getLogger(__name__)
 
@@ -159,93 +157,34 @@ class RunningBatch:
         ).logits[:, -1, :]
 
 
-class SharedRunningBatch(RunningBatch):
-    """A running batch whose rows of one prompt hold its keys and values once
-    (``tasks/llm/shared_kv.py``): the budget counts each distinct prompt once and each row's
-    generated slots."""
+def batch_kind(settings) -> type[RunningBatch]:
+    """The running batch the engine's settings name: padded, shared prefixes or unpadded rows."""
+    from ragfactory.tasks.llm.shared_kv import SharedRunningBatch  # they subclass RunningBatch
+    from ragfactory.tasks.llm.unpadded_kv import UnpaddedRunningBatch
 
-    def __init__(self, engine: Any, slots: int, max_rows: int):
-        super().__init__(engine, slots, max_rows)
-        register()
-        self._groups: dict[tuple, int] = {}  # prompt -> its group
-        self._row_groups: list[int] = []
+    if settings.unpadded_kv:
+        return UnpaddedRunningBatch
+    return SharedRunningBatch if settings.shared_prefixes else RunningBatch
 
-    def clear(self) -> None:
-        super().clear()
-        self._groups, self._row_groups = {}, []
 
-    def take(self, waiting: deque) -> list:
-        """Rows from the head of ``waiting`` while groups x widest prompt + rows x (filled + longest
-        remaining) slots fit."""
-        prompts = set(self._groups)
-        width = max(map(len, prompts), default=0)
-        filled = self._cache.layers[0].filled if self.rows else 0
-        room = max((r.max_tokens - len(r.tokens) for r in self.rows), default=0)
-        taken: list = []
-        while waiting:
-            row = waiting[0]
-            count, groups = len(self.rows) + len(taken) + 1, len(prompts | {tuple(row.prompt)})
-            wider, longer = max(width, len(row.prompt)), max(room, row.max_tokens)
-            if count > 1 and (count > self.max_rows or groups * wider + count * (filled + longer) > self.slots):
-                break
-            taken.append(waiting.popleft())
-            prompts.add(tuple(row.prompt))
-            width, room = wider, longer
-        return taken
+def decode_step(engine: Any, rows: list, tokens, cache, attention: str):
+    """One forward pass of ``tokens`` (a token a row) over ``cache`` with the model's attention
+    named ``attention`` (a cache of the shape only that attention reads): the next logits."""
+    import torch
 
-    def _prefill(self, rows: list):
-        """Each row's logits, each row's distinct prompt (in place of a mask: the groups hold
-        theirs) and the cache of the distinct prompts."""
-        logits, _, cache, index = self.engine._prefiller.prefill_distinct(rows)
-        return logits[index], index, cache
-
-    def _join(self, rows: list, logits, index, cache) -> None:
-        if self._cache is None:
-            self._cache = SharedCache(len(cache.layers))
-        lengths: dict[int, int] = {}
-        for row, distinct in zip(rows, index.tolist()):
-            key = tuple(row.prompt)
-            if key not in self._groups:
-                self._groups[key] = len(self._groups)
-                lengths[distinct] = len(row.prompt)
-            self._row_groups.append(self._groups[key])
-        room = max(r.max_tokens - len(r.tokens) for r in self.rows + rows)
-        self._cache.join(cache, lengths, len(rows), room)
-        self._cache.set_rows(self._row_groups, len(self._groups))
-
-    def _keep(self, index) -> None:
-        import torch
-
-        rows = [self._row_groups[k] for k in index.tolist()]
-        used = sorted(set(rows))
-        groups = None
-        if len(used) < len(self._groups):
-            groups = torch.tensor(used, device=index.device)
-            renumber = {old: new for new, old in enumerate(used)}
-            self._groups = {key: renumber[g] for key, g in self._groups.items() if g in renumber}
-            rows = [renumber[g] for g in rows]
-        self._cache.keep(index, groups)
-        self._row_groups = rows
-        self._cache.set_rows(rows, len(self._groups))
-
-    def _forward(self, tokens):
-        import torch
-
-        engine, cache = self.engine, self._cache
-        cache.step_mask()
-        positions = torch.tensor([[len(r.prompt) + len(r.tokens) - 1] for r in self.rows], device=engine.device)
-        config = engine._model.config
-        implementation, config._attn_implementation = config._attn_implementation, SHARED_ATTENTION
-        try:
-            return engine._model(
-                input_ids=tokens[:, None],
-                attention_mask=torch.ones((len(tokens), 1, 1, 1), dtype=torch.bool, device=engine.device),
-                position_ids=positions,
-                use_cache=True,
-                **{engine._cache_arg: cache},
-            ).logits[:, -1, :]
-        finally:
-            config._attn_implementation = implementation
+    positions = torch.tensor([[len(r.prompt) + len(r.tokens) - 1] for r in rows], device=engine.device)
+    config = engine._model.config
+    implementation, config._attn_implementation = config._attn_implementation, attention
+    try:
+        return engine._model(
+            input_ids=tokens[:, None],
+            attention_mask=torch.ones((len(tokens), 1, 1, 1), dtype=torch.bool, device=engine.device),
+            position_ids=positions,
+            use_cache=True,
+            **{engine._cache_arg: cache},
+        ).logits[:, -1, :]
+    finally:
+        config._attn_implementation = implementation
 
 
 @dataclass(eq=False)
@@ -290,7 +229,7 @@ class DecodeLoop:
             for call in calls:
                 call.future.set_exception(exc)
             return
-        kind = SharedRunningBatch if engine.settings.shared_prefixes else RunningBatch
+        kind = batch_kind(engine.settings)
         batch, waiting = kind(engine, engine.kv_slots, engine.settings.max_batch_size), deque()
         with engine.computing():
             while True:

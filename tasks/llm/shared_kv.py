@@ -27,7 +27,85 @@ extends another is its own group), and the prefill still computes each distinct 
 
 from __future__ import annotations
 
+from collections import deque
+from typing import Any
+
+from ragfactory.tasks.llm.running_batch import RunningBatch, decode_step
+
 NAME = "ragfactory_shared_prefix"
+
+
+class SharedRunningBatch(RunningBatch):
+    """A running batch whose rows of one prompt hold its keys and values once (a ``SharedCache``):
+    the budget counts each distinct prompt once and each row's generated slots."""
+
+    def __init__(self, engine: Any, slots: int, max_rows: int):
+        super().__init__(engine, slots, max_rows)
+        register()
+        self._groups: dict[tuple, int] = {}  # prompt -> its group
+        self._row_groups: list[int] = []
+
+    def clear(self) -> None:
+        super().clear()
+        self._groups, self._row_groups = {}, []
+
+    def take(self, waiting: deque) -> list:
+        """Rows from the head of ``waiting`` while groups x widest prompt + rows x (filled + longest
+        remaining) slots fit."""
+        prompts = set(self._groups)
+        width = max(map(len, prompts), default=0)
+        filled = self._cache.layers[0].filled if self.rows else 0
+        room = max((r.max_tokens - len(r.tokens) for r in self.rows), default=0)
+        taken: list = []
+        while waiting:
+            row = waiting[0]
+            count, groups = len(self.rows) + len(taken) + 1, len(prompts | {tuple(row.prompt)})
+            wider, longer = max(width, len(row.prompt)), max(room, row.max_tokens)
+            if count > 1 and (count > self.max_rows or groups * wider + count * (filled + longer) > self.slots):
+                break
+            taken.append(waiting.popleft())
+            prompts.add(tuple(row.prompt))
+            width, room = wider, longer
+        return taken
+
+    def _prefill(self, rows: list):
+        """Each row's logits, each row's distinct prompt (in place of a mask: the groups hold
+        theirs) and the cache of the distinct prompts."""
+        logits, _, cache, index = self.engine._prefiller.prefill_distinct(rows)
+        return logits[index], index, cache
+
+    def _join(self, rows: list, logits, index, cache) -> None:
+        if self._cache is None:
+            self._cache = SharedCache(len(cache.layers))
+        lengths: dict[int, int] = {}
+        for row, distinct in zip(rows, index.tolist()):
+            key = tuple(row.prompt)
+            if key not in self._groups:
+                self._groups[key] = len(self._groups)
+                lengths[distinct] = len(row.prompt)
+            self._row_groups.append(self._groups[key])
+        room = max(r.max_tokens - len(r.tokens) for r in self.rows + rows)
+        self._cache.join(cache, lengths, len(rows), room)
+        self._cache.set_rows(self._row_groups, len(self._groups))
+
+    def _keep(self, index) -> None:
+        import torch
+
+        rows = [self._row_groups[k] for k in index.tolist()]
+        used = sorted(set(rows))
+        groups = None
+        if len(used) < len(self._groups):
+            groups = torch.tensor(used, device=index.device)
+            renumber = {old: new for new, old in enumerate(used)}
+            self._groups = {key: renumber[g] for key, g in self._groups.items() if g in renumber}
+            rows = [renumber[g] for g in rows]
+        self._cache.keep(index, groups)
+        self._row_groups = rows
+        self._cache.set_rows(rows, len(self._groups))
+
+    def _forward(self, tokens):
+        self._cache.step_mask()
+        return decode_step(self.engine, self.rows, tokens, self._cache, NAME)
 
 
 class SharedLayer:

@@ -88,8 +88,7 @@ class TransformersSettings:
     # SDPA on the model's own KV heads on CPU (no copy per query head): about 3x less decode CPU
     # with kv_buffers, the same tokens but log-probs within ~2e-5, not bit for bit (docs/engine.md).
     gqa_attention: bool = True
-    # torch's intra-op threads during an engine call on CPU; None: half torch's (docs/engine.md)
-    threads: int | None = None
+    threads: int | None = None  # torch's intra-op threads of an engine call on CPU; None: half torch's
     # intra-op threads of prefill on CPU; None: torch's (half the time quiet, 1.3x busy: docs/engine.md)
     prefill_threads: int | None = None
     # Take requests as questions issue them (a ContinuousBackend; tasks/llm/running_batch.py); off: no
@@ -98,6 +97,7 @@ class TransformersSettings:
     # Rows of one prompt hold its keys and values once in decode (tasks/llm/shared_kv.py): 8 samples of
     # a prompt 2.6x faster, but a row's last bits depend on its group's size (docs/engine.md).
     shared_prefixes: bool = False
+    unpadded_kv: bool = False  # each row's KV in a buffer of its own width (tasks/llm/unpadded_kv.py)
 
     def __post_init__(self):
         if not self.kv_cache_mb > 0 or self.prefill_tokens < 1:

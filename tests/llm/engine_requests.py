@@ -39,3 +39,9 @@ def assert_same_completions(off, on, tolerance: float = LOGPROB_TOL) -> None:
             assert a.text == b.text and a.finish_reason == b.finish_reason
             drift = [abs(x - y) for x, y in zip(a.completion_logprobs, b.completion_logprobs, strict=True)]
             assert max(drift, default=0.0) <= tolerance
+
+
+def assert_tree_agrees(a, b, grammar=None) -> None:
+    """``tree_requests`` (under ``grammar``) through engines ``a`` and ``b``: the same completions."""
+    requests = tree_requests(grammar=grammar)
+    assert_same_completions(a.generate_batch(requests), b.generate_batch(requests))

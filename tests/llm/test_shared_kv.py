@@ -10,9 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ragfactory.tasks.llm.running_batch import SharedRunningBatch
-from ragfactory.tasks.llm.shared_kv import SharedCache, SharedLayer, shared_attention
-from tests.llm.engine_requests import assert_same_completions, tree_requests
+from ragfactory.tasks.llm.shared_kv import SharedCache, SharedLayer, SharedRunningBatch, shared_attention
+from tests.llm.engine_requests import assert_tree_agrees
 
 
 def _t(values: list[list[float]]) -> torch.Tensor:
@@ -94,8 +93,7 @@ def test_rows_sharing_prompts_decode_as_the_plain_batch_decodes_them(tiny_model,
     budget of about two rows (rows join and leave, groups empty) and in a roomy one: the same
     token ids, log-probs within the tolerance."""
     plain, shared = _engines(tiny_model, kv_cache_mb=kv_cache_mb)
-    requests = tree_requests()
-    assert_same_completions(plain.generate_batch(requests), shared.generate_batch(requests))
+    assert_tree_agrees(plain, shared)
 
 
 @pytest.mark.slow
@@ -105,5 +103,4 @@ def test_shared_prefixes_change_no_completion_of_smollm(embedded_model):
     from ragfactory.tasks.prompts.loader import load_grammar
 
     plain, shared = _engines(embedded_model, kv_cache_mb=8.0)
-    requests = tree_requests(grammar=load_grammar("decex_self_answer", 48))
-    assert_same_completions(plain.generate_batch(requests), shared.generate_batch(requests))
+    assert_tree_agrees(plain, shared, grammar=load_grammar("decex_self_answer", 48))
