@@ -45,11 +45,11 @@ class UnpaddedRunningBatch(RunningBatch):
     def take(self, waiting: deque) -> list:
         """Rows from the head of ``waiting`` while the rows' own slots (prompt + ``max_tokens``)
         fit the budget."""
-        used = sum(len(r.prompt) + r.max_tokens for r in self.rows)
+        used = sum(map(_capacity, self.rows))
         taken: list = []
         while waiting:
             row = waiting[0]
-            need, count = len(row.prompt) + row.max_tokens, len(self.rows) + len(taken) + 1
+            need, count = _capacity(row), len(self.rows) + len(taken) + 1
             if count > 1 and (count > self.max_rows or used + need > self.slots):
                 break
             taken.append(waiting.popleft())
