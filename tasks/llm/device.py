@@ -63,3 +63,12 @@ def cpu_threads(count: int) -> Iterator[None]:
     finally:
         if count != before:
             torch.set_num_threads(before)
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """The engine's dtype: ``auto`` is bfloat16 on CUDA and float32 on CPU (see the setting)."""
+    if dtype == "auto":
+        return "bfloat16" if device.startswith("cuda") else "float32"
+    if dtype not in {"float32", "float16", "bfloat16"}:
+        raise ValueError(f"dtype must be auto, float32, float16 or bfloat16, got {dtype!r}")
+    return dtype

@@ -52,7 +52,8 @@ from typing import Any
 
 from ragfactory.memory import tune_allocator
 from ragfactory.tasks.llm.decode_memory import kv_bytes_per_token, kv_token_slots
-from ragfactory.tasks.llm.device import cpu_threads, default_device, engine_threads
+from ragfactory.tasks.llm.device import cpu_threads, default_device, engine_threads, resolve_dtype
+from ragfactory.tasks.llm.half_attention import use_half_attention
 from ragfactory.tasks.llm.kv_buffers import grouped_query_attention
 from ragfactory.tasks.llm.prefill import PrefillCounts, Prefiller
 from ragfactory.tasks.llm.running_batch import DecodeLoop
@@ -71,7 +72,9 @@ class TransformersSettings:
     """Engine settings of the transformers backend."""
 
     device: str | None = None  # None: cuda when available, else cpu
-    dtype: str = "auto"  # auto: float32 on CPU (bf16 matmuls are slow there), bfloat16 on GPU
+    # auto: bfloat16 on GPU; float32 on CPU: the tests' and demo's exact tokens, and a fine-tune's small
+    # weight changes kept. bfloat16 on a CPU with bf16 instructions: 2-2.6x faster (tasks/llm/half_attention.py).
+    dtype: str = "auto"
     max_batch_size: int = 32  # rows per forward pass; ~33 tok/s at 32 rows on 2 CPU cores
     # The running batch's KV: ~5 rows of a 1,000-token prompt for SmolLM2-135M in float32 (46 KB a token);
     # a CPU decode step costs about as much for 8 rows as for 32, so raise it where memory allows.
@@ -136,7 +139,7 @@ class TransformersBackend:
         self.model_ref = str(model)
         self.settings = settings
         self.device = settings.device or default_device()
-        self.dtype = _resolve_dtype(settings.dtype, self.device)
+        self.dtype = resolve_dtype(settings.dtype, self.device)
         self.fingerprint = checkpoint_fingerprint(self.model_ref, self.dtype)
         self._model = None
         self._threads = 1  # intra-op threads of its calls on CPU, set at load (``engine_threads``)
@@ -188,6 +191,7 @@ class TransformersBackend:
         pad = tokenizer.pad_token_id
         self._pad_id = pad if pad is not None else min(self._eos_ids)
         self._tokenizer, self._model = tokenizer, model.to(self.device).eval()
+        use_half_attention(self._model, self.device)  # SDPA's one-token path is slow in bf16 on CPU
         self.tokenizer_fingerprint = tokenizer_fingerprint(tokenizer)
         # transformers renamed forward's past_key_values to cache (5.x warns on the old name)
         params = inspect.signature(type(model).forward).parameters
@@ -390,11 +394,3 @@ def _local_folder(model_ref: str) -> Path | None:
         return Path(snapshot_download(model_ref, local_files_only=True))
     except Exception:  # not a hub id, or not in the local cache
         return None
-
-
-def _resolve_dtype(dtype: str, device: str) -> str:
-    if dtype == "auto":
-        return "bfloat16" if device.startswith("cuda") else "float32"
-    if dtype not in {"float32", "float16", "bfloat16"}:
-        raise ValueError(f"dtype must be auto, float32, float16 or bfloat16, got {dtype!r}")
-    return dtype

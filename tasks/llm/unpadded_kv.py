@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from ragfactory.tasks.llm.half_attention import one_token_attention
 from ragfactory.tasks.llm.running_batch import RunningBatch, decode_step
 
 NAME = "ragfactory_unpadded"
@@ -215,9 +216,12 @@ def unpadded_attention(module, query, key, value, attention_mask, scaling: float
         raise ValueError("unpadded_kv attends to whole prompts without softcap or sinks; this model needs more")
     i, cache = key.index, key.owner
     grouped = query.shape[1] != cache.buffers[0].shape[2]
-    attend = torch.nn.functional.scaled_dot_product_attention
+    half = query.device.type == "cpu" and query.dtype != torch.float32  # SDPA's slow case (half_attention.py)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
     out = [
-        attend(q, keys[i], values[i], scale=scaling, enable_gqa=grouped)
+        one_token_attention(q, keys[i], values[i], None, scaling)
+        if half
+        else sdpa(q, keys[i], values[i], scale=scaling, enable_gqa=grouped)
         for q, (keys, values) in zip(query[:, :, -1:].split(1), cache.reads, strict=True)
     ]
     return torch.cat(out).transpose(1, 2), None
