@@ -73,6 +73,18 @@ def test_eval_hash_depends_on_model_and_settings_only():
     assert eval_hash("m", settings) != eval_hash("m", {**settings, "inference": {"max_rounds": 4}})
 
 
+def test_an_evaluation_in_another_dtype_is_a_run_of_its_own():
+    """A bfloat16 evaluation must not replace the float32 one's rows: the engine's dtype and options
+    enter the run's hash when set; one that sets neither keeps the hash it had before they could."""
+    from ragfactory.flows.config import EvalConfig
+
+    plain = EvalConfig.model_validate({"model": "embedded"}).answer_fields()
+    half = EvalConfig.model_validate({"model": "embedded", "llm": {"policy": {"dtype": "bfloat16"}}}).answer_fields()
+    assert "engine" not in plain and half["engine"] == {"dtype": "bfloat16"}
+    assert eval_hash("m", plain) == "4e405b30d43c4d25"  # computed before the engine could enter
+    assert eval_hash("m", half) != eval_hash("m", plain)
+
+
 def test_aggregate_means_per_model_dataset_and_mode():
     rows = [
         {
