@@ -354,14 +354,9 @@ class EvalConfig(Section):
         )
 
     def answer_fields(self) -> dict:
-        """The settings that shape an answer (not which questions or modes, nor where rows go).
-
-        The engine's numerics (``dtype``, ``options``) enter when set, as a build's new settings do
-        (``flows/config_hash.py``, rule 3): a bfloat16 evaluation is a run of its own, not one that
-        replaces the float32 one's rows, and an evaluation that sets neither keeps its run id."""
-        fields = self.model_dump(mode="json", include={"sources", "retrieval"})
+        """What shapes an answer (not which questions, nor where rows go); the engine's dtype and options when set."""
         engine = self.llm.policy.model_dump(mode="json", include={"dtype", "options"}, exclude_defaults=True)
-        fields |= {"engine": engine} if engine else {}
+        fields = self.model_dump(mode="json", include={"sources", "retrieval"}) | ({"engine": engine} if engine else {})
         return fields | {"inference": vars(self.inference()), "backend": self.llm.policy.backend}
 
 
