@@ -320,13 +320,15 @@ def measure(root: Path, name: str, args: argparse.Namespace, stages: dict) -> li
     """One method's build, training, control and evaluations: its lines of the learning table."""
     method = METHODS[name]
     run_id = build(root, root / "world", method, args.train, stages)
-    models = {name: train(root, stages, f"world-{name}", method, args, ["--run-id", run_id])}
+    models = (
+        {} if args.only_control else {name: train(root, stages, f"world-{name}", method, args, ["--run-id", run_id])}
+    )
     if (control := control_source(method, args, root, run_id)) is not None:
         kind, source = control
         models[f"{name} control ({kind})"] = train(root, stages, f"world-{name}-{kind}", method, args, source)
     rows = [table_row(label, evaluate(root, model, method, args.test, stages, f"evaluate {label}"))
             for label, model in models.items()]  # fmt: skip
-    if control is not None:  # the labels' own share: trained against control, question by question
+    if len(models) == 2:  # the labels' own share: trained against control, question by question
         rows.append(table_row(f"{name} vs control", paired(root, *models.values())))
     if method.get("plan_f1"):
         report("learning_plans", plan_rows(root, models))
@@ -372,7 +374,10 @@ if __name__ == "__main__":
         choices=["pruned", "scrambled", "none"],
         default="pruned",
         help="the control trained and evaluated beside SFT: pruned trajectories (the kept queries, a wrong "
-        "answer), kept steps scrambled across questions, or none (DPO's control is its pairs swapped)",
+        "answer), kept steps scrambled across questions of the same kind, or none (DPO's control is its pairs swapped)",
+    )
+    parser.add_argument(
+        "--only-control", action="store_true", help="train and evaluate the control alone (the method measured before)"
     )
     parser.add_argument(
         "--trl",

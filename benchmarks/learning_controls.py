@@ -91,30 +91,53 @@ def swapped_rows(root: Path, run_id: str) -> Path:
 
 def scrambled_rows(root: Path, run_id: str) -> Path:
     """The scrambled control's SFT rows: every kept step's prompt with the completion another
-    question wrote at the same step (questions of as many steps, rotated by one), so no label
-    says anything about its own question."""
+    question of the same kind wrote at the same step (``rotated_labels``), so no label says
+    anything about its own question, yet each has the form its question's right one has."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse
 
+    wh = Warehouse(root / "wh")
     sql = "select * from sft_examples where run_id = $r order by question_id, len(node_ids)"
-    rows = query(Warehouse(root / "wh"), sql, {"r": run_id}).to_pylist()
+    rows = query(wh, sql, {"r": run_id}).to_pylist()
+    kinds_sql = (
+        "select question_id, any_value(json_extract_string(metadata, '$.relations')) as kind from questions group by 1"
+    )
+    kinds = {row["question_id"]: row["kind"] for row in query(wh, kinds_sql).to_pylist()}
     by_question: dict[str, list[dict]] = {}
     for row in rows:
         by_question.setdefault(row["question_id"], []).append(row)
-    by_length: dict[int, list[list[dict]]] = {}
-    for steps in by_question.values():
-        by_length.setdefault(len(steps), []).append(steps)
-    for group in by_length.values():
-        answers = [[step["messages"][-1]["content"] for step in steps] for steps in group]
-        for i, steps in enumerate(group):
-            for step, content in zip(steps, answers[(i + 1) % len(group)]):
-                step["messages"][-1] = {"role": "assistant", "content": content}
+    labels = {q: [step["messages"][-1]["content"] for step in steps] for q, steps in by_question.items()}
+    rotated, kept = rotated_labels(labels, kinds)
+    for question, steps in by_question.items():
+        for step, content in zip(steps, rotated[question], strict=True):
+            step["messages"][-1] = {"role": "assistant", "content": content}
+    print(f"scrambled control: {len(labels) - kept} of {len(labels)} questions took a label of their own kind")
     path = root / "control-scrambled.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
+
+
+def rotated_labels(labels: dict[str, list[str]], kinds: dict[str, str | None]) -> tuple[dict[str, list[str]], int]:
+    """Each question's step labels replaced by the next question's of the same kind (the world's
+    relations, in order) and as many steps, rotated by one in question order. A question alone
+    in its kind takes a label of another kind of as many steps; one alone in that too keeps its
+    own. Returns the labels and how many questions kept or crossed kinds."""
+    groups: dict[tuple, list[str]] = {}
+    for question in sorted(labels):
+        groups.setdefault((len(labels[question]), kinds.get(question)), []).append(question)
+    rotated: dict[str, list[str]] = {}
+    leftovers: dict[int, list[str]] = {}
+    for (steps, _), questions in groups.items():
+        if len(questions) == 1:
+            leftovers.setdefault(steps, []).extend(questions)
+            continue
+        rotated |= {q: labels[questions[(i + 1) % len(questions)]] for i, q in enumerate(questions)}
+    for questions in leftovers.values():
+        rotated |= {q: labels[questions[(i + 1) % len(questions)]] for i, q in enumerate(questions)}
+    return rotated, sum(len(questions) for questions in leftovers.values())
 
 
 def negated_rows(root: Path, run_id: str) -> Path:
