@@ -14,7 +14,8 @@ Methods measured:
   (``tasks/search/r3/teacher.py``), best-of-N by EM, SFT on the kept trajectories, evaluated in
   the ``r3`` mode (R3's step loop, the inference the data trains). Controls: SFT on one pruned
   trajectory a question (the same queries, a wrong final answer: ``--control pruned``), or on the
-  kept steps each given another question's completion (``--control scrambled``).
+  kept steps each given the completion of a question of another kind (``--control scrambled``;
+  ``scrambled-kind``: of the same kind, so the labels keep their form).
 - ``mcts-dpo``: ReasonRAG's MCTS (§2.2) with the world's teacher engine as its policy
   (``tasks/search/mcts/teacher.py``: it errs on half its samples), SPRE-valued sibling pairs, DPO
   on them, evaluated in the ``agentic`` mode (ReasonRAG's Reasoning / Grounding loop). Control:
@@ -371,10 +372,11 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--control",
-        choices=["pruned", "scrambled", "none"],
+        choices=["pruned", "scrambled", "scrambled-kind", "none"],
         default="pruned",
         help="the control trained and evaluated beside SFT: pruned trajectories (the kept queries, a wrong "
-        "answer), kept steps scrambled across questions of the same kind, or none (DPO's control is its pairs swapped)",
+        "answer), kept steps given labels of questions of another kind (scrambled) or the same kind (scrambled-kind: "
+        "the labels' form kept), or none (DPO's control is its pairs swapped)",
     )
     parser.add_argument(
         "--only-control", action="store_true", help="train and evaluate the control alone (the method measured before)"

@@ -11,6 +11,7 @@ parquet file of rows written into ``ROOT``, or the run's own export with other s
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 
@@ -89,10 +90,11 @@ def swapped_rows(root: Path, run_id: str) -> Path:
     return path
 
 
-def scrambled_rows(root: Path, run_id: str) -> Path:
+def scrambled_rows(root: Path, run_id: str, same_kind: bool = False) -> Path:
     """The scrambled control's SFT rows: every kept step's prompt with the completion another
-    question of the same kind wrote at the same step (``rotated_labels``), so no label says
-    anything about its own question, yet each has the form its question's right one has."""
+    question wrote at the same step (``rotated_labels``): a question of another kind (the null
+    control: no label says anything of its question, not even its answer's kind) or, with
+    ``same_kind``, of the same kind (the labels' form kept, their content another's)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -110,34 +112,49 @@ def scrambled_rows(root: Path, run_id: str) -> Path:
     for row in rows:
         by_question.setdefault(row["question_id"], []).append(row)
     labels = {q: [step["messages"][-1]["content"] for step in steps] for q, steps in by_question.items()}
-    rotated, kept = rotated_labels(labels, kinds)
+    rotated = rotated_labels(labels, kinds, same_kind)
     for question, steps in by_question.items():
         for step, content in zip(steps, rotated[question], strict=True):
             step["messages"][-1] = {"role": "assistant", "content": content}
-    print(f"scrambled control: {len(labels) - kept} of {len(labels)} questions took a label of their own kind")
-    path = root / "control-scrambled.parquet"
+    alike = sum(kinds.get(labels_of(labels, rotated[q])) == kinds.get(q) for q in labels)
+    print(f"scrambled control: {alike} of {len(labels)} questions took a label of their own kind")
+    path = root / ("control-scrambled-kind.parquet" if same_kind else "control-scrambled.parquet")
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
 
 
-def rotated_labels(labels: dict[str, list[str]], kinds: dict[str, str | None]) -> tuple[dict[str, list[str]], int]:
-    """Each question's step labels replaced by the next question's of the same kind (the world's
-    relations, in order) and as many steps, rotated by one in question order. A question alone
-    in its kind takes a label of another kind of as many steps; one alone in that too keeps its
-    own. Returns the labels and how many questions kept or crossed kinds."""
-    groups: dict[tuple, list[str]] = {}
+def labels_of(labels: dict[str, list[str]], taken: list[str]) -> str:
+    """The question whose labels ``taken`` are (the object itself, not an equal copy)."""
+    return next(q for q, own in labels.items() if own is taken)
+
+
+def rotated_labels(labels: dict[str, list[str]], kinds: dict[str, str | None], same_kind: bool) -> dict[str, list[str]]:
+    """Each question's step labels replaced by those of another question of as many steps.
+
+    Across kinds (the default): the questions of a step count sorted by kind, then id, each take
+    the labels of the question as many places on as the largest kind has questions. A kind's
+    questions are contiguous and at most that many, so none lands on its own kind, unless one
+    kind is more than half of them (then some must). With ``same_kind``: the questions of one
+    kind and step count rotate by one; a question alone in its kind joins the others left alone.
+    """
+    by_steps: dict[int, list[str]] = {}
     for question in sorted(labels):
-        groups.setdefault((len(labels[question]), kinds.get(question)), []).append(question)
+        by_steps.setdefault(len(labels[question]), []).append(question)
     rotated: dict[str, list[str]] = {}
-    leftovers: dict[int, list[str]] = {}
-    for (steps, _), questions in groups.items():
-        if len(questions) == 1:
-            leftovers.setdefault(steps, []).extend(questions)
+    for questions in by_steps.values():
+        kind = {q: kinds.get(q) or "" for q in questions}
+        if not same_kind:
+            order = sorted(questions, key=lambda q: (kind[q], q))
+            shift = max(Counter(kind.values()).values()) % len(order) or 1
+            rotated |= {q: labels[order[(i + shift) % len(order)]] for i, q in enumerate(order)}
             continue
-        rotated |= {q: labels[questions[(i + 1) % len(questions)]] for i, q in enumerate(questions)}
-    for questions in leftovers.values():
-        rotated |= {q: labels[questions[(i + 1) % len(questions)]] for i, q in enumerate(questions)}
-    return rotated, sum(len(questions) for questions in leftovers.values())
+        groups: dict[str, list[str]] = {}
+        for q in questions:
+            groups.setdefault(kind[q], []).append(q)
+        alone = [q for group in groups.values() if len(group) == 1 for q in group]
+        for ring in [group for group in groups.values() if len(group) > 1] + [alone]:
+            rotated |= {q: labels[ring[(i + 1) % len(ring)]] for i, q in enumerate(ring)}
+    return rotated
 
 
 def negated_rows(root: Path, run_id: str) -> Path:
@@ -173,6 +190,7 @@ def _parquet(rows):
 CONTROLS = {
     "pruned": _parquet(pruned_rows),
     "scrambled": _parquet(scrambled_rows),
+    "scrambled-kind": _parquet(lambda root, run_id: scrambled_rows(root, run_id, same_kind=True)),
     "swapped": _parquet(swapped_rows),
     "negated": _parquet(negated_rows),
     "negated-reward": negated_reward,

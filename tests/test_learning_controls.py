@@ -1,5 +1,5 @@
-"""The scrambled control of benchmarks/learning.py: labels rotated among questions of the same
-kind, worked by hand. No model, no warehouse."""
+"""The scrambled controls of benchmarks/learning.py: labels rotated among questions of other kinds
+(the null control) or of the same kind (the form kept), worked by hand. No model, no warehouse."""
 
 from __future__ import annotations
 
@@ -11,34 +11,52 @@ _spec = importlib.util.spec_from_file_location("learning_controls", SCRIPT)
 learning_controls = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(learning_controls)
 
+# q1 to q3 ask a birth year, q4 and q6 a city, q5 an employer; q7 is the only two-step question
+LABELS = {
+    "q1": ["1901"],
+    "q2": ["1902"],
+    "q3": ["1903"],
+    "q4": ["Orvath"],
+    "q5": ["Belquaeth Ltd"],
+    "q6": ["Ulm"],
+    "q7": ["Ulm", "1950"],
+}
+KINDS = {"q1": "born", "q2": "born", "q3": "born", "q4": "city", "q5": "employer", "q6": "city", "q7": "city,founded"}
 
-def test_labels_rotate_among_questions_of_the_same_kind_and_steps():
-    """q1 to q3 ask a birth year: each takes the next one's year (q3 the first's). q4 (a city) and
-    q5 (a company) are alone in their kinds: they swap, crossing kinds. q6 is the only two-step
-    question: it keeps its own labels. So 3 of 6 questions did not take a label of their kind."""
-    labels = {
-        "q1": ["1901"],
-        "q2": ["1902"],
-        "q3": ["1903"],
-        "q4": ["Orvath"],
-        "q5": ["Belquaeth Ltd"],
-        "q6": ["Ulm", "1950"],
+
+def test_the_null_control_gives_every_question_a_label_of_another_kind():
+    """Sorted by kind: q1 q2 q3 (born), q4 q6 (city), q5 (employer); the largest kind has 3, so
+    each takes the labels 3 places on: q1 <- q4, q2 <- q6, q3 <- q5, q4 <- q1, q6 <- q2, q5 <- q3.
+    q7, alone with two steps, keeps its own."""
+    rotated = learning_controls.rotated_labels(LABELS, KINDS, same_kind=False)
+    assert rotated == {
+        "q1": ["Orvath"],
+        "q2": ["Ulm"],
+        "q3": ["Belquaeth Ltd"],
+        "q4": ["1901"],
+        "q6": ["1902"],
+        "q5": ["1903"],
+        "q7": ["Ulm", "1950"],
     }
-    kinds = {"q1": '["born"]', "q2": '["born"]', "q3": '["born"]', "q4": '["city"]', "q5": '["employer"]'}
-    kinds["q6"] = '["city", "founded"]'
-    rotated, crossed = learning_controls.rotated_labels(labels, kinds)
+
+
+def test_the_form_control_rotates_labels_within_a_kind():
+    """q1 to q3 each take the next one's year (q3 the first's), q4 and q6 swap cities; q5 is alone
+    in its kind and the only one left alone, so it keeps its own, as q7 does."""
+    rotated = learning_controls.rotated_labels(LABELS, KINDS, same_kind=True)
     assert rotated == {
         "q1": ["1902"],
         "q2": ["1903"],
         "q3": ["1901"],
-        "q4": ["Belquaeth Ltd"],
-        "q5": ["Orvath"],
-        "q6": ["Ulm", "1950"],
+        "q4": ["Ulm"],
+        "q6": ["Orvath"],
+        "q5": ["Belquaeth Ltd"],
+        "q7": ["Ulm", "1950"],
     }
-    assert crossed == 3
 
 
-def test_a_question_without_a_kind_rotates_with_the_others_that_lack_one():
-    labels = {"a": ["x"], "b": ["y"], "c": ["z"]}
-    rotated, crossed = learning_controls.rotated_labels(labels, {})
-    assert rotated == {"a": ["y"], "b": ["z"], "c": ["x"]} and crossed == 0
+def test_one_kind_of_more_than_half_cannot_leave_every_question_another_kind():
+    """Three of four ask a year: a shift of 3 sends q1 <- q4 (city), q2 <- q1, q3 <- q2, q4 <- q3."""
+    labels = {q: LABELS[q] for q in ("q1", "q2", "q3", "q4")}
+    rotated = learning_controls.rotated_labels(labels, KINDS, same_kind=False)
+    assert rotated == {"q1": ["Orvath"], "q2": ["1901"], "q3": ["1902"], "q4": ["1903"]}
