@@ -21,15 +21,16 @@ its own SDPA calls; in half precision on CPU it is slower than the plain batch.
 
 from __future__ import annotations
 
+from ragfactory.tasks.llm.running_batch import attends_whole_prompts
+
 NAME = "ragfactory_half_cpu"
-_UNSUPPORTED = ("sliding_window", "softcap", "s_aux")
 
 
 def half_decode_attention(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0, **kwargs):
     """Attention of one query token a row (module docstring); any other call goes to SDPA."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if query.shape[2] != 1 or dropout or any(kwargs.get(name) is not None for name in _UNSUPPORTED):
+    if query.shape[2] != 1 or dropout or not attends_whole_prompts(kwargs):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )

@@ -167,6 +167,12 @@ def batch_kind(settings) -> type[RunningBatch]:
     return SharedRunningBatch if settings.shared_prefixes else RunningBatch
 
 
+def attends_whole_prompts(kwargs: dict) -> bool:
+    """Whether an attention call reads every slot plainly (no sliding window, softcap or sinks):
+    what the shared, unpadded and half-precision decode attentions compute."""
+    return all(kwargs.get(name) is None for name in ("sliding_window", "softcap", "s_aux"))
+
+
 def decode_step(engine: Any, rows: list, tokens, cache, attention: str):
     """One forward pass of ``tokens`` (a token a row) over ``cache`` with the model's attention
     named ``attention`` (a cache of the shape only that attention reads): the next logits."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from ragfactory.tasks.llm.running_batch import RunningBatch, decode_step
+from ragfactory.tasks.llm.running_batch import RunningBatch, attends_whole_prompts, decode_step
 
 NAME = "ragfactory_shared_prefix"
 
@@ -246,7 +246,7 @@ def shared_attention(module, query, key, value, attention_mask, scaling: float, 
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
-    if any(kwargs.get(name) is not None for name in ("sliding_window", "softcap", "s_aux")):
+    if not attends_whole_prompts(kwargs):
         raise ValueError("shared_prefixes attends to whole prompts without softcap or sinks; this model needs more")
     layer, cache = key, key.owner
     rows, heads, _, dim = query.shape

@@ -29,7 +29,7 @@ from collections import deque
 from typing import Any
 
 from ragfactory.tasks.llm.half_attention import one_token_attention
-from ragfactory.tasks.llm.running_batch import RunningBatch, decode_step
+from ragfactory.tasks.llm.running_batch import RunningBatch, attends_whole_prompts, decode_step
 
 NAME = "ragfactory_unpadded"
 
@@ -212,7 +212,7 @@ def unpadded_attention(module, query, key, value, attention_mask, scaling: float
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
-    if any(kwargs.get(name) is not None for name in ("sliding_window", "softcap", "s_aux")):
+    if not attends_whole_prompts(kwargs):
         raise ValueError("unpadded_kv attends to whole prompts without softcap or sinks; this model needs more")
     i, cache = key.index, key.owner
     grouped = query.shape[1] != cache.buffers[0].shape[2]
