@@ -92,7 +92,7 @@ def swapped_rows(root: Path, run_id: str) -> Path:
 
 def scrambled_rows(root: Path, run_id: str, same_kind: bool = False) -> Path:
     """The scrambled control's SFT rows: every kept step's prompt with the completion another
-    question wrote at the same step (``rotated_labels``): a question of another kind (the null
+    question wrote at the same step (``label_sources``): a question of another kind (the null
     control: no label says anything of its question, not even its answer's kind) or, with
     ``same_kind``, of the same kind (the labels' form kept, their content another's)."""
     import pyarrow as pa
@@ -112,24 +112,20 @@ def scrambled_rows(root: Path, run_id: str, same_kind: bool = False) -> Path:
     for row in rows:
         by_question.setdefault(row["question_id"], []).append(row)
     labels = {q: [step["messages"][-1]["content"] for step in steps] for q, steps in by_question.items()}
-    rotated = rotated_labels(labels, kinds, same_kind)
+    sources = label_sources({q: len(steps) for q, steps in labels.items()}, kinds, same_kind)
     for question, steps in by_question.items():
-        for step, content in zip(steps, rotated[question], strict=True):
+        for step, content in zip(steps, labels[sources[question]], strict=True):
             step["messages"][-1] = {"role": "assistant", "content": content}
-    alike = sum(kinds.get(labels_of(labels, rotated[q])) == kinds.get(q) for q in labels)
+    alike = sum(kinds.get(source) == kinds.get(q) for q, source in sources.items())
     print(f"scrambled control: {alike} of {len(labels)} questions took a label of their own kind")
     path = root / ("control-scrambled-kind.parquet" if same_kind else "control-scrambled.parquet")
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
 
 
-def labels_of(labels: dict[str, list[str]], taken: list[str]) -> str:
-    """The question whose labels ``taken`` are (the object itself, not an equal copy)."""
-    return next(q for q, own in labels.items() if own is taken)
-
-
-def rotated_labels(labels: dict[str, list[str]], kinds: dict[str, str | None], same_kind: bool) -> dict[str, list[str]]:
-    """Each question's step labels replaced by those of another question of as many steps.
+def label_sources(steps: dict[str, int], kinds: dict[str, str | None], same_kind: bool) -> dict[str, str]:
+    """For each question (``steps``: its step count), the question of as many steps whose labels
+    it takes.
 
     Across kinds (the default): the questions of a step count sorted by kind, then id, each take
     the labels of the question as many places on as the largest kind has questions. A kind's
@@ -138,23 +134,23 @@ def rotated_labels(labels: dict[str, list[str]], kinds: dict[str, str | None], s
     kind and step count rotate by one; a question alone in its kind joins the others left alone.
     """
     by_steps: dict[int, list[str]] = {}
-    for question in sorted(labels):
-        by_steps.setdefault(len(labels[question]), []).append(question)
-    rotated: dict[str, list[str]] = {}
+    for question in sorted(steps):
+        by_steps.setdefault(steps[question], []).append(question)
+    sources: dict[str, str] = {}
     for questions in by_steps.values():
         kind = {q: kinds.get(q) or "" for q in questions}
         if not same_kind:
             order = sorted(questions, key=lambda q: (kind[q], q))
             shift = max(Counter(kind.values()).values()) % len(order) or 1
-            rotated |= {q: labels[order[(i + shift) % len(order)]] for i, q in enumerate(order)}
+            sources |= {q: order[(i + shift) % len(order)] for i, q in enumerate(order)}
             continue
         groups: dict[str, list[str]] = {}
         for q in questions:
             groups.setdefault(kind[q], []).append(q)
         alone = [q for group in groups.values() if len(group) == 1 for q in group]
         for ring in [group for group in groups.values() if len(group) > 1] + [alone]:
-            rotated |= {q: labels[ring[(i + 1) % len(ring)]] for i, q in enumerate(ring)}
-    return rotated
+            sources |= {q: ring[(i + 1) % len(ring)] for i, q in enumerate(ring)}
+    return sources
 
 
 def negated_rows(root: Path, run_id: str) -> Path:
