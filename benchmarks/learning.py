@@ -26,7 +26,8 @@ Methods measured:
   (``tasks/search/decex/teacher.py``), SFT on the steps of each question's best chain (§2.3),
   evaluated in the ``decex`` mode (DecEx's step loop: the rollout prompt with the steps so far).
   Controls: as ``r3-sft``'s, the kept chain with a pruned wrong final answer (``pruned``) or the
-  kept steps scrambled across questions.
+  kept steps scrambled across questions, or each kept step replaced by the sibling its values
+  pruned (``rejected``: a guess where the chain searched, a wrong answer where it answered).
 - ``decex-dpo-sft``: DPO with the chosen step's NLL on DecEx's sibling pairs (a search over a
   guess, the right final answer over a wrong one), in the same mode. Control: the pairs swapped.
 - ``treeps-tree-advantage``: TreePS-RAG's tree search (§2.1–2.2) with the world's teacher engine
@@ -372,11 +373,12 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--control",
-        choices=["pruned", "scrambled", "scrambled-kind", "none"],
+        choices=["pruned", "rejected", "scrambled", "scrambled-kind", "none"],
         default="pruned",
         help="the control trained and evaluated beside SFT: pruned trajectories (the kept queries, a wrong "
         "answer), kept steps given labels of questions of another kind (scrambled) or the same kind (scrambled-kind: "
-        "the labels' form kept), or none (DPO's control is its pairs swapped)",
+        "the labels' form kept), the siblings the values pruned in place of the kept steps (rejected: DecEx), or none "
+        "(DPO's control is its pairs swapped)",
     )
     parser.add_argument(
         "--only-control", action="store_true", help="train and evaluate the control alone (the method measured before)"

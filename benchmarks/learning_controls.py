@@ -2,8 +2,8 @@
 
 A control trains as its method does on rows whose labels say nothing about their questions, so
 it must not show the method's gain: DPO pairs swapped, SFT on pruned chains (the kept queries, a
-wrong final answer) or on kept steps given another question's completions, tree advantages
-negated, a GRPO reward weighted -1. Each function reads the build's export from the run's
+wrong final answer), on the siblings the tree pruned in place of the kept steps, or on kept
+steps given another question's completions, tree advantages negated, a GRPO reward weighted -1. Each function reads the build's export from the run's
 warehouse (``ROOT/wh``); ``CONTROLS`` gives each control's ``ragfactory train`` arguments: a
 parquet file of rows written into ``ROOT``, or the run's own export with other settings.
 """
@@ -88,6 +88,40 @@ def swapped_rows(root: Path, run_id: str) -> Path:
     path = root / "control-swapped.parquet"
     pq.write_table(pairs, path)
     return path
+
+
+def rejected_rows(root: Path, run_id: str) -> Path:
+    """The pruned-steps control's SFT rows: every kept step's prompt with the sibling the tree
+    pruned in its place (``rejected_steps``), so the rows hold the same prompts and a completion
+    the values ranked below the kept one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    wh = Warehouse(root / "wh")
+    steps = query(wh, "select * from sft_examples where run_id = $r order by example_id", {"r": run_id})
+    pairs = query(wh, "select * from preference_pairs where run_id = $r", {"r": run_id})
+    rows = rejected_steps(steps.to_pylist(), pairs.to_pylist())
+    print(f"rejected control: {len(rows)} of {steps.num_rows} kept steps have a pruned sibling")
+    path = root / "control-rejected.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=steps.schema), path)
+    return path
+
+
+def rejected_steps(steps: list[dict], pairs: list[dict]) -> list[dict]:
+    """Each kept step (an SFT row, its last node the step's) with its completion replaced by the
+    rejected side of the pair that step won by the widest value gap (ties: the first pair id);
+    a step that won no pair is left out."""
+    widest: dict[str, dict] = {}
+    for pair in sorted(pairs, key=lambda p: (-p["gap"], p["pair_id"])):
+        widest.setdefault(pair["chosen_node_id"], pair)
+    rows = []
+    for step in steps:
+        if (pair := widest.get(step["node_ids"][-1])) is not None:
+            rows.append({**step, "messages": [*step["messages"][:-1], *pair["rejected"]]})
+    return rows
 
 
 def scrambled_rows(root: Path, run_id: str, same_kind: bool = False) -> Path:
@@ -187,6 +221,7 @@ CONTROLS = {
     "pruned": _parquet(pruned_rows),
     "scrambled": _parquet(scrambled_rows),
     "scrambled-kind": _parquet(lambda root, run_id: scrambled_rows(root, run_id, same_kind=True)),
+    "rejected": _parquet(rejected_rows),
     "swapped": _parquet(swapped_rows),
     "negated": _parquet(negated_rows),
     "negated-reward": negated_reward,

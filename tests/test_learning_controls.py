@@ -1,5 +1,6 @@
-"""The scrambled controls of benchmarks/learning.py: labels rotated among questions of other kinds
-(the null control) or of the same kind (the form kept), worked by hand. No model, no warehouse."""
+"""The controls of benchmarks/learning.py, worked by hand: labels rotated among questions of other
+kinds (the null control) or of the same kind (the form kept), and the kept steps replaced by the
+siblings the tree pruned. No model, no warehouse."""
 
 from __future__ import annotations
 
@@ -49,3 +50,37 @@ def test_one_kind_of_more_than_half_cannot_leave_every_question_another_kind():
     """Three of four ask a year: a shift of 3 sends q1 <- q4 (city), q2 <- q1, q3 <- q2, q4 <- q3."""
     labels = {q: LABELS[q] for q in ("q1", "q2", "q3", "q4")}
     assert _sources(labels, same_kind=False) == {"q1": "q4", "q2": "q1", "q3": "q2", "q4": "q3"}
+
+
+def _step(example: str, node: str, completion: str) -> dict:
+    prompt = {"role": "user", "content": f"prompt of {node}"}
+    return {"example_id": example, "node_ids": ["root", node], "messages": [prompt, _said(completion)]}
+
+
+def _said(content: str) -> dict:
+    return {"role": "assistant", "content": content}
+
+
+def _pair(pair: str, chosen: str, gap: float, rejected: str) -> dict:
+    return {"pair_id": pair, "chosen_node_id": chosen, "gap": gap, "rejected": [_said(rejected)]}
+
+
+def test_the_rejected_control_puts_the_widest_pruned_sibling_in_each_kept_step():
+    """n1 won two pairs: the guess by 0.75 over the search, the other by 0.25, so the guess takes
+    its place. n2 won two pairs by 1.0: the first pair id (a) gives the wrong answer. n3 won no
+    pair and is left out. The prompts stay the kept steps' own."""
+    steps = [_step("e1", "n1", "<search> q </search>"), _step("e2", "n2", "<answer> 1901 </answer>")]
+    steps.append(_step("e3", "n3", "<answer> Ulm </answer>"))
+    pairs = [
+        _pair("z", "n1", 0.25, "Answer: Orvath"),
+        _pair("y", "n1", 0.75, "Answer: Tyxbyrmere"),
+        _pair("b", "n2", 1.0, "<answer> 1950 </answer>"),
+        _pair("a", "n2", 1.0, "<answer> 1902 </answer>"),
+    ]
+    rows = learning_controls.rejected_steps(steps, pairs)
+    assert [(r["example_id"], r["messages"][-1]["content"]) for r in rows] == [
+        ("e1", "Answer: Tyxbyrmere"),
+        ("e2", "<answer> 1902 </answer>"),
+    ]
+    assert [r["messages"][0]["content"] for r in rows] == ["prompt of n1", "prompt of n2"]
+    assert steps[0]["messages"][-1]["content"] == "<search> q </search>"  # the kept rows untouched
