@@ -251,21 +251,23 @@ def shared_attention(module, query, key, value, attention_mask, scaling: float, 
     layer, cache = key, key.owner
     rows, heads, _, dim = query.shape
     kv_heads = layer.prefix_keys.shape[1]
-    q = query[:, :, -1].reshape(rows, kv_heads, heads // kv_heads, dim)  # a KV head's queries together
+    # products, softmax and sums in float32 over half-precision keys and values, as SDPA's own
+    # half kernels compute (``.float()`` of a float32 tensor is that tensor: no copy)
+    q = query[:, :, -1].reshape(rows, kv_heads, heads // kv_heads, dim).float()  # a KV head's queries together
     grouped = _grouped(q, cache)  # groups x kv heads x (members x heads a KV head) x dim
-    prefix = torch.matmul(grouped, layer.prefix_keys.transpose(-1, -2)).mul_(scaling)
+    prefix = torch.matmul(grouped, layer.prefix_keys.float().transpose(-1, -2)).mul_(scaling)
     prefix.masked_fill_(~cache.prefix_mask[:, None, None, :], float("-inf"))
     filled = layer.filled
-    suffix = torch.matmul(q, layer.suffix_keys[:, :, :filled].transpose(-1, -2)).mul_(scaling)
+    suffix = torch.matmul(q, layer.suffix_keys[:, :, :filled].float().transpose(-1, -2)).mul_(scaling)
     suffix.masked_fill_(~cache.suffix_mask[:, None, None, :filled], float("-inf"))
     top = torch.maximum(_by_row(prefix.amax(-1), cache, q.shape), suffix.amax(-1))  # rows x kv x h
     weights = prefix.sub_(_grouped(top, cache)[..., None]).exp_()
     total = _by_row(weights.sum(-1), cache, q.shape)
-    out = _by_row(torch.matmul(weights, layer.prefix_values), cache, q.shape)
+    out = _by_row(torch.matmul(weights, layer.prefix_values.float()), cache, q.shape)
     weights = suffix.sub_(top[..., None]).exp_()
     total = total + weights.sum(-1)
-    out = out.add_(torch.matmul(weights, layer.suffix_values[:, :, :filled])).div_(total[..., None])
-    return out.reshape(rows, 1, heads, dim), None
+    out = out.add_(torch.matmul(weights, layer.suffix_values[:, :, :filled].float())).div_(total[..., None])
+    return out.to(query.dtype).reshape(rows, 1, heads, dim), None
 
 
 def _grouped(x, cache: SharedCache):

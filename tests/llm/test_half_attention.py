@@ -95,15 +95,16 @@ def test_other_calls_go_to_sdpa():
     assert torch.equal(ours, theirs)
 
 
-@pytest.mark.parametrize("unpadded_kv", [False, True])
-def test_a_bfloat16_engine_decodes_a_tree_through_it(tiny_model, unpadded_kv):
+@pytest.mark.parametrize("layout", [{}, {"unpadded_kv": True}, {"shared_prefixes": True}])
+def test_a_bfloat16_engine_decodes_a_tree_through_it(tiny_model, layout):
     """The embedded engine in bfloat16 on CPU names the attention at load and decodes a tree's
-    requests (rows joining and leaving a budget of about two rows) through the padded batch and
-    the unpadded one: every row its max_tokens, or fewer where it stopped, its log-probs finite."""
+    requests (rows joining and leaving a budget of about two rows) through the padded batch, the
+    unpadded one and the shared-prefix one: every row its max_tokens, or fewer where it stopped,
+    its log-probs finite."""
     from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
     from tests.llm.engine_requests import tree_requests
 
-    settings = TransformersSettings(device="cpu", dtype="bfloat16", kv_cache_mb=0.05, unpadded_kv=unpadded_kv)
+    settings = TransformersSettings(device="cpu", dtype="bfloat16", kv_cache_mb=0.05, **layout)
     engine = TransformersBackend(tiny_model, settings)
     requests = tree_requests()
     answers = engine.generate_batch(requests)

@@ -37,6 +37,22 @@ def test_attention_joins_a_groups_prefix_and_each_rows_suffix_as_one_softmax():
     assert out.flatten().tolist() == pytest.approx([15.8421, 14.0656, 22.7386], abs=1e-4)
 
 
+def test_half_precision_rows_are_weighed_in_float32_and_stored_in_their_dtype():
+    """bfloat16, one row: prefix keys [0, 0] (values 1, 5), suffix key 1 (value 3), query 1. The
+    weights 1, 1, e give (1 + 5 + 3e) / (2 + e) = 3, exact in bfloat16. Weighed in bfloat16, e
+    rounds to 2.71875 and the sums round again: 2.984375."""
+    half = torch.bfloat16
+    cache = SharedCache(1)
+    layer = SharedLayer(cache, _t([[0.0, 0.0]]).to(half), _t([[1.0, 5.0]]).to(half), filled=1, room=0)
+    layer.suffix_keys, layer.suffix_values = _t([[1.0]]).to(half), _t([[3.0]]).to(half)
+    cache.layers = [layer]
+    cache.prefix_mask = torch.ones((1, 2), dtype=torch.bool)
+    cache.suffix_mask = torch.ones((1, 1), dtype=torch.bool)
+    cache.set_rows([0], groups=1)
+    out, _ = shared_attention(None, torch.ones((1, 1, 1, 1), dtype=half), layer, None, None, scaling=1.0)
+    assert out.dtype == half and out.flatten().tolist() == [3.0]
+
+
 def test_rows_that_leave_take_their_group_and_the_slots_only_they_used():
     """Rows 0 and 1 of group 0 and row 2 of group 1, two slots filled: row 0 used both, row 1
     only the second, row 2 (joined this step) none. Keeping rows 1 and 2 drops the first slot;
