@@ -6,9 +6,9 @@ rows of a 1,300-token prompt a step. This measures ``--prompts`` distinct prompt
 ``--prompt-tokens`` tokens, ``--samples`` sampled rows each (temperature 0.8, ``--new-tokens``),
 on the embedded model with the defaults otherwise, each engine in a process of its own: wall
 time of the call, completion tokens a second, the process's peak resident memory, and whether
-every row's token ids are the same.
+every row's token ids are the same. ``--dtype bfloat16`` runs both in half precision (docs/engine.md).
 
-Run: .venv/bin/python benchmarks/shared_prefixes.py [--prompts 4] [--samples 8] [--new-tokens 64]
+Run: .venv/bin/python benchmarks/shared_prefixes.py [--prompts 4] [--samples 8] [--new-tokens 64] [--dtype float32]
 Writes benchmarks/results/shared_prefixes.json.
 """
 
@@ -29,8 +29,9 @@ from ragfactory.tasks.llm.engine import resolve_model
 from ragfactory.tasks.llm.transformers_backend import TransformersBackend, TransformersSettings
 from ragfactory.tasks.llm.types import Request
 prompts, samples, prompt_tokens, new, shared = (int(a) for a in sys.argv[1:6])
-cache = sys.argv[6]
-engine = TransformersBackend(resolve_model("embedded", cache), TransformersSettings(device="cpu", shared_prefixes=bool(shared)))
+cache, dtype = sys.argv[6:8]
+settings = TransformersSettings(device="cpu", dtype=dtype, shared_prefixes=bool(shared))
+engine = TransformersBackend(resolve_model("embedded", cache), settings)
 words = " ".join(f"fact {k} says item {k} weighs {k * 7} grams." for k in range(prompt_tokens // 14))
 requests = [Request.chat([{"role": "user", "content": f"Case {p}. " + words}], max_tokens=new, temperature=0.8,
                          n=samples, seed=p) for p in range(prompts)]
@@ -47,7 +48,7 @@ print(json.dumps({"wall_s": wall, "peak_mb": resource.getrusage(resource.RUSAGE_
 
 def one(args: argparse.Namespace, shared: bool) -> dict:
     numbers = (args.prompts, args.samples, args.prompt_tokens, args.new_tokens, int(shared))
-    command = [sys.executable, "-c", CALL, *map(str, numbers), args.cache]
+    command = [sys.executable, "-c", CALL, *map(str, numbers), args.cache, args.dtype]
     return json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
 
 
@@ -58,6 +59,7 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=1300)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "ragfactory" / "bench-models"))
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="both engines' dtype")
     args = parser.parse_args()
     runs = {shared: one(args, shared) for shared in (False, True)}
     rows = [
