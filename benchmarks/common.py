@@ -47,7 +47,7 @@ def timed_command(command: list[str], log: Path, cwd: Path | None = None, env: d
         "sys_s": round(usage.ru_stime, 1),
         "sys_share": round(usage.ru_stime / cpu, 3) if cpu else None,
         "minor_faults_m": round(usage.ru_minflt / 1e6, 2),
-        "peak_gb": round(usage.ru_maxrss / (1 << 20), 2),
+        "peak_gib": round(usage.ru_maxrss / (1 << 20), 2),  # ru_maxrss is in KiB
     }
 
 
