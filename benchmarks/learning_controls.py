@@ -3,9 +3,10 @@
 A control trains as its method does on rows whose labels say nothing about their questions, so
 it must not show the method's gain: DPO pairs swapped, SFT on pruned chains (the kept queries, a
 wrong final answer), on the siblings the tree pruned in place of the kept steps, or on kept
-steps given another question's completions, tree advantages negated, a GRPO reward weighted -1. Each function reads the build's export from the run's
-warehouse (``ROOT/wh``); ``CONTROLS`` gives each control's ``ragfactory train`` arguments: a
-parquet file of rows written into ``ROOT``, or the run's own export with other settings.
+steps given another question's completions, tree advantages negated, a GRPO reward weighted -1.
+Each function reads the build's export from the run's warehouse (``ROOT/wh``); ``CONTROLS``
+gives each control's ``ragfactory train`` arguments: a parquet file of rows written into
+``ROOT``, or the run's own export with other settings.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ def pruned_rows(root: Path, run_id: str) -> Path:
     attempt whose answer is wrong, or DecEx's best chain closed by a pruned wrong answer of its
     last state. A question with neither is left out."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse
@@ -33,10 +33,7 @@ def pruned_rows(root: Path, run_id: str) -> Path:
     for node in nodes:
         node["parsed"] = json.loads(node["parsed"]) if isinstance(node["parsed"], str) else node["parsed"]
     pruned = _decex_pruned if nodes and nodes[0]["strategy"] == "decex" else _r3_pruned
-    rows = pruned(nodes, questions, gold)
-    path = root / "control-pruned.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return path
+    return _written(root, "pruned", pa.Table.from_pylist(pruned(nodes, questions, gold)))
 
 
 def _r3_pruned(nodes: list[dict], questions: list[dict], gold: dict) -> list[dict]:
@@ -75,19 +72,11 @@ def _decex_pruned(nodes: list[dict], questions: list[dict], gold: dict) -> list[
 
 def swapped_rows(root: Path, run_id: str) -> Path:
     """The DPO control's pairs: every exported pair with its chosen and rejected steps swapped."""
-    import pyarrow.parquet as pq
-
-    from ragfactory.warehouse.catalog import query
-    from ragfactory.warehouse.store import Warehouse
-
-    sql = "select * from preference_pairs where run_id = $r order by pair_id"
-    pairs = query(Warehouse(root / "wh"), sql, {"r": run_id})
+    pairs = _export(root, "preference_pairs", run_id, "pair_id")
     chosen, rejected = pairs.column("chosen"), pairs.column("rejected")
     pairs = pairs.set_column(pairs.schema.get_field_index("chosen"), "chosen", rejected)
     pairs = pairs.set_column(pairs.schema.get_field_index("rejected"), "rejected", chosen)
-    path = root / "control-swapped.parquet"
-    pq.write_table(pairs, path)
-    return path
+    return _written(root, "swapped", pairs)
 
 
 def rejected_rows(root: Path, run_id: str) -> Path:
@@ -95,19 +84,11 @@ def rejected_rows(root: Path, run_id: str) -> Path:
     pruned in its place (``rejected_steps``), so the rows hold the same prompts and a completion
     the values ranked below the kept one."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from ragfactory.warehouse.catalog import query
-    from ragfactory.warehouse.store import Warehouse
-
-    wh = Warehouse(root / "wh")
-    steps = query(wh, "select * from sft_examples where run_id = $r order by example_id", {"r": run_id})
-    pairs = query(wh, "select * from preference_pairs where run_id = $r", {"r": run_id})
-    rows = rejected_steps(steps.to_pylist(), pairs.to_pylist())
+    steps = _export(root, "sft_examples", run_id, "example_id")
+    rows = rejected_steps(steps.to_pylist(), _export(root, "preference_pairs", run_id, "pair_id").to_pylist())
     print(f"rejected control: {len(rows)} of {steps.num_rows} kept steps have a pruned sibling")
-    path = root / "control-rejected.parquet"
-    pq.write_table(pa.Table.from_pylist(rows, schema=steps.schema), path)
-    return path
+    return _written(root, "rejected", pa.Table.from_pylist(rows, schema=steps.schema))
 
 
 def rejected_steps(steps: list[dict], pairs: list[dict]) -> list[dict]:
@@ -130,18 +111,15 @@ def scrambled_rows(root: Path, run_id: str, same_kind: bool = False) -> Path:
     control: no label says anything of its question, not even its answer's kind) or, with
     ``same_kind``, of the same kind (the labels' form kept, their content another's)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from ragfactory.warehouse.catalog import query
     from ragfactory.warehouse.store import Warehouse
 
-    wh = Warehouse(root / "wh")
-    sql = "select * from sft_examples where run_id = $r order by question_id, len(node_ids)"
-    rows = query(wh, sql, {"r": run_id}).to_pylist()
+    rows = _export(root, "sft_examples", run_id, "question_id, len(node_ids)").to_pylist()
     kinds_sql = (
         "select question_id, any_value(json_extract_string(metadata, '$.relations')) as kind from questions group by 1"
     )
-    kinds = {row["question_id"]: row["kind"] for row in query(wh, kinds_sql).to_pylist()}
+    kinds = {row["question_id"]: row["kind"] for row in query(Warehouse(root / "wh"), kinds_sql).to_pylist()}
     by_question: dict[str, list[dict]] = {}
     for row in rows:
         by_question.setdefault(row["question_id"], []).append(row)
@@ -152,9 +130,7 @@ def scrambled_rows(root: Path, run_id: str, same_kind: bool = False) -> Path:
             step["messages"][-1] = {"role": "assistant", "content": content}
     alike = sum(kinds.get(source) == kinds.get(q) for q, source in sources.items())
     print(f"scrambled control: {alike} of {len(labels)} questions took a label of their own kind")
-    path = root / ("control-scrambled-kind.parquet" if same_kind else "control-scrambled.parquet")
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return path
+    return _written(root, "scrambled-kind" if same_kind else "scrambled", pa.Table.from_pylist(rows))
 
 
 def label_sources(steps: dict[str, int], kinds: dict[str, str | None], same_kind: bool) -> dict[str, str]:
@@ -191,24 +167,34 @@ def negated_rows(root: Path, run_id: str) -> Path:
     """The tree-advantage control's trajectories: every step's advantage negated, so a right
     step is pushed down as far as the labels push it up."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from ragfactory.warehouse.catalog import query
-    from ragfactory.warehouse.store import Warehouse
-
-    sql = "select * from trajectories where run_id = $r order by trajectory_id"
-    rows = query(Warehouse(root / "wh"), sql, {"r": run_id}).to_pylist()
+    rows = _export(root, "trajectories", run_id, "trajectory_id").to_pylist()
     for row in rows:
         row["advantages"] = [-a for a in row["advantages"]]
         row["step_spans"] = [{**span, "advantage": -span["advantage"]} for span in row["step_spans"]]
-    path = root / "control-negated.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return path
+    return _written(root, "negated", pa.Table.from_pylist(rows))
 
 
 def negated_reward(root: Path, run_id: str) -> list[str]:
     """The GRPO control's source: the same prompts, every reward weighted -1."""
     return ["--run-id", run_id, "--trl", "reward_weights=[-1.0]"]
+
+
+def _export(root: Path, table: str, run_id: str, order: str):
+    """The run's rows of one export ``table`` in ``root``'s warehouse, ordered by ``order``."""
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    return query(Warehouse(root / "wh"), f"select * from {table} where run_id = $r order by {order}", {"r": run_id})
+
+
+def _written(root: Path, name: str, table) -> Path:
+    """``table`` written as the control ``name``'s parquet file in ``root``."""
+    import pyarrow.parquet as pq
+
+    path = root / f"control-{name}.parquet"
+    pq.write_table(table, path)
+    return path
 
 
 def _parquet(rows):
