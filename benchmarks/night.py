@@ -108,7 +108,8 @@ def served_night(folder: Path, args: argparse.Namespace) -> dict:
         figures = timed_build(config, folder, {KEY_ENV: "none"})
         usage = server.usage()
     figures |= usage | {"server_start_s": server.start_s}
-    figures["cpu_s"] = round(figures["user_s"] + figures["sys_s"] + usage["server_cpu_s"], 1)
+    user, system = figures["user_s"] + usage["server_user_s"], figures["sys_s"] + usage["server_sys_s"]
+    figures |= {"cpu_s": round(user + system, 1), "sys_share_all": round(system / (user + system), 3)}
     return figures
 
 

@@ -39,7 +39,7 @@ class Served:
     proc: subprocess.Popen
     base_url: str
     start_s: float
-    _cpu: float = 0.0
+    _cpu: tuple[float, float] = (0.0, 0.0)
     _counters: dict | None = None
 
     def policy(self, concurrency: int) -> dict:
@@ -56,9 +56,12 @@ class Served:
         counters, before = self.counters(), self._counters or {}
         delta = {name: counters.get(name, 0.0) - before.get(name, 0.0) for name in COUNTERS}
         queries = delta["vllm:prefix_cache_queries_total"]
+        (user, system), peaks = tree_cpu(self.proc.pid), tree_peaks_kib(self.proc.pid)
         return {
-            "server_cpu_s": round(tree_cpu(self.proc.pid) - self._cpu, 1),
-            "server_peak_gib": round(tree_peak_kib(self.proc.pid) / (1 << 20), 2),
+            "server_user_s": round(user - self._cpu[0], 1),
+            "server_sys_s": round(system - self._cpu[1], 1),
+            "server_peak_gib": round(max(peaks) / (1 << 20), 2),  # its largest process
+            "server_peaks_sum_gib": round(sum(peaks) / (1 << 20), 2),  # shared pages counted in each
             "prompt_tokens": int(delta["vllm:prompt_tokens_total"]),
             "prefilled_tokens": int(queries - delta["vllm:prefix_cache_hits_total"]),
             "completion_tokens": int(delta["vllm:generation_tokens_total"]),
@@ -78,20 +81,21 @@ def parse_counters(text: str) -> dict[str, float]:
     return found
 
 
-def tree_cpu(pid: int) -> float:
+def tree_cpu(pid: int) -> tuple[float, float]:
     """User and system CPU seconds of ``pid`` and every live descendant (and the children they reaped)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    return sum(sum(int(f) for f in fields[11:15]) / tick for fields in _tree(pid).values())  # utime .. cstime
+    tick, tree = os.sysconf("SC_CLK_TCK"), _tree(pid).values()
+    user = sum(int(f[11]) + int(f[13]) for f in tree) / tick  # utime, cutime
+    return user, sum(int(f[12]) + int(f[14]) for f in tree) / tick  # stime, cstime
 
 
-def tree_peak_kib(pid: int) -> int:
-    """The sum of the peak resident sets (VmHWM) of ``pid`` and its live descendants, in KiB."""
-    total = 0
+def tree_peaks_kib(pid: int) -> list[int]:
+    """The peak resident sets (VmHWM, KiB) of ``pid`` and its live descendants."""
+    peaks = []
     for child in _tree(pid):
         with contextlib.suppress(OSError):
             status = Path(f"/proc/{child}/status").read_text()
-            total += int(re.search(r"VmHWM:\s+(\d+)", status).group(1))
-    return total
+            peaks.append(int(re.search(r"VmHWM:\s+(\d+)", status).group(1)))
+    return peaks or [0]
 
 
 def _tree(pid: int) -> dict[int, list[str]]:
