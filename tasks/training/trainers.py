@@ -179,13 +179,19 @@ def make_trainer(
 
 
 def run_training(trainer, output_dir: str | Path, keep_checkpoints: bool = False) -> dict[str, Any]:
-    """Train (resuming from the last checkpoint in ``output_dir``), save, and return metrics."""
+    """Train (resuming from the last checkpoint in ``output_dir``), save, and return metrics.
+    Checkpoints are deleted once the model is saved, so none is written at the last step
+    (``checkpoints.py``) unless ``keep_checkpoints``."""
     if trainer.train_dataset is not None and len(trainer.train_dataset) == 0:
         raise ValueError(
             "no training row is left after tokenization: every row was truncated "
             "away; raise max_length (TRL config override)"
         )
     resume = last_checkpoint(output_dir)
+    if not keep_checkpoints:
+        from ragfactory.tasks.training.checkpoints import NoFinalCheckpoint
+
+        trainer.add_callback(NoFinalCheckpoint())
     result = trainer.train(resume_from_checkpoint=resume)
     if not math.isfinite(result.training_loss):
         raise FloatingPointError(f"training loss is {result.training_loss}; nothing saved")

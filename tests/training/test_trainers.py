@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
+from transformers import TrainerCallback
 
 from ragfactory.flows.config import TrainConfig
 from ragfactory.tasks.training.data import read_export, sft_prompt_completions, training_dataset
@@ -81,11 +82,16 @@ def test_sft_loss_covers_assistant_tokens_only(tiny_model, tmp_path):
     assert "<question>Which city" in masked  # an earlier assistant turn is context here
 
 
-def test_a_retry_resumes_from_the_last_checkpoint(tiny_model, tmp_path, log):
+def _three_steps_saved_each(tiny_model, tmp_path):
+    """A planned SFT run of three steps with a checkpoint due at every step."""
     wh = Warehouse(tmp_path)
     write_exports(wh)
     config = _config("sft", tiny_model, max_steps=3).model_copy(update={"save_steps": 1})
-    plan = plan_training(wh, config)
+    return wh, config, plan_training(wh, config)
+
+
+def test_a_retry_resumes_from_the_last_checkpoint(tiny_model, tmp_path, log):
+    wh, config, plan = _three_steps_saved_each(tiny_model, tmp_path)
     fail = FailOnce()
     with pytest.raises(RuntimeError, match="worker lost"):
         train_planned(wh, config, plan, log, callbacks=[fail])
@@ -94,6 +100,26 @@ def test_a_retry_resumes_from_the_last_checkpoint(tiny_model, tmp_path, log):
     assert metrics["resumed_from"].endswith("checkpoint-1")
     assert metrics["global_step"] == 3
     assert "training from step 1 to 3" in " | ".join(log.lines)
+
+
+class SavedSteps(TrainerCallback):
+    """The steps at which the trainer wrote a checkpoint."""
+
+    def __init__(self):
+        self.steps: list[int] = []
+
+    def on_save(self, args, state, control, **kwargs):
+        self.steps.append(state.global_step)
+
+
+def test_every_save_step_but_the_last_writes_a_checkpoint(tiny_model, tmp_path, log):
+    wh, config, plan = _three_steps_saved_each(tiny_model, tmp_path)
+    saved = SavedSteps()
+    metrics = train_planned(wh, config, plan, log, callbacks=[saved])
+    assert metrics["global_step"] == 3
+    assert saved.steps == [1, 2]  # step 3's weights are the model run_training saves
+    assert (Path(plan.output_dir) / "model.safetensors").is_file()
+    assert not list(Path(plan.output_dir).glob("checkpoint-*"))
 
 
 BASE = dict(export_snapshot="abc", method="sft", config={"trl": {"max_steps": 1}}, base_model="m")
