@@ -225,10 +225,6 @@ def profile_step(trainer_fn, root, method, trl, sampler, times) -> list[dict]:
 
 
 def child(side: str, method: str, root: str, trl: dict, out: str, profile: bool) -> None:
-    if side.startswith("factory"):  # as `ragfactory train` does, before any tensor is made
-        from ragfactory.memory import ask_for_huge_pages
-
-        ask_for_huge_pages()
     sampler = RssSampler()
     sampler.start()
     times: list[float] = []

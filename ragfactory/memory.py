@@ -22,16 +22,6 @@ than the faults cost time. Neither
 changes a result, only where memory comes from; both do nothing where the C library is not glibc.
 ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or ``MALLOC_ARENA_MAX`` in the environment
 win: glibc read them at start and they are left alone.
-
-Training also asks for transparent huge pages (``ask_for_huge_pages``: ``THP_MEM_ALLOC_ENABLE``,
-unless the environment has it): torch's CPU allocator then aligns blocks of 2 MiB or more and
-``madvise``s them, so each step's fresh mappings are faulted in 2 MiB at a time, not 4 KiB. Four
-SFT steps of the embedded model, paired runs: 0.919 of the wall time, 48 s of system time against
-67, 12.9 M minor faults against 29.5 M, the same loss and peak (docs/memory.md). The engines keep
-small pages: their blocks come from the heap and fault little (the slow evaluation test, all
-engine, took the same time with huge pages asked for, 1.003 paired, and peaked 23 MiB higher). torch reads the variable at its first CPU allocation, so the ``train`` command sets
-it before anything is imported; a process that made a tensor first keeps small pages. It changes
-where pages come from, never a number.
 """
 
 from __future__ import annotations
@@ -42,13 +32,10 @@ import functools
 import os
 import resource
 import sys
-from collections.abc import Callable
 
 M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
-HUGE_PAGES_ENV = "THP_MEM_ALLOC_ENABLE"  # torch's CPU allocator: madvise(MADV_HUGEPAGE) on blocks >= 2 MiB
-HUGE_PAGE_COMMANDS = frozenset({"train"})  # the commands whose blocks are mapped alone
 # Larger than a forward pass's activations and logits at the batch sizes engines run (32 rows of
 # a 49,152-token vocabulary in float32 are 6.3 MB); a block above it is mapped alone.
 MMAP_THRESHOLD_BYTES = 256 << 20
@@ -70,17 +57,6 @@ def _libc() -> ctypes.CDLL | None:
     except (OSError, AttributeError):
         return None
     return libc
-
-
-def ask_for_huge_pages() -> Callable[[], None]:
-    """``THP_MEM_ALLOC_ENABLE=1`` unless the environment has it: called before torch's first CPU
-    allocation, torch's blocks of 2 MiB or more get transparent huge pages (training's; above).
-    Returns what takes it back out of the environment (nothing to do where the environment had it),
-    so that a command run inside another process (a test's) leaves its environment as it was."""
-    if HUGE_PAGES_ENV in os.environ:
-        return lambda: None
-    os.environ[HUGE_PAGES_ENV] = "1"
-    return lambda: os.environ.pop(HUGE_PAGES_ENV, None)
 
 
 def tune_allocator(heap_reuse: bool = True) -> bool:

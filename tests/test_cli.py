@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 
 import pytest
 import typer
@@ -167,13 +166,3 @@ def test_trl_overrides_read_exponent_numbers_as_numbers():
     # YAML 1.1 reads 1e-4 (no dot) as the string "1e-4": the trainer then compared it with a float
     overrides = key_values(["learning_rate=1e-4", "max_steps=3", "optim=adamw_torch", "bf16=false"], "--trl")
     assert overrides == {"learning_rate": 1e-4, "max_steps": 3, "optim": "adamw_torch", "bf16": False}
-
-
-@pytest.mark.parametrize("command", ["train", "sql"])
-def test_a_command_leaves_the_environment_as_it_found_it(command, monkeypatch):
-    # `train` asks torch for huge pages for its own run (ragfactory/memory.py), and takes the
-    # variable back when it ends: a command invoked in another process leaves no trace there.
-    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
-    result = CliRunner().invoke(app, [command, "--help"])
-    assert result.exit_code == 0, result.output
-    assert "THP_MEM_ALLOC_ENABLE" not in os.environ

@@ -3,13 +3,10 @@ step before it freed, and a release gives every freed page back."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pytest
-
-from ragfactory.memory import ask_for_huge_pages
 
 # Frees a first 16 MB block (untuned, glibc then raises its dynamic mmap threshold past 8 MB),
 # then 20 times allocates 40 blocks of 8 MB, writes them, puts a small long-lived object after
@@ -77,56 +74,3 @@ def test_blocks_mapped_alone_fault_in_at_every_step(mode, env):
     faults, kept, released = steps(mode, env)
     assert faults >= 20 * PAGES
     assert kept < 20 and released < 20
-
-
-# Huge pages asked for (as `ragfactory train` does), training's tuning, then 20 steps that each
-# make a 40 MiB torch tensor, write it and free it: mapped alone, so every step faults its pages in
-# afresh. Prints the faults and the variable.
-TORCH_SCRIPT = """
-import os, resource
-from ragfactory.memory import ask_for_huge_pages, tune_allocator
-ask_for_huge_pages()
-import torch
-tune_allocator(heap_reuse=False)
-faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for step in range(20):
-    block = torch.empty(10 << 20)
-    block.fill_(1.0)
-    del block
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults, os.environ["THP_MEM_ALLOC_ENABLE"])
-"""
-TORCH_PAGES = 20 * (40 << 20) // 4096  # 204,800 pages of 4 KiB over the 20 steps
-
-
-def huge_pages_possible() -> bool:
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            return "[never]" not in f.read()
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not huge_pages_possible(), reason="the kernel has no transparent huge pages")
-@pytest.mark.parametrize("env,huge", [({}, "1"), ({"THP_MEM_ALLOC_ENABLE": "0"}, "0")])
-def test_torch_blocks_are_faulted_in_huge_pages_unless_the_environment_says_not(env, huge):
-    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", **env}
-    out = subprocess.run(
-        [sys.executable, "-c", TORCH_SCRIPT], env=env, capture_output=True, text=True, check=True
-    ).stdout.split()
-    faults, variable = int(out[0]), out[1]
-    assert variable == huge  # set when unset, a value of the environment's left alone
-    if huge == "1":  # 20 huge pages a step; 10,674 faults here, a step's worth of 4 KiB pages
-        assert faults < TORCH_PAGES // 10
-    else:
-        assert faults >= TORCH_PAGES
-
-
-def test_huge_pages_are_asked_for_and_taken_back_and_the_environments_own_value_stays(monkeypatch):
-    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
-    undo = ask_for_huge_pages()
-    assert os.environ["THP_MEM_ALLOC_ENABLE"] == "1"
-    undo()
-    assert "THP_MEM_ALLOC_ENABLE" not in os.environ
-    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")
-    ask_for_huge_pages()()
-    assert os.environ["THP_MEM_ALLOC_ENABLE"] == "0"

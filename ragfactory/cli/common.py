@@ -52,11 +52,9 @@ def main(
     ] = False,
 ) -> None:
     """ragfactory: build process-supervised training data for agentic RAG, then query it."""
-    from ragfactory.memory import HUGE_PAGE_COMMANDS, ask_for_huge_pages, tune_allocator
+    from ragfactory.memory import tune_allocator
 
     tune_allocator()  # before any engine allocates: large freed blocks go back to the system
-    if ctx.invoked_subcommand in HUGE_PAGE_COMMANDS:  # before torch's first allocation, which reads it
-        ctx.call_on_close(ask_for_huge_pages())
     if debug:  # the environment, not a global: a flow run in a subprocess or worker sees it too
         os.environ[DEBUG_ENV] = "1"
     from ragfactory.progress import quiet_bars_in_logs
