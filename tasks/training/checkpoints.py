@@ -4,7 +4,8 @@ A checkpoint is there so that a retried run resumes where the last attempt stopp
 (``save_steps``); transformers also writes one when the last step is done (the model, and the
 optimizer's state: twice the weights' bytes for Adam), which ``run_training`` deletes a moment
 later, once ``save_model`` has written the trained weights. On SmolLM2-135M that last checkpoint
-is 1.6 GB written and removed for nothing: 4.4 of the slow evaluation test's 89 seconds. A worker
+is 1.6 GB written and removed for nothing: 4.4 s of the slow evaluation test's 96 (docs/benchmarks.md,
+"The slow evaluation test against the code before the CPU work"). A worker
 lost between the last step and ``save_model`` resumes from the previous checkpoint instead.
 """
 
