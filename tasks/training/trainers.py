@@ -103,12 +103,16 @@ def _renamed(overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def _checkpointing_by_its_name(config: type, kwargs: dict[str, Any]) -> None:
-    """transformers 5 calls activation recomputation ``activation_checkpointing`` and warns on
-    every config that sets the old ``gradient_checkpointing``, which TRL's configs default to
-    True: each run's log opened with that warning. The new name is set instead, from the old
-    one's value (an override, or the config's default)."""
+    """Activation recomputation under the name the installed transformers gives it. Newer releases
+    call it ``activation_checkpointing`` and warn on every config that sets the old
+    ``gradient_checkpointing``, which TRL's configs default to True: the new name is set instead,
+    from the old one's value (an override, or the config's default). Older ones (5.17, say, a
+    GPU image's) know only ``gradient_checkpointing``: a method's or caller's
+    ``activation_checkpointing`` is passed under that name."""
     fields = {f.name: f for f in dataclasses.fields(config)}
     if "activation_checkpointing" not in fields:
+        if "activation_checkpointing" in kwargs:
+            kwargs["gradient_checkpointing"] = kwargs.pop("activation_checkpointing")
         return
     old = fields.get("gradient_checkpointing")
     value = kwargs.pop("gradient_checkpointing", None if old is None else old.default)

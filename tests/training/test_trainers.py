@@ -189,8 +189,33 @@ def test_a_methods_config_says_activation_checkpointing_by_its_current_name(meth
         warnings.simplefilter("error", FutureWarning)  # transformers warns on gradient_checkpointing
         args = trl_args(method, tmp_path, save_steps=10, seed=0)
         off = trl_args(method, tmp_path, save_steps=10, seed=0, overrides={"gradient_checkpointing": False})
-    assert (args.activation_checkpointing, args.gradient_checkpointing) == (True, True)  # TRL's default
-    assert (off.activation_checkpointing, off.gradient_checkpointing) == (False, False)  # the old name still works
+    # releases before the rename have only the old field (the test below)
+    name = "activation_checkpointing" if hasattr(args, "activation_checkpointing") else "gradient_checkpointing"
+    assert (getattr(args, name), args.gradient_checkpointing) == (True, True)  # TRL's default
+    assert (getattr(off, name), off.gradient_checkpointing) == (False, False)  # the old name still works
+
+
+def test_a_transformers_without_the_new_name_gets_checkpointing_under_the_old_one():
+    """Releases before the rename (5.17, a GPU image's) have no ``activation_checkpointing`` field: a
+    method's default, or an override of either name, reaches them as ``gradient_checkpointing``."""
+    import dataclasses
+
+    from ragfactory.tasks.training.trainers import _checkpointing_by_its_name, _renamed
+
+    @dataclasses.dataclass
+    class OldConfig:
+        gradient_checkpointing: bool = False
+
+    dpo = {"seed": 0, "activation_checkpointing": True}  # the DPO spec's default
+    _checkpointing_by_its_name(OldConfig, dpo)
+    assert dpo == {"seed": 0, "gradient_checkpointing": True}
+    for override in ({"gradient_checkpointing": False}, {"activation_checkpointing": False}):
+        kwargs = {"activation_checkpointing": True, **_renamed(override)}
+        _checkpointing_by_its_name(OldConfig, kwargs)
+        assert kwargs == {"gradient_checkpointing": False}
+    untouched = {"seed": 0}
+    _checkpointing_by_its_name(OldConfig, untouched)
+    assert untouched == {"seed": 0}
 
 
 def test_dpo_computes_its_reference_log_probs_once_and_recomputes_activations(tmp_path):
