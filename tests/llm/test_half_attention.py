@@ -3,6 +3,8 @@ slots that weigh nothing, and a model's decode step that agrees with SDPA's."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -61,6 +63,7 @@ def test_a_models_decode_step_agrees_with_sdpa(tiny_model):
     ids = torch.tensor([[5, 6, 7, 8, 9, 10], [0, 0, 0, 11, 12, 13]])
     mask = torch.tensor([[1] * 6, [0, 0, 0, 1, 1, 1]])
     step = torch.tensor([[14], [15]])
+    cache_arg = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
 
     def run(attention: str):
         model.config._attn_implementation = attention
@@ -68,9 +71,8 @@ def test_a_models_decode_step_agrees_with_sdpa(tiny_model):
             first = model(ids, attention_mask=mask, use_cache=True)
             positions = (mask.sum(-1, keepdim=True) - 1) + 1
             grown = torch.cat([mask, mask.new_ones(2, 1)], dim=-1)
-            second = model(
-                step, attention_mask=grown, position_ids=positions, cache=first.past_key_values, use_cache=True
-            )
+            cache = {cache_arg: first.past_key_values}  # the name this transformers' forward gives it
+            second = model(step, attention_mask=grown, position_ids=positions, use_cache=True, **cache)
         return first.logits.float(), second.logits[:, -1].float()
 
     use_half_attention(model, "cpu")

@@ -196,7 +196,8 @@ def test_old_policy_current_keeps_the_ratio_at_one_wherever_the_model_has_moved(
     with torch.no_grad():  # the model moves away from the base its reference copy keeps
         for parameter in trainer.model.parameters():
             parameter.add_(0.05 * torch.randn_like(parameter))
-    batch = pad_batch(list(trainer.train_dataset), trainer.processing_class.pad_token_id)
+    # on the model's device, as the training loop hands it over (a CUDA worker's too)
+    batch = trainer._prepare_inputs(pad_batch(list(trainer.train_dataset), trainer.processing_class.pad_token_id))
     loss = trainer.compute_loss(trainer.model, batch).item()
     mask, advantages = batch["loss_mask"][0, 1:], batch["advantages"][0, 1:]
     # ρ = 1 on every token: −Σ A / Σ mask, the advantages' mean over the trained tokens
