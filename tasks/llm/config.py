@@ -67,7 +67,7 @@ class LLMRoleConfig(Section):
         None,
         ge=1,
         description="Sequences per forward pass (transformers) or engine batch width (vllm); "
-        "None keeps the backend's default (32 rows for transformers on CPU, vLLM's 256)",
+        "None keeps the backend's default (transformers: 32 rows on CPU, 256 on CUDA; vLLM's 256)",
     )
     base_url: str | None = Field(None, description="OpenAI-compatible server URL, e.g. http://host:8000/v1")
     api_key_env: str = Field("OPENAI_API_KEY", description="Name of the environment variable holding the API key")

@@ -23,6 +23,31 @@ def kv_bytes_per_token(config: Any, dtype: str) -> int:
     return 2 * config.num_hidden_layers * kv_heads * head_dim * element
 
 
+# The running batch's budget where the settings leave it open (``TransformersSettings``). A CPU:
+# 256 MB and 32 rows (about five rows of a 1,000-token prompt for SmolLM2-135M in float32; a CPU
+# decode step costs about as much for 8 rows as for 32). A GPU, whose decode step of 128 rows costs
+# little more than one of 8: a quarter of the device's free memory, at most 8 GiB, and 256 rows
+# (vLLM's max_num_seqs); on an H200 that decoded 128 rows of SmolLM2 10x faster than the CPU budget
+# (benchmarks/cuda_engine.py, docs/engine.md "On a GPU").
+CPU_BUDGET = (256.0, 32)
+CUDA_KV_MB_MAX, CUDA_ROWS = 8192.0, 256
+
+
+def device_budget(
+    kv_cache_mb: float | None, max_batch_size: int | None, device: str, free_bytes: int | None = None
+) -> tuple[float, int]:
+    """``kv_cache_mb`` and ``max_batch_size`` as given, or the defaults above for ``device`` where
+    None; ``free_bytes`` is the CUDA device's free memory (read from it when None)."""
+    kv_mb, rows = CPU_BUDGET
+    if device.startswith("cuda"):
+        if free_bytes is None and kv_cache_mb is None:
+            import torch
+
+            free_bytes = torch.cuda.mem_get_info(torch.device(device))[0]
+        kv_mb, rows = min((free_bytes or 0) / 4 / (1 << 20), CUDA_KV_MB_MAX), CUDA_ROWS
+    return (kv_mb if kv_cache_mb is None else kv_cache_mb, rows if max_batch_size is None else max_batch_size)
+
+
 def kv_token_slots(kv_cache_mb: float, bytes_per_token: int) -> int:
     """How many tokens (rows x padded width) a KV cache of ``kv_cache_mb`` MiB holds."""
     return max(1, int(kv_cache_mb * (1 << 20)) // bytes_per_token)

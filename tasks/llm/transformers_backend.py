@@ -46,12 +46,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ragfactory.memory import tune_allocator
-from ragfactory.tasks.llm.decode_memory import kv_bytes_per_token, kv_token_slots
+from ragfactory.tasks.llm.decode_memory import device_budget, kv_bytes_per_token, kv_token_slots
 from ragfactory.tasks.llm.device import cpu_threads, default_device, engine_threads, resolve_dtype
 from ragfactory.tasks.llm.half_attention import use_half_attention
 from ragfactory.tasks.llm.kv_buffers import grouped_query_attention
@@ -75,10 +75,11 @@ class TransformersSettings:
     # auto: bfloat16 on GPU; float32 on CPU: the tests' and demo's exact tokens, and a fine-tune's small
     # weight changes kept. bfloat16 on a CPU with bf16 instructions: 2-2.6x faster (tasks/llm/half_attention.py).
     dtype: str = "auto"
-    max_batch_size: int = 32  # rows per forward pass; ~33 tok/s at 32 rows on 2 CPU cores
-    # The running batch's KV: ~5 rows of a 1,000-token prompt for SmolLM2-135M in float32 (46 KB a token);
-    # a CPU decode step costs about as much for 8 rows as for 32, so raise it where memory allows.
-    kv_cache_mb: float = 256.0
+    # Rows per forward pass and the running batch's KV in MB; None: the device's (decode_memory.py
+    # device_budget): 32 rows and 256 MB on CPU (~5 rows of a 1,000-token prompt for SmolLM2-135M in
+    # float32, 46 KB a token), 256 rows and a quarter of the free memory up to 8 GiB on CUDA.
+    max_batch_size: int | None = None
+    kv_cache_mb: float | None = None
     prefill_tokens: int = 4096  # padded prompt tokens per prefill pass: bounds the attention scores
     stop_tail_tokens: int = 8  # extra tokens decoded beyond the longest stop string's length
     # Prefill prompts' shared prefixes once and keep prefixes for later calls (tasks/llm/prefill.py):
@@ -103,7 +104,7 @@ class TransformersSettings:
     unpadded_kv: bool = False  # each row's KV in a buffer of its own width (tasks/llm/unpadded_kv.py)
 
     def __post_init__(self):
-        if not self.kv_cache_mb > 0 or self.prefill_tokens < 1:
+        if (self.kv_cache_mb is not None and not self.kv_cache_mb > 0) or self.prefill_tokens < 1:
             raise ValueError(
                 f"transformers options kv_cache_mb must be > 0 and prefill_tokens >= 1, "
                 f"got {self.kv_cache_mb} and {self.prefill_tokens}"
@@ -137,8 +138,9 @@ class TransformersBackend:
 
     def __init__(self, model: str | Path, settings: TransformersSettings = TransformersSettings()):
         self.model_ref = str(model)
-        self.settings = settings
         self.device = settings.device or default_device()
+        kv_mb, rows = device_budget(settings.kv_cache_mb, settings.max_batch_size, self.device)
+        self.settings = settings = replace(settings, kv_cache_mb=kv_mb, max_batch_size=rows)
         self.dtype = resolve_dtype(settings.dtype, self.device)
         self.fingerprint = checkpoint_fingerprint(self.model_ref, self.dtype)
         self._model = None

@@ -30,3 +30,15 @@ def test_a_budget_that_holds_nothing_is_refused_by_name(options):
 
     with pytest.raises(ValueError, match="kv_cache_mb must be > 0 and prefill_tokens >= 1"):
         TransformersSettings(**options)
+
+
+def test_the_running_batch_is_sized_by_its_device_where_the_settings_leave_it_open():
+    """A CPU: 256 MB and 32 rows. CUDA: a quarter of the free memory, at most 8 GiB, and 256 rows
+    (24 GiB free: 6 GiB; 80 GiB free: the 8 GiB cap). A setting given is kept on either."""
+    from ragfactory.tasks.llm.decode_memory import device_budget
+
+    assert device_budget(None, None, "cpu") == (256.0, 32)
+    assert device_budget(None, None, "cuda", free_bytes=24 << 30) == (6144.0, 256)
+    assert device_budget(None, None, "cuda:1", free_bytes=80 << 30) == (8192.0, 256)
+    assert device_budget(64.0, 7, "cuda", free_bytes=80 << 30) == (64.0, 7)
+    assert device_budget(None, 7, "cpu") == (256.0, 7)
