@@ -1,11 +1,8 @@
 """One dataset's questions through every evaluation mode, scored into ``evals`` rows.
 
-Every (mode, question) pair is one job for ``Batcher.run_all``, question by question, and
-``max_in_flight`` counts questions as a build does: that many questions run at once, each in every
-mode, and their pending requests go to the engine as one batch (docs/architecture.md, "Core
-contracts"). A build's question is a tree of many requests, an evaluation's one to ``max_rounds``
-a mode, so counting (mode, question) pairs instead left an evaluation's engine calls a third as
-wide as its questions allowed (docs/evaluation.md). Each outcome becomes an ``evals`` row with EM, F1 and
+Every (mode, question) pair is one job for ``Batcher.run_all``, so ``max_in_flight`` questions of
+all modes run at once and their pending requests go to the engine as one batch
+(docs/architecture.md, "Core contracts"). Each outcome becomes an ``evals`` row with EM, F1 and
 cover-EM against the golden answers (``rewards/answer.py``), its retrieval and step counts, its
 format errors and the llm calls it used. Row ids hash (run, dataset, mode, question), and the run id
 hashes the model and every setting that shapes an answer, so re-running an evaluation replaces its
@@ -93,14 +90,14 @@ async def answer_questions(
     answer = eval_modes()  # the strategies' declared modes, gathered once rather than per question
     with progress_bar() as bar:
         task = bar.add_task(f"{', '.join(modes)}: questions answered", total=len(questions) * len(modes))
-        # question by question, each in every mode: ``max_in_flight`` questions means theirs in all modes
         jobs = [
             partial(_attributed, q.question_id, partial(answer[mode], q, batcher, retriever, config), bar, task)
-            for q in questions
             for mode in check_modes(modes)
+            for q in questions
         ]
-        outcomes = await batcher.run_all(jobs, max_in_flight * len(modes))
-    return {mode: outcomes[i :: len(modes)] for i, mode in enumerate(modes)}
+        outcomes = await batcher.run_all(jobs, max_in_flight)
+    n = len(questions)
+    return {mode: outcomes[i * n : (i + 1) * n] for i, mode in enumerate(modes)}
 
 
 async def _attributed(question_id: str, job: Callable[[], Awaitable[Outcome]], bar, task) -> Outcome:
