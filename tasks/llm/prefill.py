@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ragfactory.tasks.llm.decode_memory import joined_cache, kv_token_slots
+from ragfactory.tasks.llm.decode_memory import device_budget, joined_cache, kv_token_slots
 from ragfactory.tasks.llm.prefix_store import PrefixStore, branch_points, levels
 
 
@@ -74,7 +74,8 @@ class Prefiller:
     def __init__(self, model, cache_arg: str, pad_id: int, device: str, settings, token_bytes: int):
         self.model, self.cache_arg, self.pad_id, self.device = model, cache_arg, pad_id, device
         self.prefill_tokens = settings.prefill_tokens
-        self.slots = kv_token_slots(settings.kv_cache_mb, token_bytes)
+        kv_mb = device_budget(settings.kv_cache_mb, 1, device)[0]  # the backend's, or the device's default
+        self.slots = kv_token_slots(kv_mb, token_bytes)
         self.counts = PrefillCounts()
         full = _full_attention(model.config)
         reuse, shared = getattr(settings, "prefix_reuse", False), getattr(settings, "shared_prefixes", False)
@@ -85,7 +86,7 @@ class Prefiller:
         if shared and unpadded:
             raise ValueError("shared_prefixes and unpadded_kv are two layouts of the decode cache: set one")
         reuse = full if reuse is None else reuse
-        self.store = PrefixStore(int(settings.kv_cache_mb * (1 << 20)), token_bytes) if reuse else None
+        self.store = PrefixStore(int(kv_mb * (1 << 20)), token_bytes) if reuse else None
 
     def start_call(self, prompts: list[list[int]]) -> None:
         """Count an engine call's rows; with reuse, prefill (and store) the prefixes they share."""
