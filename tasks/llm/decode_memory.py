@@ -11,6 +11,7 @@ transformers attribute names; ``joined_cache`` joins prefill passes' caches.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 
@@ -46,6 +47,13 @@ def device_budget(
             free_bytes = torch.cuda.mem_get_info(torch.device(device))[0]
         kv_mb, rows = min((free_bytes or 0) / 4 / (1 << 20), CUDA_KV_MB_MAX), CUDA_ROWS
     return (kv_mb if kv_cache_mb is None else kv_cache_mb, rows if max_batch_size is None else max_batch_size)
+
+
+def sized_for(settings: Any, device: str) -> Any:
+    """``settings`` (a ``TransformersSettings``) with the rows and KV budget of ``device_budget``
+    where they are None; the same settings where both are set."""
+    kv_mb, rows = device_budget(settings.kv_cache_mb, settings.max_batch_size, device)
+    return replace(settings, kv_cache_mb=kv_mb, max_batch_size=rows)
 
 
 def kv_token_slots(kv_cache_mb: float, bytes_per_token: int) -> int:

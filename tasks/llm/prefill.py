@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ragfactory.tasks.llm.decode_memory import device_budget, joined_cache, kv_token_slots
+from ragfactory.tasks.llm.decode_memory import joined_cache, kv_token_slots, sized_for
 from ragfactory.tasks.llm.prefix_store import PrefixStore, branch_points, levels
 
 
@@ -74,7 +74,7 @@ class Prefiller:
     def __init__(self, model, cache_arg: str, pad_id: int, device: str, settings, token_bytes: int):
         self.model, self.cache_arg, self.pad_id, self.device = model, cache_arg, pad_id, device
         self.prefill_tokens = settings.prefill_tokens
-        kv_mb = device_budget(settings.kv_cache_mb, 1, device)[0]  # the backend's, or the device's default
+        kv_mb = sized_for(settings, device).kv_cache_mb  # the backend's (resolved already), or the device's
         self.slots = kv_token_slots(kv_mb, token_bytes)
         self.counts = PrefillCounts()
         full = _full_attention(model.config)

@@ -46,12 +46,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ragfactory.memory import tune_allocator
-from ragfactory.tasks.llm.decode_memory import device_budget, kv_bytes_per_token, kv_token_slots
+from ragfactory.tasks.llm.decode_memory import kv_bytes_per_token, kv_token_slots, sized_for
 from ragfactory.tasks.llm.device import cpu_threads, default_device, engine_threads, resolve_dtype
 from ragfactory.tasks.llm.half_attention import use_half_attention
 from ragfactory.tasks.llm.kv_buffers import grouped_query_attention
@@ -139,8 +139,7 @@ class TransformersBackend:
     def __init__(self, model: str | Path, settings: TransformersSettings = TransformersSettings()):
         self.model_ref = str(model)
         self.device = settings.device or default_device()
-        kv_mb, rows = device_budget(settings.kv_cache_mb, settings.max_batch_size, self.device)
-        self.settings = settings = replace(settings, kv_cache_mb=kv_mb, max_batch_size=rows)
+        self.settings = settings = sized_for(settings, self.device)
         self.dtype = resolve_dtype(settings.dtype, self.device)
         self.fingerprint = checkpoint_fingerprint(self.model_ref, self.dtype)
         self._model = None
