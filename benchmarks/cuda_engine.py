@@ -81,14 +81,15 @@ def rates(model: str, dtype: str, kv_mb: float | None, batch: int | None, args: 
         prefill_s, answers = call(1)
         decode_s, answers = call(args.new_tokens)
         completion = sum(a[0].completion_tokens for a in answers)
+        prompt = sum(a[0].prompt_tokens for a in answers)
         rows.append(
             {
                 "dtype": dtype,
                 "kv_cache_mb": engine.settings.kv_cache_mb,
                 "max_batch_size": engine.settings.max_batch_size,
                 "rows": count,
-                "prompt_tokens": sum(a[0].prompt_tokens for a in answers),
-                "prefill_tok_s": round(sum(a[0].prompt_tokens for a in answers) / prefill_s),
+                "prompt_tokens": prompt,
+                "prefill_tok_s": round(prompt / prefill_s),
                 "completion_tokens": completion,
                 "decode_tok_s": round(completion / max(decode_s - prefill_s, 1e-9), 1),
                 "decode_call_s": round(decode_s, 2),
