@@ -4,7 +4,7 @@ temporary Prefect API server of the session."""
 from __future__ import annotations
 
 import os
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,11 @@ if _WORKERS > 1:
 # every warehouse root a test (or a worker it starts) makes links its files from there.
 os.environ.setdefault(
     "RAGFACTORY_MODEL_CACHE", str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "ragfactory-model-cache")
+)
+# So is Prefect's migrated database, which every Prefect home a test or a command makes starts from
+# (ragfactory/prefect_database.py).
+os.environ.setdefault(
+    "RAGFACTORY_PREFECT_CACHE", str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "ragfactory-prefect-cache")
 )
 
 
@@ -96,10 +101,59 @@ def prefect_api(tmp_path_factory):
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")  # tasks called alone
     os.environ["PREFECT_LOCAL_STORAGE_PATH"] = str(tmp_path_factory.mktemp("prefect-results"))
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=180):
+    with _prefect_harness(tmp_path_factory.mktemp("prefect-home")):
         yield
+
+
+@contextmanager
+def _prefect_harness(home: Path):
+    """Prefect's test harness (``prefect.testing.utilities.prefect_test_harness``) on a database
+    seeded from the migrated template, as every command's home is: the harness's own makes an
+    empty one that its server migrates, 4 s of a 7 s start."""
+    import prefect.context
+    import prefect.settings as ps
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.server.database.dependencies import temporary_database_interface
+    from prefect.testing.utilities import _find_available_port
+
+    from ragfactory.prefect_database import DATABASE, seed_home
+
+    seed_home(home)
+    with ExitStack() as stack:
+        stack.enter_context(temporary_database_interface())
+        url = f"sqlite+aiosqlite:///{home / DATABASE}"
+        stack.enter_context(ps.temporary_settings(updates={ps.PREFECT_SERVER_DATABASE_CONNECTION_URL: url}))
+        server = SubprocessASGIServer(port=_find_available_port())
+        SubprocessASGIServer._instances[None] = server  # as the harness: no second server in a flow
+        server.start(timeout=180)
+        stack.callback(SubprocessASGIServer._instances.pop, None, None)
+        stack.callback(server.stop)
+        stack.enter_context(ps.temporary_settings(updates={ps.PREFECT_API_URL: server.api_url}))
+        stack.enter_context(prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()))
+        yield
+        _drain_prefect_workers()
+
+
+def _drain_prefect_workers() -> None:
+    """Send the logs and events still queued before the server stops (as the harness does)."""
+    import inspect
+
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    async def drain() -> None:
+        try:
+            result = APILogWorker.instance().drain()
+            if inspect.isawaitable(result):
+                await result
+        except RuntimeError:  # never started
+            pass
+        result = EventsWorker.drain_all()
+        if inspect.isawaitable(result):
+            await result
+
+    run_coro_as_sync(drain())
 
 
 class S3Server:
