@@ -79,10 +79,24 @@ def make_template(template: Path) -> None:
     }
     try:
         subprocess.run([sys.executable, "-c", _MIGRATE], env=env, check=True, capture_output=True, timeout=600)
+        _settle(partial)
         os.replace(partial, template)
     finally:
-        partial.unlink(missing_ok=True)
+        for leftover in (partial, *(partial.with_name(partial.name + end) for end in ("-wal", "-shm"))):
+            leftover.unlink(missing_ok=True)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _settle(database: Path) -> None:
+    """Fold a write-ahead log the migrations left into the file itself, so the file alone is the
+    whole database, and check that they ran: an error if no revision is recorded."""
+    db = sqlite3.connect(database)
+    try:
+        db.execute("pragma wal_checkpoint(truncate)")
+        if db.execute("select version_num from alembic_version").fetchone() is None:
+            raise sqlite3.DatabaseError(f"no migration recorded in {database}")
+    finally:
+        db.close()
 
 
 def _copy(source: Path, target: Path) -> None:
