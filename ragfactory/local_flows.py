@@ -32,7 +32,7 @@ from pathlib import Path
 
 import psutil
 
-from ragfactory.prefect_database import seed_home
+from ragfactory.prefect_database import seed_new_home
 from ragfactory.stack_marker import running_stack_api
 from ragfactory.watchdog import HOME_PREFIX, end_processes, remove_stale_homes
 
@@ -80,8 +80,7 @@ def prefect_local_defaults(temporary_home: bool = True) -> Callable[[], None]:
         os.environ.setdefault("PREFECT_PROFILES_PATH", str(profiles))
     home = tempfile.mkdtemp(prefix=f"{HOME_PREFIX}{os.getpid()}-")
     os.environ["PREFECT_HOME"] = home
-    if not any(os.environ.get(f"PREFECT_{part}_DATABASE_CONNECTION_URL") for part in ("SERVER", "API")):
-        seed_home(Path(home))  # its server then starts without migrating (ragfactory/prefect_database.py)
+    seed_new_home(os.environ)  # its server then starts without migrating (ragfactory/prefect_database.py)
 
     def cleanup() -> None:
         shutil.rmtree(home, ignore_errors=True)

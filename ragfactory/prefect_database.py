@@ -10,6 +10,9 @@ Prefect's release, so they run once per release into a template in the user's ca
 starts from a copy of it: the server finds its database at the latest revision and only checks
 it (about 3.5 s to start).
 
+A ``ragfactory serve`` whose home holds no database yet (a new machine, a test's stack) starts
+from a copy too (``seed_new_home``); a home that has one keeps it, history and all.
+
 The template is made in a child process, so a command never imports Prefect's server; it is
 written under a temporary name and renamed into place, so commands that make it at once each
 see a whole file or none. SQLite's backup API copies it, never a file copy that could catch a
@@ -29,6 +32,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -63,6 +67,19 @@ def seed_home(home: Path) -> bool:
         logger.debug("Prefect's database in %s is made by its server: %s", home, exc)
         (home / DATABASE).unlink(missing_ok=True)
         return False
+
+
+def seed_new_home(env: Mapping[str, str]) -> bool:
+    """Seed the Prefect home of a server started with ``env`` (``PREFECT_HOME``, else
+    ``~/.prefect``) when it holds no database yet and ``env`` names no other; whether it did. A
+    database already there, with its history, is never touched."""
+    if any(env.get(f"PREFECT_{part}_DATABASE_CONNECTION_URL") for part in ("SERVER", "API")):
+        return False
+    home = Path(env.get("PREFECT_HOME") or "~/.prefect").expanduser()
+    if (home / DATABASE).exists():
+        return False
+    home.mkdir(parents=True, exist_ok=True)
+    return seed_home(home)
 
 
 def make_template(template: Path) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 
+from ragfactory.prefect_database import seed_new_home
 from ragfactory.process_groups import spawn, stop
 
 REPO = Path(__file__).resolve().parents[1]
@@ -288,6 +289,7 @@ def start_stack(
     """Start the server and wait until it is healthy (the server is stopped if that fails)."""
     port = port or free_port()
     env = stack_env(f"http://127.0.0.1:{port}/api", prefect_home, extra_env)
+    seed_new_home(env)
     server = start_server(port, env, log_dir / "server.log" if log_dir else None)
     stack = Stack(port=port, env=env, server=server, log_dir=log_dir)
     try:

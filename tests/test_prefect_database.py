@@ -7,7 +7,7 @@ from importlib.metadata import version
 
 import pytest
 
-from ragfactory.prefect_database import DATABASE, seed_home, template_path
+from ragfactory.prefect_database import DATABASE, seed_home, seed_new_home, template_path
 
 pytestmark = pytest.mark.subprocess  # the template is migrated by a child process
 
@@ -32,10 +32,12 @@ def test_the_first_home_makes_the_template_and_the_next_ones_copy_it(tmp_path, m
     assert seed_home(first)
     made = template.stat()
     assert seed_home(second)
+    served = tmp_path / "served" / "home"  # a `ragfactory serve` home not made yet
+    assert seed_new_home({"PREFECT_HOME": str(served)})
     assert template.stat().st_mtime_ns == made.st_mtime_ns and template.stat().st_ino == made.st_ino
     assert sorted(p.name for p in template.parent.iterdir()) == [template.name]  # no scratch left
 
-    for home in (first, second):
+    for home in (first, second, served):
         revision, tables = _revision_and_tables(home / DATABASE)
         assert revision == HEAD[version("prefect")], f"Prefect {version('prefect')}: add its last migration"
         assert tables == 36
@@ -56,3 +58,18 @@ def test_an_empty_cache_setting_turns_seeding_off(tmp_path, monkeypatch):
     assert template_path() is None
     assert not seed_home(tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_served_home_with_a_database_or_another_database_is_left_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAGFACTORY_PREFECT_CACHE", str(tmp_path / "cache"))
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / DATABASE).write_bytes(b"a server's history")
+    assert not seed_new_home({"PREFECT_HOME": str(home)})
+    assert (home / DATABASE).read_bytes() == b"a server's history"
+
+    elsewhere = tmp_path / "elsewhere"
+    url = f"sqlite+aiosqlite:///{tmp_path / 'other.db'}"
+    assert not seed_new_home({"PREFECT_HOME": str(elsewhere), "PREFECT_SERVER_DATABASE_CONNECTION_URL": url})
+    assert not seed_new_home({"PREFECT_HOME": str(elsewhere), "PREFECT_API_DATABASE_CONNECTION_URL": url})
+    assert not elsewhere.exists() and not (tmp_path / "cache").exists()
