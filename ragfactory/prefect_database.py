@@ -1,4 +1,4 @@
-"""A command's temporary Prefect home starts from a migrated database.
+"""A new Prefect home starts from a migrated database.
 
 Each command gets a Prefect home of its own (``local_flows.prefect_local_defaults``), so the
 temporary API server Prefect starts for it would create an empty SQLite database and run every

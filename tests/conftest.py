@@ -125,9 +125,9 @@ def _prefect_harness(home: Path):
         stack.enter_context(ps.temporary_settings(updates={ps.PREFECT_SERVER_DATABASE_CONNECTION_URL: url}))
         server = SubprocessASGIServer(port=_find_available_port())
         SubprocessASGIServer._instances[None] = server  # as the harness: no second server in a flow
-        server.start(timeout=180)
         stack.callback(SubprocessASGIServer._instances.pop, None, None)
         stack.callback(server.stop)
+        server.start(timeout=180)
         stack.enter_context(ps.temporary_settings(updates={ps.PREFECT_API_URL: server.api_url}))
         stack.enter_context(prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()))
         yield
