@@ -112,6 +112,8 @@ def _prefect_harness(home: Path):
     empty one that its server migrates, 4 s of a 7 s start."""
     import prefect.context
     import prefect.settings as ps
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
     from prefect.server.api.server import SubprocessASGIServer
     from prefect.server.database.dependencies import temporary_database_interface
     from prefect.testing.utilities import _find_available_port
@@ -131,29 +133,10 @@ def _prefect_harness(home: Path):
         stack.enter_context(ps.temporary_settings(updates={ps.PREFECT_API_URL: server.api_url}))
         stack.enter_context(prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()))
         yield
-        _drain_prefect_workers()
-
-
-def _drain_prefect_workers() -> None:
-    """Send the logs and events still queued before the server stops (as the harness does)."""
-    import inspect
-
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-    from prefect.utilities.asyncutils import run_coro_as_sync
-
-    async def drain() -> None:
-        try:
-            result = APILogWorker.instance().drain()
-            if inspect.isawaitable(result):
-                await result
-        except RuntimeError:  # never started
-            pass
-        result = EventsWorker.drain_all()
-        if inspect.isawaitable(result):
-            await result
-
-    run_coro_as_sync(drain())
+        # the logs and events still queued reach the server before it stops (as the harness's
+        # drain); outside an event loop each drain_all waits for its workers in place
+        APILogWorker.drain_all(at_exit=False)
+        EventsWorker.drain_all(at_exit=False)
 
 
 class S3Server:
