@@ -13,9 +13,10 @@ Methods measured:
 - ``r3-sft``: R3's cold start (R3-RAG §3.2) with the world's teacher engine as its larger model
   (``tasks/search/r3/teacher.py``), best-of-N by EM, SFT on the kept trajectories, evaluated in
   the ``r3`` mode (R3's step loop, the inference the data trains). Controls: SFT on one pruned
-  trajectory a question (the same queries, a wrong final answer: ``--control pruned``), or on the
-  kept steps each given the completion of a question of another kind (``--control scrambled``;
-  ``scrambled-kind``: of the same kind, so the labels keep their form).
+  trajectory a question (its first attempt best-of-N rejected: a query about another entity, or
+  the kept queries with a wrong final answer: ``--control pruned``), or on the kept steps each
+  given the completion of a question of another kind (``--control scrambled``; ``scrambled-kind``:
+  of the same kind, so the labels keep their form).
 - ``mcts-dpo``: ReasonRAG's MCTS (§2.2) with the world's teacher engine as its policy
   (``tasks/search/mcts/teacher.py``: it errs on half its samples), SPRE-valued sibling pairs, DPO
   on them, evaluated in the ``agentic`` mode (ReasonRAG's Reasoning / Grounding loop). Control:
@@ -375,8 +376,8 @@ if __name__ == "__main__":
         "--control",
         choices=["pruned", "rejected", "scrambled", "scrambled-kind", "none"],
         default="pruned",
-        help="the control trained and evaluated beside SFT: pruned trajectories (the kept queries, a wrong "
-        "answer), kept steps given labels of questions of another kind (scrambled) or the same kind (scrambled-kind: "
+        help="the control trained and evaluated beside SFT: pruned trajectories (an attempt best-of-N rejected: "
+        "R3's first, DecEx's kept queries with a wrong answer), kept steps given labels of questions of another kind (scrambled) or the same kind (scrambled-kind: "
         "the labels' form kept), the siblings the values pruned in place of the kept steps (rejected: DecEx), or none "
         "(DPO's control is its pairs swapped)",
     )

@@ -1,8 +1,8 @@
 """The controls of ``benchmarks/learning.py``: each method's export with its labels scrambled.
 
 A control trains as its method does on rows whose labels say nothing about their questions, so
-it must not show the method's gain: DPO pairs swapped, SFT on pruned chains (the kept queries, a
-wrong final answer), on the siblings the tree pruned in place of the kept steps, or on kept
+it must not show the method's gain: DPO pairs swapped, SFT on pruned chains (the attempts
+best-of-N rejected, or the kept queries with a wrong final answer), on the siblings the tree pruned in place of the kept steps, or on kept
 steps given another question's completions, tree advantages negated, a GRPO reward weighted -1.
 Each function reads the build's export from the run's warehouse (``ROOT/wh``); ``CONTROLS``
 gives each control's ``ragfactory train`` arguments: a parquet file of rows written into
@@ -17,10 +17,11 @@ from pathlib import Path
 
 
 def pruned_rows(root: Path, run_id: str) -> Path:
-    """The control's SFT rows: a question's steps with a wrong final answer (the same queries as a
-    kept chain), written as the exporter writes kept ones, into a parquet file: R3's first pruned
-    attempt whose answer is wrong, or DecEx's best chain closed by a pruned wrong answer of its
-    last state. A question with neither is left out."""
+    """The control's SFT rows: a question's steps that end in a wrong final answer, written as the
+    exporter writes kept ones, into a parquet file: R3's first attempt whose answer is wrong (its
+    teacher errs on any step: a query about another entity, or a wrong answer after the right
+    queries), or DecEx's best chain closed by a pruned wrong answer of its last state. A question
+    with neither is left out."""
     import pyarrow as pa
 
     from ragfactory.warehouse.catalog import query

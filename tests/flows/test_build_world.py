@@ -63,6 +63,15 @@ def test_a_teacher_build_keeps_right_attempts_and_exports_their_steps(tmp_path):
     assert len({a["question_id"] for a in answers}) == 8
     assert all(a["right"] for a in answers if a["is_selected"])
     assert sum(a["is_selected"] for a in answers) == 8 and not all(a["right"] for a in answers)
+    # attempt 3 samples at temperature 1, so its first step, held to a query, errs on every
+    # question: it asks about an entity no gold step names, and the attempt ends wrong
+    firsts = query(
+        wh,
+        "select json_extract_string(n.parsed, '$.content') as query, q.gold_plan[1].question as gold"
+        " from nodes n join questions q using (question_id)"
+        " where n.kind = 'sub_query' and n.path like '%/a3' and not n.is_selected",
+    ).to_pylist()
+    assert len(firsts) == 8 and all(f["query"] != f["gold"] for f in firsts)
     # one SFT row per step of each kept trajectory: its hops' queries, then its answer
     hops = query(
         wh,

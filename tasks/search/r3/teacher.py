@@ -9,9 +9,13 @@ filled in from what the documents say, as the retrieval query, or the final answ
 sub-question is answered. It never sees a gold answer, only the documents the build retrieved:
 a fact the retriever missed leaves it without an answer, as it would a model.
 
-A sample at temperature ``t`` errs with probability ``t``: its final answer is a name no passage
-holds (or another year). R3's attempts run at rising temperatures, so best-of-N has right and
-wrong attempts to tell apart, the exports keep the right ones, and a control can train on the
+Every step is a sample of its own, and a sample at temperature ``t`` errs with probability ``t``,
+the ways the embedded model does: a query step held to a query (``r3_query``) asks about a name
+no passage holds, the sub-question's entity swapped out, so its documents answer nothing; a free
+query step answers at once with a guess; an answer step gives a name no passage holds (or another
+year). A wrong query leaves every later step without the fact, so its attempt ends wrong. R3's
+attempts run at rising temperatures, so best-of-N has right and wrong attempts to tell apart, the
+exports keep the right ones (attempt 0 is greedy and never errs), and a control can train on the
 wrong ones (``benchmarks/learning.py``).
 
 The engine is ``backend: "world:r3-teacher"`` with ``options: {world: <folder>}`` (a folder
@@ -24,7 +28,7 @@ import random
 import re
 from pathlib import Path
 
-from ragfactory.tasks.data.world.oracle import final_answer, read_hits, resolve
+from ragfactory.tasks.data.world.oracle import final_answer, read_hits, resolve, subject_of
 from ragfactory.tasks.data.world.teaching import Gold, Teacher, errs, world_option, wrong_answer
 from ragfactory.tasks.llm.registry import register_backend
 from ragfactory.tasks.llm.types import Completion, Request
@@ -32,7 +36,7 @@ from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.r3.steps import QUERY, Step, step_text
 
 TEACHER = "world:r3-teacher"
-TEACHER_VERSION = 1  # bump when the same prompt would get another step
+TEACHER_VERSION = 2  # bump when the same prompt would get another step
 _QUESTION = re.compile(r"#### Current Input:\nThe question: (.*?)(?:\. The Previous Steps:|\n#### Output:)", re.DOTALL)
 _STEP = re.compile(r"^Step \d+:$", re.MULTILINE)
 _DOC = re.compile(r"^\(\d+\) (.+?): (.*)$", re.MULTILINE)
@@ -66,15 +70,23 @@ class WorldTeacher(Teacher):
         answers = [read_hits(docs, query, rel) for (query, docs), rel in zip(previous, gold.relations)]
         forced = request.sampling.grammar.name if request.sampling.grammar else None
         if len(previous) < len(gold.steps) and None not in answers and forced != "r3_answer":
-            query = resolve(gold.steps[len(previous)], answers)
-            text = step_text(Step(f"To answer it, first: {query}", query=query))
+            step = self._query(resolve(gold.steps[len(previous)], answers), forced, request, rng)
         else:
-            text = step_text(
-                Step(
-                    "The documents answer every part of the question.", answer=self._answer(gold, answers, request, rng)
-                )
-            )
+            answer = self._answer(gold, answers, request, rng)
+            step = Step("The documents answer every part of the question.", answer=answer)
+        text = step_text(step)
         return Completion(text, "stop", len(prompt.split()), len(text.split()))
+
+    @staticmethod
+    def _query(query: str, forced: str | None, request: Request, rng: random.Random) -> Step:
+        """The next sub-question as the query; erring, another entity's, or a guess at once."""
+        if not errs(request.sampling.temperature, rng):
+            return Step(f"To answer it, first: {query}", query=query)
+        if forced == "r3_query":
+            name, other = subject_of(query), wrong_answer(None, rng)
+            drifted = query.replace(name, other) if name else other
+            return Step(f"To answer it, first: {drifted}", query=drifted)
+        return Step("I know this one.", answer=wrong_answer(None, rng))
 
     def _answer(self, gold: Gold, answers: list[str | None], request: Request, rng: random.Random) -> str:
         right = final_answer(gold.rung, gold.steps, answers) if answers and None not in answers else None

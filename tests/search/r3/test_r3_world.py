@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from ragfactory.tasks.data.world.oracle import subject_of
 from ragfactory.tasks.eval.inference import InferenceConfig
 from ragfactory.tasks.llm.types import Message, Request, Sampling
+from ragfactory.tasks.prompts.loader import load_grammar
 from ragfactory.tasks.retrieval.types import Hit
 from ragfactory.tasks.search.r3.evaluation import MODES, answer_r3
 from ragfactory.tasks.search.r3.steps import Step, parse_step, step_prompt
@@ -20,10 +22,9 @@ def world(tmp_path_factory):
     return teacher_world(tmp_path_factory, WorldTeacher)
 
 
-def ask(teacher, question, steps, temperature=0.0, seed=0):
-    request = Request(
-        (Message("user", step_prompt(question, steps, 512)),), Sampling(temperature=temperature, seed=seed)
-    )
+def ask(teacher, question, steps, temperature=0.0, seed=0, grammar=None):
+    sampling = Sampling(temperature=temperature, seed=seed, grammar=grammar and load_grammar(grammar, 96))
+    request = Request((Message("user", step_prompt(question, steps, 512)),), sampling)
     return parse_step(teacher.generate_batch([request])[0][0].text)
 
 
@@ -59,6 +60,32 @@ def test_the_teacher_walks_a_chain_through_the_documents_it_is_shown(world):
     blind = [Step(s.analysis, query=s.query, docs=()) for s in steps]
     assert ask(teacher, row["question"], blind[:1]).fields["action"] == "answer"
     assert ask(teacher, row["question"], blind[:1]).fields["content"] != row["answer"]
+
+
+def test_a_query_sample_errs_at_temperature_as_the_embedded_model_does(world):
+    out, teacher, retriever = world
+    row = next(r for r in world_rows(out, "train") if r["rung"] == "bridge")
+    first = row["question_decomposition"][0]["question"]
+    # held to a query at temperature 1, it asks about another entity: the subject swapped out
+    drifted = ask(teacher, row["question"], [], temperature=1.0, grammar="r3_query").fields
+    subject = subject_of(first)
+    assert drifted["action"] == "query" and subject not in drifted["content"]
+    before, after = first.split(subject)
+    content = drifted["content"]
+    assert content.startswith(before) and content.endswith(after)
+    other = content[len(before) : len(content) - len(after)]
+    assert other and other not in (out / "corpus.jsonl").read_text()  # a name no passage holds
+    # its documents state nothing about the entity the question names: the attempt ends wrong
+    [hits] = retriever.search([drifted["content"]], 3)
+    blind = [Step(drifted["analysis"], query=drifted["content"], docs=tuple(hits))]
+    final = ask(teacher, row["question"], blind).fields
+    assert final["action"] == "answer" and final["content"] != row["answer"]
+    # free to answer at temperature 1, a query step answers at once with a guess
+    guess = ask(teacher, row["question"], [], temperature=1.0).fields
+    assert guess["action"] == "answer" and guess["content"] != row["answer"]
+    # greedy, the same prompt gets the gold sub-question, whatever the grammar
+    for grammar in (None, "r3_query"):
+        assert ask(teacher, row["question"], [], grammar=grammar).fields["content"] == first
 
 
 def test_the_teacher_refuses_a_prompt_that_is_not_an_r3_step(world):
