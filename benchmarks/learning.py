@@ -378,8 +378,8 @@ if __name__ == "__main__":
         default="pruned",
         help="the control trained and evaluated beside SFT: pruned trajectories (an attempt best-of-N rejected: "
         "R3's first, DecEx's kept queries with a wrong answer), kept steps given labels of questions of another "
-        "kind (scrambled) or the same kind (scrambled-kind: the labels' form kept), the siblings the values pruned in place of the kept steps (rejected: DecEx), or none "
-        "(DPO's control is its pairs swapped)",
+        "kind (scrambled) or the same kind (scrambled-kind: the labels' form kept), the siblings the values pruned "
+        "in place of the kept steps (rejected: DecEx), or none (DPO's control is its pairs swapped)",
     )
     parser.add_argument(
         "--only-control", action="store_true", help="train and evaluate the control alone (the method measured before)"

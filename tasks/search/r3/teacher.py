@@ -80,13 +80,12 @@ class WorldTeacher(Teacher):
     @staticmethod
     def _query(query: str, forced: str | None, request: Request, rng: random.Random) -> Step:
         """The next sub-question as the query; erring, another entity's, or a guess at once."""
-        if not errs(request.sampling.temperature, rng):
-            return Step(f"To answer it, first: {query}", query=query)
-        if forced == "r3_query":
+        if errs(request.sampling.temperature, rng):
+            if forced != "r3_query":
+                return Step("I know this one.", answer=wrong_answer(None, rng))
             name, other = subject_of(query), wrong_answer(None, rng)
-            drifted = query.replace(name, other) if name else other
-            return Step(f"To answer it, first: {drifted}", query=drifted)
-        return Step("I know this one.", answer=wrong_answer(None, rng))
+            query = query.replace(name, other) if name else other
+        return Step(f"To answer it, first: {query}", query=query)
 
     def _answer(self, gold: Gold, answers: list[str | None], request: Request, rng: random.Random) -> str:
         right = final_answer(gold.rung, gold.steps, answers) if answers and None not in answers else None
