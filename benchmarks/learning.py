@@ -53,7 +53,6 @@ Run: .venv/bin/python benchmarks/learning.py [--methods r3-sft,mcts-dpo-sft] [--
 
 A ``--root`` given again resumes: its world, its completed build and its models of the same name
 are reused (so another control can be trained beside an earlier run's kept model).
-``--balance`` trains an SFT method on its rows balanced by step depth (``learning_balance.py``).
 """
 
 from __future__ import annotations
@@ -325,9 +324,10 @@ def measure(root: Path, name: str, args: argparse.Namespace, stages: dict) -> li
     """One method's build, training, control and evaluations: its lines of the learning table."""
     method = METHODS[name]
     run_id = build(root, root / "world", method, args.train, stages)
-    source = ["--parquet", str(balanced_rows(root, run_id))] if args.balance else ["--run-id", run_id]
-    kept = f"world-{name}-balanced" if args.balance else f"world-{name}"
-    models = {} if args.only_control else {name: train(root, stages, kept, method, args, source)}
+    models = {}
+    if not args.only_control:  # the method's model: its export, or (--balance) its rows balanced by depth
+        source = ["--parquet", str(balanced_rows(root, run_id))] if args.balance else ["--run-id", run_id]
+        models[name] = train(root, stages, f"world-{name}" + "-balanced" * args.balance, method, args, source)
     if (control := control_source(method, args, root, run_id)) is not None:
         kind, source = control
         models[f"{name} control ({kind})"] = train(root, stages, f"world-{name}-{kind}", method, args, source)
@@ -384,7 +384,7 @@ if __name__ == "__main__":
         "in place of the kept steps (rejected: DecEx), or none (DPO's control is its pairs swapped)",
     )
     parser.add_argument(
-        "--balance", action="store_true", help="SFT on the rows balanced by depth (learning_balance.py)"
+        "--balance", action="store_true", help="SFT on its rows balanced by depth (learning_balance.py)"
     )
     parser.add_argument(
         "--only-control", action="store_true", help="train and evaluate the control alone (the method measured before)"
