@@ -72,6 +72,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import report  # noqa: E402
 from benchmarks.learning_balance import balanced_rows  # noqa: E402
 from benchmarks.learning_controls import CONTROLS  # noqa: E402
+from benchmarks.learning_plans import plan_rows  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "ragfactory.cli"]
@@ -232,53 +233,6 @@ def paired(root: Path, model_a: str, model_b: str) -> dict:
     return compare_rows(*rows, CompareConfig(), utc_now())[0]
 
 
-def plan_f1s(root: Path, model: str, scorer) -> dict[str, float]:
-    """Question id -> the SEPR F1 (``scorer``'s) of the plan ``model`` wrote for it in the
-    ``apex`` mode (its first call) against the question's gold plan; 0 for a malformed plan."""
-    from ragfactory.tasks.search.apex.plan_format import gold_plan_texts, parse_plan
-    from ragfactory.tasks.search.apex.plan_rewrite import rewrite_steps
-    from ragfactory.warehouse.catalog import query
-    from ragfactory.warehouse.store import Warehouse
-
-    wh = Warehouse(root / "wh")
-    sql = """select e.question_id, c.text, q.gold_plan, q.metadata from evals e
-             join llm_calls c on c.call_id = e.llm_call_ids[1] join questions q on q.question_id = e.question_id
-             where e.model_id = $m and e.mode = 'apex' order by e.question_id"""
-    rows = query(wh, sql, {"m": model}).to_pylist()
-    plans = [parse_plan(row["text"]) for row in rows]
-    scored = [(i, plan.questions, rewrite_steps(gold_plan_texts(row)))
-              for i, (row, plan) in enumerate(zip(rows, plans)) if plan.error is None]  # fmt: skip
-    f1 = [0.0] * len(rows)
-    for (i, _, _), match in zip(scored, scorer.score_many([(p, g) for _, p, g in scored])):
-        f1[i] = match.f1
-    return {row["question_id"]: value for row, value in zip(rows, f1)}
-
-
-def plan_rows(root: Path, models: dict[str, str]) -> list[dict]:
-    """Each trained model's plans against the base's (and the last model's, the control), as SEPR
-    F1 on the same test questions with the paired bootstrap interval of the delta."""
-    from ragfactory.tasks.eval.compare import paired_interval
-    from ragfactory.tasks.rewards.sepr import load_plan_scorer
-    from ragfactory.warehouse.store import Warehouse
-
-    scorer = load_plan_scorer(cache_dir=Warehouse(root / "wh").artifacts_dir("embeddings"))  # one encoder load
-    base = plan_f1s(root, "embedded", scorer)
-    scores = {label: plan_f1s(root, model, scorer) for label, model in models.items()}
-    labels = list(scores)
-    pairs = [(label, "base", scores[label], base) for label in labels]
-    if len(labels) == 2:
-        pairs.append((labels[0], labels[1], scores[labels[0]], scores[labels[1]]))
-    rows = []
-    for a_label, b_label, a, b in pairs:
-        ids = sorted(set(a) & set(b))
-        a_f1, b_f1 = [a[q] for q in ids], [b[q] for q in ids]
-        low, high = paired_interval(a_f1, b_f1)
-        rows.append({"plans of": a_label, "against": b_label, "n": len(ids), "plan_f1": sum(a_f1) / len(ids),
-                     "against_f1": sum(b_f1) / len(ids), "delta": (sum(a_f1) - sum(b_f1)) / len(ids),
-                     "low": low, "high": high})  # fmt: skip
-    return rows
-
-
 def rung_scores(root: Path) -> list[dict]:
     """EM and retrievals a question per model, mode and rung of the world's test questions."""
     from ragfactory.warehouse.catalog import query
@@ -292,8 +246,8 @@ def rung_scores(root: Path) -> list[dict]:
 
 def train(root: Path, stages: dict, name: str, method: dict, args: argparse.Namespace, source: list[str]) -> str:
     """The method's training of the embedded model; returns the model id (the model of that name
-    ``root`` has already, when it has one)."""
-    if (done := _model(root, name)) is not None:
+    ``root`` has already trained on the same rows, when it has one)."""
+    if (done := _model(root, name, source)) is not None:
         return done
     lr = method.get("lr") or (args.lr if method["method"] == "sft" else args.dpo_lr)
     trl = [f"max_steps={args.steps}", f"learning_rate={lr}", *method["trl"], *args.trl]
@@ -301,14 +255,17 @@ def train(root: Path, stages: dict, name: str, method: dict, args: argparse.Name
     run(["train", "--method", method["method"], *method.get("args", []), *source,
          *[a for t in trl for a in ("--trl", t)], "--name", name, "--root", str(root / "wh")],
         stages, f"train {name}")  # fmt: skip
-    return _model(root, name)
+    return _model(root, name, source)
 
 
-def _model(root: Path, name: str) -> str | None:
-    sql = (
-        "select model_id from models where json_extract_string(lineage, '$.name') = $n order by created_at desc limit 1"
-    )
-    return _first(root, sql, {"n": name})
+def _model(root: Path, name: str, source: list[str]) -> str | None:
+    from ragfactory.tasks.training.data import snapshot_hash
+
+    # a control's rows are a parquet file of their own: written again with other rows, they train again
+    snapshot = snapshot_hash([Path(source[source.index("--parquet") + 1])]) if "--parquet" in source else ""
+    sql = "select model_id from models where json_extract_string(lineage, '$.name') = $n"
+    sql += " and $s in ('', export_snapshot) order by created_at desc limit 1"
+    return _first(root, sql, {"n": name, "s": snapshot})
 
 
 def control_source(method: dict, args: argparse.Namespace, root: Path, run_id: str):
