@@ -34,14 +34,19 @@ def pruned_rows(root: Path, run_id: str) -> Path:
     gold = {q["question_id"]: q["golden_answers"] for q in questions}
     for node in nodes:
         node["parsed"] = json.loads(node["parsed"]) if isinstance(node["parsed"], str) else node["parsed"]
-    pruned = _decex_pruned if nodes and nodes[0]["strategy"] == "decex" else _r3_pruned
+    pruned = _decex_pruned if nodes and nodes[0]["strategy"] == "decex" else r3_pruned_steps
     return _written(root, "pruned", pa.Table.from_pylist(pruned(nodes, questions, gold)))
 
 
-def _r3_pruned(nodes: list[dict], questions: list[dict], gold: dict) -> list[dict]:
+def r3_pruned_steps(nodes: list[dict], questions: list[dict], gold: dict) -> list[dict]:
+    """The SFT rows of each question's first attempt whose final answer is wrong, less those a kept
+    attempt holds as well: an attempt that asked the kept attempt's first query from the same
+    prompt shares that step's row with it, a kept label, as a pruned sibling of DecEx's tree
+    shares its parent's steps. The control trains on where the rejected attempt went its own way."""
     from ragfactory.tasks.rewards.answer import exact_match
     from ragfactory.tasks.search.r3.exports import r3_sft_examples
 
+    kept = {json.dumps(row["messages"]) for row in r3_sft_examples(nodes, questions)}
     wrong = {}  # question -> its first attempt whose final answer is wrong
     for node in sorted(nodes, key=lambda n: n["path"]):
         if node["kind"] == "answer" and not exact_match(node["parsed"].get("content"), gold[node["question_id"]]):
@@ -49,7 +54,10 @@ def _r3_pruned(nodes: list[dict], questions: list[dict], gold: dict) -> list[dic
     for node in nodes:
         if node["kind"] != "question":
             node["is_selected"] = node["parsed"].get("attempt") == wrong.get(node["question_id"], -1)
-    return r3_sft_examples(nodes, questions)
+    rows = r3_sft_examples(nodes, questions)
+    pruned = [row for row in rows if json.dumps(row["messages"]) not in kept]
+    print(f"pruned control: {len(pruned)} of {len(rows)} rejected steps differ from every kept step")
+    return pruned
 
 
 def _decex_pruned(nodes: list[dict], questions: list[dict], gold: dict) -> list[dict]:

@@ -1,11 +1,15 @@
 """The controls of benchmarks/learning.py, worked by hand: labels rotated among questions of other
 kinds (the null control) or of the same kind (the form kept), and the kept steps replaced by the
-siblings the tree pruned. No model, no warehouse."""
+siblings the tree pruned, and R3's rejected attempt less the steps it shares with the kept one.
+No model, no warehouse."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
+
+from tests.search.r3.r3_scenario import QUESTION, analysis, policy, run
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "learning_controls.py"
 _spec = importlib.util.spec_from_file_location("learning_controls", SCRIPT)
@@ -84,3 +88,33 @@ def test_the_rejected_control_puts_the_widest_pruned_sibling_in_each_kept_step()
     ]
     assert [r["messages"][0]["content"] for r in rows] == ["prompt of n1", "prompt of n2"]
     assert steps[0]["messages"][-1]["content"] == "<search> q </search>"  # the kept rows untouched
+
+
+def _first_wrong_attempt(reply) -> list[tuple[str, str]]:
+    """(the prompt's last line, the completion) of the pruned control's rows of the Jaws question
+    (tests/search/r3/r3_scenario.py: a0 ends with Bob, a1 is right but longer, a2 is kept)."""
+    _, tree, _ = run(reply)
+    gold = {QUESTION["question_id"]: QUESTION["golden_answers"]}
+    nodes = [{**row, "parsed": json.loads(row["parsed"])} for row in tree.node_rows()]  # as the warehouse reads
+    rows = learning_controls.r3_pruned_steps(nodes, [QUESTION], gold)
+    return [(r["messages"][0]["content"].splitlines()[-2], r["messages"][1]["content"]) for r in rows]
+
+
+def test_the_pruned_control_takes_the_first_wrong_attempt_where_it_leaves_the_kept_one():
+    """a0 asks "Jaws cast" where a2 asks "Jaws director": both of a0's steps are its own. Asking
+    a2's first query in a2's words, a0 shares its first step's row with a2 (the same prompt, the
+    same completion): only its answer, Bob, from the documents a2 read, is left."""
+    bob = "The problem analysis: Step 2 of a0.\nThe final answer: Bob"
+    cast = "(1) Jaws cast: Jaws stars Roy Scheider."
+    director = "(1) Jaws: Jaws was directed by Steven Spielberg."
+    assert _first_wrong_attempt(policy) == [
+        ("The question: Who directed Jaws?", "The problem analysis: Step 1 of a0.\nThe retrieval query: Jaws cast"),
+        (cast, bob),
+    ]
+
+    def like_a2(request, sample):
+        if dict(request.tags)["path"] == "q/a0":
+            return f"The problem analysis: {analysis('q/a2')}\nThe retrieval query: Jaws director"
+        return policy(request, sample)
+
+    assert _first_wrong_attempt(like_a2) == [(director, bob)]
