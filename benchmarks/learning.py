@@ -303,7 +303,7 @@ def main(args: argparse.Namespace) -> None:
     questions = max(round(args.train / 0.6), round(args.test / 0.25))  # the world's default shares
     if not (root / "world" / "world.json").is_file():  # a --root given again resumes where it stopped
         run(["world", "--seed", str(args.seed), "--questions", str(questions), "--passages", str(args.passages),
-             "--rungs", args.rungs, str(root / "world")], stages, "world")  # fmt: skip
+             "--rungs", args.rungs, *["--mentions"] * args.mentions, str(root / "world")], stages, "world")  # fmt: skip
     rows = [row for name in args.methods.split(",") for row in measure(root, name, args, stages)]
     report("learning", rows)
     report("learning_rungs", rung_scores(root))
@@ -325,6 +325,9 @@ if __name__ == "__main__":
         "--dpo-lr", type=float, default=1e-4, help="DPO learning rate (as SFT's: Adam moves the weights as far a step)"
     )
     parser.add_argument("--rungs", default="lookup,bridge,comparison,chain", help="the world's question rungs")
+    parser.add_argument(
+        "--mentions", action="store_true", help="passages name a second city, year and company (docs/world.md)"
+    )
     parser.add_argument(
         "--bf16",
         action=argparse.BooleanOptionalAction,

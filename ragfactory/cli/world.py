@@ -20,6 +20,9 @@ def world(
     rungs: Annotated[
         str, typer.Option(help="Question rungs: lookup, bridge, comparison, chain")
     ] = "lookup,bridge,comparison,chain",
+    mentions: Annotated[
+        bool, typer.Option(help="Each fact's passage also names another city, year or company: read, not matched")
+    ] = False,
 ) -> None:
     """Write a world: entity-disjoint train / valid / test questions in rungs (one-hop lookups,
     two-hop bridges and comparisons, three-hop chains) with gold decompositions, a corpus of
@@ -34,9 +37,8 @@ def world(
     except ValueError:
         fail(f"world: --shares takes three numbers such as 0.6,0.15,0.25, got {shares!r}")
     try:
-        spec = WorldSpec(
-            seed, questions, passages, split_shares, tuple(r.strip() for r in rungs.split(",") if r.strip())
-        )
+        wanted = tuple(r.strip() for r in rungs.split(",") if r.strip())
+        spec = WorldSpec(seed, questions, passages, split_shares, wanted, mentions=mentions)
         manifest = generate(spec, out)
     except ValueError as exc:
         fail(f"world: {exc}")

@@ -124,6 +124,10 @@ def test_rows_ingest_with_gold_plans_and_their_passages_in_the_corpus(world):
 
 def test_the_oracle_answers_every_question_through_bm25(world):
     out, _ = world
+    _oracle_answers_every_question(out)
+
+
+def _oracle_answers_every_question(out):
     corpus = load_corpus(out / "corpus.jsonl", "world")
     retriever = BM25Retriever.build(pa.Table.from_pylist(corpus.passages))
     for split in SPLITS:
@@ -133,6 +137,30 @@ def test_the_oracle_answers_every_question_through_bm25(world):
             answer = oracle_answer(retriever, steps, relations, row["rung"], top_k=3)
             assert answer.answer == row["answer"], row["question"]
             assert answer.searches == len(steps)
+
+
+def test_mentions_put_a_second_city_year_and_company_in_a_passage_and_the_oracle_still_reads_the_fact(world, tmp_path):
+    out, _ = world
+    generate(WorldSpec(seed=0, questions=120, passages=1500, mentions=True), tmp_path)
+    # the same questions and answers as the world without mentions: only the passages differ
+    for split in SPLITS:
+        assert [(r["id"], r["question"], r["answer"]) for r in rows(tmp_path, split)] == [
+            (r["id"], r["question"], r["answer"]) for r in rows(out, split)
+        ]
+    row = rows(tmp_path, "test")[12]
+    assert (row["question"], row["answer"]) == ("In which city was Ruthputh Daervith born?", "Vulsuxford")
+    [passage] = [p["paragraph_text"] for p in row["paragraphs"] if p["is_supporting"]]
+    # its three facts, the filler, and a second company (Tyrrael Dynamics), city and year
+    assert passage == (
+        "Ruthputh Daervith's birthplace is Vulsuxford. Ruthputh Daervith once did business with Tyrrael Dynamics. "
+        "Ruthputh Daervith is an employee of Bisskix Works. Friends describe Ruthputh Daervith as patient. "
+        "Ruthputh Daervith is well known in Mathgasgard. Ruthputh Daervith was born in the year 1902. "
+        "Ruthputh Daervith was in the papers in 1998."
+    )
+    assert read_fact(passage, "Ruthputh Daervith", "born_in") == "Vulsuxford"
+    assert read_fact(passage, "Ruthputh Daervith", "works_for") == "Bisskix Works"
+    assert read_fact(passage, "Ruthputh Daervith", "born_year") == "1902"
+    _oracle_answers_every_question(tmp_path)
 
 
 def test_without_the_supporting_passages_the_oracle_answers_nothing(world):
@@ -169,6 +197,9 @@ def test_the_world_command_writes_a_world_and_refuses_a_bad_size(tmp_path):
     assert "train: 24 questions (6 lookup, 6 bridge, 6 comparison, 6 chain)" in result.output
     config = (tmp_path / "w" / "build.yaml").read_text()
     assert "format: world" in config and "from_datasets: false" in config
+    mentioned = runner.invoke(app, ["world", "--seed", "3", "--questions", "40", "--mentions", str(tmp_path / "m")])
+    assert mentioned.exit_code == 0, mentioned.output
+    assert json.loads((tmp_path / "m" / "world.json").read_text())["spec"]["mentions"] is True
     bad = runner.invoke(app, ["world", "--questions", "40", "--passages", "9", str(tmp_path / "bad")])
     assert bad.exit_code == 1 and bad.output.startswith("error: world: passages must be 0 or >= ")
     assert not (tmp_path / "bad").exists()

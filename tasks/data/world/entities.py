@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from ragfactory.tasks.data.world.facts import BY_SUBJECT, FILLERS, RELATIONS
+from ragfactory.tasks.data.world.facts import BY_SUBJECT, FILLERS, MENTIONS, RELATIONS
 from ragfactory.tasks.data.world.names import Namer
 
 KINDS = ("country", "city", "company", "person")
@@ -28,13 +28,17 @@ class Entity:
     index: int  # unique within its kind across the whole world: the name's index
     name: str
     facts: dict[str, str] = field(default_factory=dict)  # relation -> object (a name or a year)
+    mentions: dict[str, str] = field(default_factory=dict)  # relation -> another object of its kind
 
     def passage(self, seed: int) -> tuple[str, str]:
         """(title, text): the name, then its facts in sentence forms drawn for this entity,
-        in a drawn order with one filler sentence; the same on every machine for a seed."""
+        in a drawn order with one filler sentence (and a mention of another object for each
+        fact, when the world has them); the same on every machine for a seed."""
         rng = random.Random(f"{seed}:{self.kind}:{self.index}")
         sentences = [rng.choice(RELATIONS[r].sentences).format(s=self.name, o=o) for r, o in self.facts.items()]
         sentences.append(rng.choice(FILLERS[self.kind]).format(s=self.name))
+        for relation, other in self.mentions.items():
+            sentences.append(rng.choice(MENTIONS[RELATIONS[relation].object]).format(s=self.name, o=other))
         rng.shuffle(sentences)
         return self.name, " ".join(sentences)
 
@@ -77,7 +81,10 @@ class Component:
         }
 
     @classmethod
-    def make(cls, allocator: Allocator, rng: random.Random, questions: int) -> Component:
+    def make(cls, allocator: Allocator, rng: random.Random, questions: int, mentions: random.Random | None = None):
+        """The split's entities and their facts; with ``mentions`` (a generator of its own, so a
+        world without them draws the same facts), each fact's subject also names another object
+        of the fact's kind from the split's own entities."""
         sizes = cls.sizes(questions)
         pools: dict[str, list[Entity]] = {}
         for kind in KINDS:  # objects before subjects: countries, cities, companies, people
@@ -85,6 +92,11 @@ class Component:
             for entity in pools[kind]:
                 for relation in BY_SUBJECT.get(kind, ()):
                     entity.facts[relation.name] = _draw_object(rng, relation.name, pools)
+        for entity in [e for kind in KINDS for e in pools[kind]] if mentions else ():
+            for relation, fact in entity.facts.items():
+                while (other := _draw_object(mentions, relation, pools)) == fact:
+                    pass
+                entity.mentions[relation] = other
         return cls(pools)
 
     def all(self) -> list[Entity]:

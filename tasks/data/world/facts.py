@@ -116,6 +116,16 @@ FILLERS = {
     "country": ("{s} is a country with long winters.", "{s} is known for its mountains.", "{s} is a small country."),
 }
 
+# Sentences that name another object of a fact's kind in no relation a question asks about
+# (``WorldSpec.mentions``): a person's passage then names two cities, two years and two companies,
+# so the kind of the answer alone does not pick it out of the passage; reading the relation does.
+MENTIONS = {
+    "city": ("{s} has ties to {o}.", "{s} is well known in {o}."),
+    "company": ("{s} once did business with {o}.", "{s} has ties to {o}."),
+    "country": ("{s} has ties to {o}.", "{s} is well known in {o}."),
+    "year": ("{s} made the news in {o}.", "{s} was in the papers in {o}."),
+}
+
 _NAME = r"[A-Z][a-z]+(?: [A-Z][a-z]+)*"
 _YEAR = r"\d{4}"
 

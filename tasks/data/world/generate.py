@@ -40,6 +40,9 @@ class WorldSpec:
     shares: tuple[float, float, float] = (0.6, 0.15, 0.25)  # train, valid, test
     rungs: tuple[str, ...] = RUNGS
     distractors_per_question: int = 3  # paragraphs of the question's split beside its supporting ones
+    # each fact's passage also names another object of its kind (facts.MENTIONS): a lookup is then
+    # answered by reading the relation, not by taking the one city or year its passage names
+    mentions: bool = False
 
     def __post_init__(self):
         if self.questions < len(SPLITS):
@@ -116,7 +119,8 @@ def _write_questions(out: Path, spec: WorldSpec, namer: Namer) -> tuple[Allocato
     allocator, components, counts = Allocator(namer), [], {}
     for split, size in spec.split_sizes().items():
         rng = random.Random(f"{spec.seed}:{split}")
-        component = Component.make(allocator, rng, size)
+        mentions = random.Random(f"{spec.seed}:{split}:mentions") if spec.mentions else None
+        component = Component.make(allocator, rng, size, mentions)
         questions = make_questions(component, rng, size, spec.rungs)
         with (out / f"{split}.jsonl").open("w", encoding="utf-8") as f:
             for n, q in enumerate(questions):
