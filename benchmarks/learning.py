@@ -13,8 +13,9 @@ Methods measured:
 - ``r3-sft``: R3's cold start (R3-RAG §3.2) with the world's teacher engine as its larger model
   (``tasks/search/r3/teacher.py``), best-of-N by EM, SFT on the kept trajectories, evaluated in
   the ``r3`` mode (R3's step loop, the inference the data trains). Controls: SFT on one pruned
-  trajectory a question (its first attempt best-of-N rejected: a query about another entity, or
-  the kept queries with a wrong final answer: ``--control pruned``), or on the kept steps each
+  trajectory a question (its first attempt best-of-N rejected, from the step where it leaves the
+  kept one: a query about another entity, or a wrong final answer: ``--control pruned``; a step
+  both attempts hold is a kept label), or on the kept steps each
   given the completion of a question of another kind (``--control scrambled``; ``scrambled-kind``:
   of the same kind, so the labels keep their form).
 - ``mcts-dpo``: ReasonRAG's MCTS (§2.2) with the world's teacher engine as its policy

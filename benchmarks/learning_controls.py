@@ -2,7 +2,8 @@
 
 A control trains as its method does on rows whose labels say nothing about their questions, so
 it must not show the method's gain: DPO pairs swapped, SFT on pruned chains (the attempts
-best-of-N rejected, or the kept queries with a wrong final answer), on the siblings the tree
+best-of-N rejected from where they leave the kept ones, or DecEx's kept queries with a wrong
+final answer), on the siblings the tree
 pruned in place of the kept steps, or on kept steps given another question's completions, tree
 advantages negated, a GRPO reward weighted -1.
 Each function reads the build's export from the run's warehouse (``ROOT/wh``); ``CONTROLS``
@@ -21,8 +22,8 @@ def pruned_rows(root: Path, run_id: str) -> Path:
     """The control's SFT rows: a question's steps that end in a wrong final answer, written as the
     exporter writes kept ones, into a parquet file: R3's first attempt whose answer is wrong (its
     teacher errs on any step: a query about another entity, or a wrong answer after the right
-    queries), or DecEx's best chain closed by a pruned wrong answer of its last state. A question
-    with neither is left out."""
+    queries) less the steps a kept attempt holds (``r3_pruned_steps``), or DecEx's best chain
+    closed by a pruned wrong answer of its last state. A question with neither is left out."""
     import pyarrow as pa
 
     from ragfactory.warehouse.catalog import query
