@@ -3,9 +3,8 @@
 A control trains as its method does on rows whose labels say nothing about their questions, so
 it must not show the method's gain: DPO pairs swapped, SFT on pruned chains (the attempts
 best-of-N rejected from where they leave the kept ones, or DecEx's kept queries with a wrong
-final answer), on the siblings the tree
-pruned in place of the kept steps, or on kept steps given another question's completions, tree
-advantages negated, a GRPO reward weighted -1.
+final answer), on the siblings the tree pruned in place of the kept steps, or on kept steps
+given another question's completions, tree advantages negated, a GRPO reward weighted -1.
 Each function reads the build's export from the run's warehouse (``ROOT/wh``); ``CONTROLS``
 gives each control's ``ragfactory train`` arguments: a parquet file of rows written into
 ``ROOT``, or the run's own export with other settings.

@@ -56,6 +56,13 @@ class Allocator:
         return Entity(kind, index, self.namer.name(kind, index))
 
 
+def _other_object(rng: random.Random, relation: str, pools: dict[str, list[Entity]], fact: str) -> str:
+    """An object of ``relation``'s kind drawn as a fact's is, other than ``fact``."""
+    while (other := _draw_object(rng, relation, pools)) == fact:
+        continue
+    return other
+
+
 def _draw_object(rng: random.Random, relation: str, pools: dict[str, list[Entity]]) -> str:
     if relation in YEARS:
         low, high = YEARS[relation]
@@ -81,7 +88,9 @@ class Component:
         }
 
     @classmethod
-    def make(cls, allocator: Allocator, rng: random.Random, questions: int, mentions: random.Random | None = None):
+    def make(
+        cls, allocator: Allocator, rng: random.Random, questions: int, mentions: random.Random | None = None
+    ) -> Component:
         """The split's entities and their facts; with ``mentions`` (a generator of its own, so a
         world without them draws the same facts), each fact's subject also names another object
         of the fact's kind from the split's own entities."""
@@ -92,11 +101,9 @@ class Component:
             for entity in pools[kind]:
                 for relation in BY_SUBJECT.get(kind, ()):
                     entity.facts[relation.name] = _draw_object(rng, relation.name, pools)
-        for entity in [e for kind in KINDS for e in pools[kind]] if mentions else ():
-            for relation, fact in entity.facts.items():
-                while (other := _draw_object(mentions, relation, pools)) == fact:
-                    pass
-                entity.mentions[relation] = other
+        if mentions is not None:
+            for entity in (e for kind in KINDS for e in pools[kind]):
+                entity.mentions = {r: _other_object(mentions, r, pools, fact) for r, fact in entity.facts.items()}
         return cls(pools)
 
     def all(self) -> list[Entity]:
