@@ -53,7 +53,10 @@ Run: .venv/bin/python benchmarks/learning.py [--methods r3-sft,mcts-dpo-sft] [--
      [--rungs lookup] [--root DIR]
 
 A ``--root`` given again resumes: its world, its completed build and its models of the same name
-are reused (so another control can be trained beside an earlier run's kept model).
+trained on the same rows are reused (so another control can be trained beside an earlier run's
+kept model; a control whose rows were written again trains again).
+``--balance`` trains an SFT method on its rows balanced by step depth (``learning_balance.py``);
+``--mentions`` builds on a world whose passages name a second object of each fact's kind.
 """
 
 from __future__ import annotations
