@@ -56,7 +56,9 @@ A ``--root`` given again resumes: its world, its completed build and its models 
 trained on the same rows are reused (so another control can be trained beside an earlier run's
 kept model; a control whose rows were written again trains again).
 ``--balance`` trains an SFT method on its rows balanced by step depth (``learning_balance.py``);
-``--mentions`` builds on a world whose passages name a second object of each fact's kind.
+``--mentions`` builds on a world whose passages name a second object of each fact's kind;
+``--reading`` reports each model's reading against the base handed the passages
+(``learning_reading.py``).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ from benchmarks.common import report  # noqa: E402
 from benchmarks.learning_balance import balanced_rows  # noqa: E402
 from benchmarks.learning_controls import CONTROLS  # noqa: E402
 from benchmarks.learning_plans import plan_rows  # noqa: E402
+from benchmarks.learning_reading import RAG_BASE, covers, reading_rows  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "ragfactory.cli"]
@@ -298,7 +301,21 @@ def measure(root: Path, name: str, args: argparse.Namespace, stages: dict) -> li
         rows.append(table_row(f"{name} vs control", paired(root, *models.values())))
     if method.get("plan_f1"):
         report("learning_plans", plan_rows(root, models))
+    if args.reading:
+        report("learning_reading", reading(root, models, method, args.test, stages))
     return rows
+
+
+def reading(root: Path, models: dict[str, str], method: dict, test: int, stages: dict) -> list[dict]:
+    """Each model's cover-EM in its mode against the base's handed the passages (the ``rag`` mode,
+    evaluated once a root): what it reads beyond a base made to search once (``learning_reading``)."""
+    if not covers(root, RAG_BASE, "rag"):
+        tokens = method["mode"][method["mode"].index("--max-tokens") + 1]
+        args = ["evaluate", "--model", RAG_BASE, "--dataset", "world", "--mode", "rag", "--max-tokens", tokens]
+        args += ["--limit", str(test), "--source", "corpus", "--engine-option", "kv_cache_mb=1024"]
+        run([*args, "--root", str(root / "wh")], stages, "evaluate base, rag")
+    scores = {label: covers(root, model, method["mode"][0]) for label, model in models.items()}
+    return reading_rows(scores, covers(root, RAG_BASE, "rag"))
 
 
 def main(args: argparse.Namespace) -> None:
@@ -349,6 +366,11 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--balance", action="store_true", help="SFT on its rows balanced by depth (learning_balance.py)"
+    )
+    parser.add_argument(
+        "--reading",
+        action="store_true",
+        help="each model's cover-EM against the base handed the passages (rag mode; learning_reading.py)",
     )
     parser.add_argument(
         "--only-control", action="store_true", help="train and evaluate the control alone (the method measured before)"

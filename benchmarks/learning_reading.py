@@ -1,0 +1,49 @@
+"""What a model reads in ``benchmarks/learning.py``, apart from what it learned of searching:
+each model against the base when the base is handed the passages (the report ``learning_reading``).
+
+In a method's own mode the base hardly searches (0.04 retrievals a question on the world's
+lookups), so any model that learned to search is ahead of it by whatever it then reads from the
+passage it found, even a control whose labels are wrong. The ``rag`` mode hands the base the top
+passages for the question itself (one retrieval, what a lookup needs; ``tasks/eval/baselines.py``)
+and asks for the answer. The base answers in a sentence ("Nisthinvale is located in
+Mosbaexland"), not with the name alone, so its exact match is 0 whatever it read; cover-EM (the
+gold answer anywhere in the reply, ``cover_exact_match`` in ``tasks/rewards/answer.py``) counts
+what it read. Each model's cover-EM in its own mode against the base's in ``rag``, paired
+question by question with the bootstrap 95 % interval, is what the model reads beyond a base
+that is made to search once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+RAG_BASE = "embedded"  # the base, handed the passages
+
+
+def covers(root: Path, model: str, mode: str) -> dict[str, float]:
+    """Question id -> cover-EM of ``model``'s answers in ``mode`` (its latest evaluation)."""
+    from ragfactory.warehouse.catalog import query
+    from ragfactory.warehouse.store import Warehouse
+
+    sql = """select question_id, arg_max(cover_em, created_at) as cover from evals
+             where model_id = $m and mode = $mode group by question_id"""
+    rows = query(Warehouse(root / "wh"), sql, {"m": model, "mode": mode}).to_pylist()
+    return {row["question_id"]: row["cover"] for row in rows}
+
+
+def reading_rows(models: dict[str, dict[str, float]], base: dict[str, float]) -> list[dict]:
+    """One line a model: its cover-EM against the base's handed the passages, on the questions
+    both answered, with the paired bootstrap interval of the delta (``tasks/eval/compare.py``)."""
+    from ragfactory.tasks.eval.compare import paired_interval
+
+    rows = []
+    for label, scores in models.items():
+        ids = sorted(set(scores) & set(base))
+        if not ids:
+            raise ValueError(f"learning_reading: {label} and the base in rag mode share no question")
+        a, b = [scores[q] for q in ids], [base[q] for q in ids]
+        low, high = paired_interval(a, b)
+        rows.append({"model": label, "n": len(ids), "cover_em": sum(a) / len(ids),
+                     "base_handed_passages": sum(b) / len(ids), "delta": (sum(a) - sum(b)) / len(ids),
+                     "low": low, "high": high})  # fmt: skip
+    return rows
