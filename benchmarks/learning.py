@@ -308,8 +308,8 @@ def measure(root: Path, name: str, args: argparse.Namespace, stages: dict) -> li
 
 def reading(root: Path, models: dict[str, str], method: dict, test: int, stages: dict) -> list[dict]:
     """Each model's cover-EM in its mode against the base's handed the passages (the ``rag`` mode,
-    evaluated once a root): what it reads beyond a base made to search once (``learning_reading``)."""
-    if not covers(root, RAG_BASE, "rag"):
+    evaluated again only for more questions): what it reads beyond a base made to search once."""
+    if len(covers(root, RAG_BASE, "rag")) < test:
         tokens = method["mode"][method["mode"].index("--max-tokens") + 1]
         args = ["evaluate", "--model", RAG_BASE, "--dataset", "world", "--mode", "rag", "--max-tokens", tokens]
         args += ["--limit", str(test), "--source", "corpus", "--engine-option", "kv_cache_mb=1024"]
