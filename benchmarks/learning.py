@@ -309,13 +309,15 @@ def measure(root: Path, name: str, args: argparse.Namespace, stages: dict) -> li
 def reading(root: Path, models: dict[str, str], method: dict, test: int, stages: dict) -> list[dict]:
     """Each model's cover-EM in its mode against the base's handed the passages (the ``rag`` mode,
     evaluated again only for more questions): what it reads beyond a base made to search once."""
-    if len(covers(root, RAG_BASE, "rag")) < test:
+    base = covers(root, RAG_BASE, "rag")
+    if len(base) < test:
         tokens = method["mode"][method["mode"].index("--max-tokens") + 1]
         args = ["evaluate", "--model", RAG_BASE, "--dataset", "world", "--mode", "rag", "--max-tokens", tokens]
         args += ["--limit", str(test), "--source", "corpus", "--engine-option", "kv_cache_mb=1024"]
         run([*args, "--root", str(root / "wh")], stages, "evaluate base, rag")
+        base = covers(root, RAG_BASE, "rag")
     scores = {label: covers(root, model, method["mode"][0]) for label, model in models.items()}
-    return reading_rows(scores, covers(root, RAG_BASE, "rag"))
+    return reading_rows(scores, base)
 
 
 def main(args: argparse.Namespace) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchmarks.common import paired_scores
+
 
 def plan_f1s(root: Path, model: str, scorer) -> dict[str, float]:
     """Question id -> the SEPR F1 (``scorer``'s) of the plan ``model`` wrote for it in the
@@ -32,7 +34,6 @@ def plan_f1s(root: Path, model: str, scorer) -> dict[str, float]:
 def plan_rows(root: Path, models: dict[str, str]) -> list[dict]:
     """Each trained model's plans against the base's (and the last model's, the control), as SEPR
     F1 on the same test questions with the paired bootstrap interval of the delta."""
-    from ragfactory.tasks.eval.compare import paired_interval
     from ragfactory.tasks.rewards.sepr import load_plan_scorer
     from ragfactory.warehouse.store import Warehouse
 
@@ -45,10 +46,7 @@ def plan_rows(root: Path, models: dict[str, str]) -> list[dict]:
         pairs.append((labels[0], labels[1], scores[labels[0]], scores[labels[1]]))
     rows = []
     for a_label, b_label, a, b in pairs:
-        ids = sorted(set(a) & set(b))
-        a_f1, b_f1 = [a[q] for q in ids], [b[q] for q in ids]
-        low, high = paired_interval(a_f1, b_f1)
-        rows.append({"plans of": a_label, "against": b_label, "n": len(ids), "plan_f1": sum(a_f1) / len(ids),
-                     "against_f1": sum(b_f1) / len(ids), "delta": (sum(a_f1) - sum(b_f1)) / len(ids),
-                     "low": low, "high": high})  # fmt: skip
+        pair = paired_scores(a, b, f"learning_plans: {a_label} and {b_label}")
+        rows.append({"plans of": a_label, "against": b_label, "n": pair["n"], "plan_f1": pair["a"],
+                     "against_f1": pair["b"], "delta": pair["delta"], "low": pair["low"], "high": pair["high"]})  # fmt: skip
     return rows

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchmarks.common import paired_scores
+
 RAG_BASE = "embedded"  # the base, handed the passages
 
 
@@ -33,17 +35,10 @@ def covers(root: Path, model: str, mode: str) -> dict[str, float]:
 
 def reading_rows(models: dict[str, dict[str, float]], base: dict[str, float]) -> list[dict]:
     """One line a model: its cover-EM against the base's handed the passages, on the questions
-    both answered, with the paired bootstrap interval of the delta (``tasks/eval/compare.py``)."""
-    from ragfactory.tasks.eval.compare import paired_interval
-
+    both answered, with the paired bootstrap interval of the delta."""
     rows = []
     for label, scores in models.items():
-        ids = sorted(set(scores) & set(base))
-        if not ids:
-            raise ValueError(f"learning_reading: {label} and the base in rag mode share no question")
-        a, b = [scores[q] for q in ids], [base[q] for q in ids]
-        low, high = paired_interval(a, b)
-        rows.append({"model": label, "n": len(ids), "cover_em": sum(a) / len(ids),
-                     "base_handed_passages": sum(b) / len(ids), "delta": (sum(a) - sum(b)) / len(ids),
-                     "low": low, "high": high})  # fmt: skip
+        pair = paired_scores(scores, base, f"learning_reading: {label} and the base in rag mode")
+        rows.append({"model": label, "n": pair["n"], "cover_em": pair["a"], "base_handed_passages": pair["b"],
+                     "delta": pair["delta"], "low": pair["low"], "high": pair["high"]})  # fmt: skip
     return rows
