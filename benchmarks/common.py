@@ -72,22 +72,6 @@ def report(name: str, rows: list[dict]) -> None:
     (RESULTS / f"{name}.json").write_text(json.dumps(rows, indent=2))
 
 
-def paired_scores(a: dict[str, float], b: dict[str, float], names: str) -> dict:
-    """Two models' scores (question id -> score) on the questions both have: their number, the two
-    means, the delta and its paired bootstrap 95 % interval (``tasks/eval/compare.py``); ``names``
-    says whose scores they are when they share no question."""
-    from ragfactory.tasks.eval.compare import paired_interval
-
-    ids = sorted(set(a) & set(b))
-    if not ids:
-        raise ValueError(f"{names} share no question")
-    a_scores, b_scores = [a[q] for q in ids], [b[q] for q in ids]
-    low, high = paired_interval(a_scores, b_scores)
-    n = len(ids)
-    return {"n": n, "a": sum(a_scores) / n, "b": sum(b_scores) / n,
-            "delta": (sum(a_scores) - sum(b_scores)) / n, "low": low, "high": high}  # fmt: skip
-
-
 def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.common import paired_scores
+from benchmarks.learning_reading import paired_scores
 
 
 def plan_f1s(root: Path, model: str, scorer) -> dict[str, float]:

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.common import paired_scores
-
 RAG_BASE = "embedded"  # the base, handed the passages
 
 
@@ -31,6 +29,22 @@ def covers(root: Path, model: str, mode: str) -> dict[str, float]:
              where model_id = $m and mode = $mode group by question_id"""
     rows = query(Warehouse(root / "wh"), sql, {"m": model, "mode": mode}).to_pylist()
     return {row["question_id"]: row["cover"] for row in rows}
+
+
+def paired_scores(a: dict[str, float], b: dict[str, float], names: str) -> dict:
+    """Two models' scores (question id -> score) on the questions both have: their number, the two
+    means, the delta and its paired bootstrap 95 % interval (``tasks/eval/compare.py``); ``names``
+    says whose scores they are when they share no question."""
+    from ragfactory.tasks.eval.compare import paired_interval
+
+    ids = sorted(set(a) & set(b))
+    if not ids:
+        raise ValueError(f"{names} share no question")
+    a_scores, b_scores = [a[q] for q in ids], [b[q] for q in ids]
+    low, high = paired_interval(a_scores, b_scores)
+    n = len(ids)
+    return {"n": n, "a": sum(a_scores) / n, "b": sum(b_scores) / n,
+            "delta": (sum(a_scores) - sum(b_scores)) / n, "low": low, "high": high}  # fmt: skip
 
 
 def reading_rows(models: dict[str, dict[str, float]], base: dict[str, float]) -> list[dict]:
